@@ -1,0 +1,28 @@
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DELETE_ON_ERROR:
+.DEFAULT_GOAL := test
+
+# buf, protoc-gen-go and protoc-gen-go-grpc are pinned in tools/go.mod and run
+# through `go tool`, so a fresh clone needs nothing but Go.
+BUF := go tool -modfile=tools/go.mod buf
+
+.PHONY: run test lint generate
+
+## run: start paymentsd on localhost:50051 in dev mode, data in ./data/
+run:
+	go run ./cmd/paymentsd
+
+## test: every test, with the race detector
+test:
+	go test -race -count=1 ./...
+
+## lint: buf lint, go vet and gofmt
+lint:
+	$(BUF) lint
+	go vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
+
+## generate: regenerate gen/ from proto/
+generate:
+	$(BUF) generate
