@@ -1,0 +1,113 @@
+// Package boltstore keeps paymentsd's data in one bbolt file: the
+// idempotency records of the interceptor and the payment intents of the
+// server, each in buckets of their own. It is the only package that imports
+// bbolt.
+package boltstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// ErrLocked is returned by Open when another process holds the file.
+var ErrLocked = errors.New("data file is in use by another process")
+
+// Options tune Open. The zero value is ready to use.
+type Options struct {
+	// LockTimeout is how long Open waits for another process to release the
+	// file before it fails with ErrLocked. Zero means one second.
+	LockTimeout time.Duration
+	// SweepBatch is how many expired records one sweep transaction deletes
+	// at most, bounding how long it holds the write lock. Zero means 1000.
+	SweepBatch int
+}
+
+// Bucket names. Each kind of data has its own; indexes hold keys only.
+var (
+	bucketRecords       = []byte("idempotency_records")
+	bucketRecordExpiry  = []byte("idempotency_expiry")
+	bucketIntents       = []byte("intents")
+	bucketIntentsByUser = []byte("intents_by_owner")
+)
+
+// DB is an open data file. It is safe for concurrent use.
+type DB struct {
+	bolt       *bolt.DB
+	sweepBatch int
+}
+
+// Open opens or creates the data file at path, mode 0600, creating its
+// directory (0700) when missing. It fails within opts.LockTimeout with
+// ErrLocked, naming the file, when another process holds it.
+func Open(path string, opts *Options) (*DB, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	lockTimeout := cmpOr(opts.LockTimeout, time.Second)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketRecords, bucketRecordExpiry, bucketIntents, bucketIntentsByUser} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("open %s: create buckets: %w", path, err)
+	}
+	return &DB{bolt: b, sweepBatch: cmpOr(opts.SweepBatch, 1000)}, nil
+}
+
+// Close releases the file. Calls in progress finish first.
+func (db *DB) Close() error { return db.bolt.Close() }
+
+// Path is the data file's path.
+func (db *DB) Path() string { return db.bolt.Path() }
+
+func cmpOr[T comparable](v, fallback T) T {
+	var zero T
+	if v == zero {
+		return fallback
+	}
+	return v
+}
+
+// joinKey builds a bucket key from parts, each but the last prefixed with
+// its length, so that no part can run into the next and a prefix of whole
+// parts selects a range.
+func joinKey(parts ...[]byte) []byte {
+	n := 0
+	for _, p := range parts {
+		n += binary.MaxVarintLen64 + len(p)
+	}
+	k := make([]byte, 0, n)
+	for i, p := range parts {
+		if i < len(parts)-1 {
+			k = binary.AppendUvarint(k, uint64(len(p)))
+		}
+		k = append(k, p...)
+	}
+	return k
+}
+
+// clone copies bytes read from bbolt, which are only valid during their
+// transaction.
+func clone(b []byte) []byte { return append([]byte(nil), b...) }

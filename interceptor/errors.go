@@ -1,0 +1,80 @@
+package interceptor
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// ErrorDomain is the ErrorInfo domain of every error the interceptor itself
+// returns. Errors with this domain were never stored: the client may fix the
+// request and retry with the same key.
+const ErrorDomain = "idempotency"
+
+// ErrorInfo reasons of the interceptor's own errors.
+const (
+	// ReasonKeyMissing: INVALID_ARGUMENT, the method requires a key and none was sent.
+	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
+	// ReasonKeyInvalid: INVALID_ARGUMENT, the key is not 1..255 printable ASCII
+	// characters, or was sent more than once.
+	ReasonKeyInvalid = "IDEMPOTENCY_KEY_INVALID"
+	// ReasonKeyInUse: ABORTED, the same request is still running; retry after
+	// the RetryInfo delay.
+	ReasonKeyInUse = "IDEMPOTENCY_KEY_IN_USE"
+	// ReasonKeyReused: FAILED_PRECONDITION, the key was used for a different request.
+	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	// ReasonAttemptSuperseded: ABORTED, this attempt's lease expired and a
+	// newer attempt took the key over; its result was not stored.
+	ReasonAttemptSuperseded = "IDEMPOTENCY_ATTEMPT_SUPERSEDED"
+)
+
+// maxRetryDelay caps the RetryInfo delay of an in-flight answer: most
+// handlers finish long before their lease ends.
+const maxRetryDelay = time.Second
+
+// newError returns a status error with an ErrorInfo of reason and any
+// further details.
+func newError(code codes.Code, reason, msg string, meta map[string]string, details ...protoadapt.MessageV1) error {
+	st := status.New(code, msg)
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}
+	withDetails, err := st.WithDetails(append([]protoadapt.MessageV1{info}, details...)...)
+	if err != nil {
+		return st.Err() // unreachable: code is never OK and the details always marshal
+	}
+	return withDetails.Err()
+}
+
+func errKeyMissing(method string) error {
+	return newError(codes.InvalidArgument, ReasonKeyMissing,
+		fmt.Sprintf("%s requires an idempotency-key header", method), nil)
+}
+
+func errKeyInvalid(why string) error {
+	return newError(codes.InvalidArgument, ReasonKeyInvalid, "invalid idempotency-key: "+why, nil)
+}
+
+func errInFlight(key string, leaseLeft time.Duration) error {
+	delay := min(max(leaseLeft, 0), maxRetryDelay)
+	return newError(codes.Aborted, ReasonKeyInUse,
+		fmt.Sprintf("a request with idempotency key %q is still in progress; retry after %v", key, delay),
+		map[string]string{"idempotency_key": key},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+}
+
+func errMismatch(key string, stored, got Fingerprint) error {
+	return newError(codes.FailedPrecondition, ReasonKeyReused,
+		fmt.Sprintf("idempotency key %q was already used for a different request (fingerprint %s, got %s)",
+			key, stored.Short(), got.Short()),
+		map[string]string{"idempotency_key": key, "stored_fingerprint": stored.Short(), "request_fingerprint": got.Short()})
+}
+
+func errSuperseded(key string, attempt uint64) error {
+	return newError(codes.Aborted, ReasonAttemptSuperseded,
+		fmt.Sprintf("attempt %d for idempotency key %q was superseded by a newer attempt; its result was discarded", attempt, key),
+		map[string]string{"idempotency_key": key})
+}

@@ -1,0 +1,203 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// completeTimeout bounds the write of a result. It runs even when the
+// caller has gone away: the handler's side effects happened, so its result
+// must be stored.
+const completeTimeout = 10 * time.Second
+
+// UnaryServerInterceptor returns an interceptor that runs each request's
+// handler at most once per (scope, idempotency key) and replays its stored
+// result to every retry. See the package documentation.
+func UnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterceptor {
+	o := evaluateOptions(opts)
+	if o.lease <= 0 || o.ttl <= o.lease {
+		panic(fmt.Sprintf("interceptor: need 0 < lease < ttl, got lease %v, ttl %v", o.lease, o.ttl))
+	}
+	i := &idempotency{store: store, opts: o}
+	return i.intercept
+}
+
+type idempotency struct {
+	store Store
+	opts  *options
+}
+
+func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	obs := Observation{FullMethod: info.FullMethod}
+	rk, fp, err := i.identify(ctx, req, info.FullMethod)
+	if err != nil || rk == nil {
+		i.opts.observe(ctx, obs)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+
+	now := i.opts.now()
+	outcome, rec, err := i.store.Claim(ctx, ClaimRequest{
+		Key: *rk, Fingerprint: fp, Now: now, Lease: i.opts.lease, TTL: i.opts.ttl,
+	})
+	if err != nil {
+		i.opts.observe(ctx, obs)
+		return nil, status.Errorf(codes.Unavailable, "idempotency store unavailable, the request was not run: %v", err)
+	}
+	obs.Outcome, obs.Attempt = outcome, rec.Attempt
+	i.opts.observe(ctx, obs)
+
+	switch outcome {
+	case OutcomeReplay:
+		return replay(ctx, rec.Result)
+	case OutcomeInFlight:
+		return nil, errInFlight(rk.Key, rec.LeaseExpiry.Sub(now))
+	case OutcomeMismatch:
+		return nil, errMismatch(rk.Key, rec.Fingerprint, fp)
+	}
+	return i.run(ctx, req, handler, *rk, rec)
+}
+
+// identify returns the record key and fingerprint of a request, nil when the
+// request is to pass through, or a status error for the caller.
+func (i *idempotency) identify(ctx context.Context, req any, method string) (*RecordKey, Fingerprint, error) {
+	policy := i.opts.policy(method)
+	if policy == KeyIgnored {
+		return nil, Fingerprint{}, nil
+	}
+	if policy == KeyOptional {
+		if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(KeyHeader)) == 0 && len(md.Get(KeyHeader+"-bin")) == 0 {
+			return nil, Fingerprint{}, nil
+		}
+	}
+	// The credential comes first: without one, the key is not even read.
+	scope, err := i.opts.scope(ctx)
+	if err != nil {
+		if _, ok := status.FromError(err); !ok {
+			err = status.Error(codes.Unauthenticated, err.Error())
+		}
+		return nil, Fingerprint{}, err
+	}
+	key, sent, err := keyFromContext(ctx)
+	switch {
+	case err != nil:
+		return nil, Fingerprint{}, err
+	case !sent:
+		return nil, Fingerprint{}, errKeyMissing(method)
+	}
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: request of %s is a %T, not a protobuf message", method, req)
+	}
+	fp, err := NewFingerprint(method, msg)
+	if err != nil {
+		return nil, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: %v", err)
+	}
+	return &RecordKey{Scope: scope, Key: key}, fp, nil
+}
+
+// run runs the handler under the claim rec, stores its result and returns it.
+// The handler's header and trailer metadata are held back until the result is
+// stored, so that a superseded attempt sends nothing of its own.
+func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, claim *Record) (any, error) {
+	capture := &capturingStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
+	hctx := grpc.NewContextWithServerTransportStream(context.WithValue(ctx, attemptKey{}, claim.Attempt), capture)
+	resp, herr := handler(hctx, req)
+
+	header, trailer := capture.metadata()
+	result, err := newResult(resp, herr, header, trailer)
+	if err != nil {
+		// Nothing can be stored; the record stays in flight and a retry takes
+		// it over once the lease ends.
+		return nil, status.Errorf(codes.Internal, "idempotency: %v", err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
+	defer cancel()
+	if err := i.store.Complete(cctx, rk, claim.completed(result)); err != nil {
+		if errors.Is(err, ErrSuperseded) {
+			return nil, errSuperseded(rk.Key, claim.Attempt)
+		}
+		return nil, status.Errorf(codes.Unavailable,
+			"idempotency store failed to save the result of attempt %d; retry with the same key: %v", claim.Attempt, err)
+	}
+	if err := sendMetadata(ctx, result, nil); err != nil {
+		return nil, err
+	}
+	if result.Status != nil {
+		return nil, status.ErrorProto(result.Status)
+	}
+	return resp, nil
+}
+
+// replay answers with a stored result, marked as replayed.
+func replay(ctx context.Context, result *Result) (any, error) {
+	if err := sendMetadata(ctx, result, metadata.Pairs(ReplayedHeader, "true")); err != nil {
+		return nil, err
+	}
+	if result.Status != nil {
+		return nil, status.ErrorProto(result.Status)
+	}
+	resp, err := result.Response.UnmarshalNew()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "idempotency: stored response cannot be decoded: %v", err)
+	}
+	return resp, nil
+}
+
+func newResult(resp any, herr error, header, trailer metadata.MD) (*Result, error) {
+	r := &Result{Header: header, Trailer: trailer}
+	if herr != nil {
+		st, ok := status.FromError(herr)
+		if !ok {
+			st = status.FromContextError(herr) // as grpc-go itself converts handler errors
+		}
+		r.Status = st.Proto()
+		return r, nil
+	}
+	msg, ok := resp.(proto.Message)
+	if !ok || msg == nil {
+		return nil, fmt.Errorf("handler returned %T, not a protobuf message", resp)
+	}
+	var err error
+	r.Response, err = anypb.New(msg)
+	if err != nil {
+		return nil, fmt.Errorf("encode response: %w", err)
+	}
+	return r, nil
+}
+
+// sendMetadata sets the result's header, joined with extra, and trailer on
+// the call.
+func sendMetadata(ctx context.Context, r *Result, extra metadata.MD) error {
+	if header := metadata.Join(r.Header, extra); len(header) > 0 {
+		if err := grpc.SetHeader(ctx, header); err != nil {
+			return status.Errorf(codes.Internal, "idempotency: set header: %v", err)
+		}
+	}
+	if len(r.Trailer) > 0 {
+		if err := grpc.SetTrailer(ctx, r.Trailer); err != nil {
+			return status.Errorf(codes.Internal, "idempotency: set trailer: %v", err)
+		}
+	}
+	return nil
+}
+
+type attemptKey struct{}
+
+// AttemptFromContext returns the attempt a handler runs as: 1 for a fresh
+// claim, more after takeovers. ok is false outside the interceptor.
+func AttemptFromContext(ctx context.Context) (attempt uint64, ok bool) {
+	attempt, ok = ctx.Value(attemptKey{}).(uint64)
+	return attempt, ok
+}

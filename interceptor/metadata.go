@@ -1,0 +1,87 @@
+package interceptor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Metadata keys the interceptor reads and writes.
+const (
+	// KeyHeader carries the idempotency key on requests.
+	KeyHeader = "idempotency-key"
+	// ReplayedHeader is set to "true" on every replayed response.
+	ReplayedHeader = "idempotent-replayed"
+	// MaxKeyLength is the longest idempotency key accepted.
+	MaxKeyLength = 255
+)
+
+// ParseKey checks an idempotency key: 1 to MaxKeyLength printable ASCII
+// characters (0x20 to 0x7E). The error says what is wrong, for the caller.
+func ParseKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("key is empty")
+	case len(key) > MaxKeyLength:
+		return fmt.Errorf("key is %d bytes long, longer than %d", len(key), MaxKeyLength)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("byte %d is 0x%02x; keys are printable ASCII (0x20 to 0x7e)", i, c)
+		}
+	}
+	return nil
+}
+
+// keyFromContext returns the request's idempotency key and whether one was
+// sent; the error is a status error ready to return.
+func keyFromContext(ctx context.Context) (string, bool, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if len(md.Get(KeyHeader+"-bin")) > 0 {
+		return "", true, errKeyInvalid("send it as idempotency-key, not idempotency-key-bin")
+	}
+	vals := md.Get(KeyHeader)
+	switch len(vals) {
+	case 0:
+		return "", false, nil
+	case 1:
+	default:
+		return "", true, errKeyInvalid(fmt.Sprintf("sent %d times; send exactly one", len(vals)))
+	}
+	if err := ParseKey(vals[0]); err != nil {
+		return "", true, errKeyInvalid(err.Error())
+	}
+	return vals[0], true, nil
+}
+
+// BearerToken returns the token of the request's single
+// "authorization: Bearer <token>" header, or an UNAUTHENTICATED status error.
+func BearerToken(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		return "", status.Errorf(codes.Unauthenticated, "send exactly one authorization: Bearer <token> header, got %d", len(vals))
+	}
+	scheme, token, ok := strings.Cut(vals[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", status.Error(codes.Unauthenticated, "authorization header must be Bearer <token>")
+	}
+	return token, nil
+}
+
+// BearerScope is the default ScopeFunc: the hex SHA-256 of the bearer token,
+// so that each credential has its own keys and no token is ever stored.
+func BearerScope(ctx context.Context) (string, error) {
+	token, err := BearerToken(ctx)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(token))
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}

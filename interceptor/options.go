@@ -1,0 +1,112 @@
+package interceptor
+
+import (
+	"context"
+	"time"
+)
+
+// KeyPolicy says what a method does with the idempotency-key header.
+type KeyPolicy int
+
+const (
+	// KeyOptional deduplicates requests that carry a key and passes the others
+	// through. It is the default for every method.
+	KeyOptional KeyPolicy = iota
+	// KeyRequired rejects requests without a key with INVALID_ARGUMENT
+	// (IDEMPOTENCY_KEY_MISSING).
+	KeyRequired
+	// KeyIgnored passes every request through untouched, key or not: for
+	// reads and other methods that are idempotent by nature.
+	KeyIgnored
+)
+
+// ScopeFunc returns the scope of a request's keys: who owns them. It must
+// come from the authenticated credential, never from the request body. An
+// error is returned to the caller: a status error as it is, any other as
+// UNAUTHENTICATED.
+type ScopeFunc func(ctx context.Context) (string, error)
+
+// Observation is what the interceptor decided for one request, for logs and
+// metrics.
+type Observation struct {
+	FullMethod string
+	// Outcome is zero when the request was not deduplicated: its method
+	// ignores keys, it carried none where one is optional, or it was
+	// rejected before a claim.
+	Outcome Outcome
+	// Attempt is the record's attempt for claims and replays.
+	Attempt uint64
+}
+
+// Option configures the interceptor.
+type Option func(*options)
+
+type options struct {
+	lease         time.Duration
+	ttl           time.Duration
+	policies      map[string]KeyPolicy
+	defaultPolicy KeyPolicy
+	scope         ScopeFunc
+	now           func() time.Time
+	observe       func(context.Context, Observation)
+}
+
+// Defaults of the options.
+const (
+	DefaultLease = 30 * time.Second
+	DefaultTTL   = 24 * time.Hour
+)
+
+func evaluateOptions(opts []Option) *options {
+	o := &options{
+		lease:         DefaultLease,
+		ttl:           DefaultTTL,
+		policies:      map[string]KeyPolicy{},
+		defaultPolicy: KeyOptional,
+		scope:         BearerScope,
+		now:           time.Now,
+		observe:       func(context.Context, Observation) {},
+	}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return o
+}
+
+// WithLease sets how long a claim holds before a retry of the same request
+// may take it over, assuming its worker died. Default 30s. It should exceed
+// the method's longest run, and must be shorter than the TTL.
+func WithLease(d time.Duration) Option { return func(o *options) { o.lease = d } }
+
+// WithTTL sets how long a record lives from its first claim; after that the
+// key runs fresh again. Default 24h.
+func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// WithKeyPolicy sets the key policy of one method, by full method name
+// ("/package.Service/Method").
+func WithKeyPolicy(fullMethod string, p KeyPolicy) Option {
+	return func(o *options) { o.policies[fullMethod] = p }
+}
+
+// WithDefaultKeyPolicy sets the key policy of methods without their own.
+// Default KeyOptional.
+func WithDefaultKeyPolicy(p KeyPolicy) Option { return func(o *options) { o.defaultPolicy = p } }
+
+// WithScope sets how a request's scope is found. Default BearerScope.
+func WithScope(f ScopeFunc) Option { return func(o *options) { o.scope = f } }
+
+// WithClock sets the clock used for leases and expiry. Default time.Now.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithObserver has f called once for every request, after the interceptor's
+// decision and before the handler runs.
+func WithObserver(f func(ctx context.Context, o Observation)) Option {
+	return func(o *options) { o.observe = f }
+}
+
+func (o *options) policy(fullMethod string) KeyPolicy {
+	if p, ok := o.policies[fullMethod]; ok {
+		return p
+	}
+	return o.defaultPolicy
+}

@@ -1,0 +1,113 @@
+package interceptor
+
+import (
+	"fmt"
+	"sort"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	idempotencyv1 "github.com/paymentsd/paymentsd/gen/idempotency/v1"
+)
+
+// MarshalBinary encodes r as an idempotency.v1.Record, deterministically, so
+// that every store keeps records in the same versioned format.
+func (r *Record) MarshalBinary() ([]byte, error) {
+	pb := &idempotencyv1.Record{
+		Fingerprint: r.Fingerprint[:],
+		State:       idempotencyv1.State(r.State),
+		Attempt:     r.Attempt,
+		ClaimToken:  r.Token[:],
+		ExpireTime:  timestamppb.New(r.Expiry),
+	}
+	if !r.LeaseExpiry.IsZero() {
+		pb.LeaseExpireTime = timestamppb.New(r.LeaseExpiry)
+	}
+	if res := r.Result; res != nil {
+		pb.Result = &idempotencyv1.Result{
+			Header:  encodeMetadata(res.Header),
+			Trailer: encodeMetadata(res.Trailer),
+		}
+		switch {
+		case res.Response != nil:
+			pb.Result.Outcome = &idempotencyv1.Result_Response{Response: res.Response}
+		case res.Status != nil:
+			pb.Result.Outcome = &idempotencyv1.Result_Status{Status: &idempotencyv1.Status{
+				Code: res.Status.Code, Message: res.Status.Message, Details: res.Status.Details,
+			}}
+		}
+	}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(pb)
+}
+
+// UnmarshalBinary decodes a record written by MarshalBinary. It rejects
+// records that could not have been written by it, rather than guess.
+func (r *Record) UnmarshalBinary(b []byte) error {
+	var pb idempotencyv1.Record
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		return fmt.Errorf("decode idempotency record: %w", err)
+	}
+	if len(pb.Fingerprint) != len(r.Fingerprint) || len(pb.ClaimToken) != len(r.Token) {
+		return fmt.Errorf("decode idempotency record: bad fingerprint or claim token length")
+	}
+	state := State(pb.State)
+	if state != StateInFlight && state != StateCompleted {
+		return fmt.Errorf("decode idempotency record: unknown state %d", pb.State)
+	}
+	if (state == StateCompleted) != (pb.Result != nil) {
+		return fmt.Errorf("decode idempotency record: state %d with result %t", pb.State, pb.Result != nil)
+	}
+	*r = Record{State: state, Attempt: pb.Attempt, Expiry: pb.ExpireTime.AsTime()}
+	copy(r.Fingerprint[:], pb.Fingerprint)
+	copy(r.Token[:], pb.ClaimToken)
+	if pb.LeaseExpireTime != nil {
+		r.LeaseExpiry = pb.LeaseExpireTime.AsTime()
+	}
+	if res := pb.Result; res != nil {
+		r.Result = &Result{
+			Response: res.GetResponse(),
+			Header:   decodeMetadata(res.Header),
+			Trailer:  decodeMetadata(res.Trailer),
+		}
+		if st := res.GetStatus(); st != nil {
+			r.Result.Status = &spb.Status{Code: st.Code, Message: st.Message, Details: st.Details}
+		}
+		if (r.Result.Response == nil) == (r.Result.Status == nil) {
+			return fmt.Errorf("decode idempotency record: result needs exactly one of response and status")
+		}
+	}
+	return nil
+}
+
+// encodeMetadata lists md sorted by key, so that equal metadata encodes to
+// equal bytes.
+func encodeMetadata(md metadata.MD) []*idempotencyv1.MetadataEntry {
+	if len(md) == 0 {
+		return nil
+	}
+	entries := make([]*idempotencyv1.MetadataEntry, 0, len(md))
+	for k, vs := range md {
+		e := &idempotencyv1.MetadataEntry{Key: k, Values: make([][]byte, len(vs))}
+		for i, v := range vs {
+			e.Values[i] = []byte(v)
+		}
+		entries = append(entries, e)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
+	return entries
+}
+
+func decodeMetadata(entries []*idempotencyv1.MetadataEntry) metadata.MD {
+	if len(entries) == 0 {
+		return nil
+	}
+	md := make(metadata.MD, len(entries))
+	for _, e := range entries {
+		for _, v := range e.Values {
+			md[e.Key] = append(md[e.Key], string(v))
+		}
+	}
+	return md
+}
