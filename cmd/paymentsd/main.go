@@ -1,0 +1,214 @@
+// Command paymentsd serves payments.v1.PaymentIntentService over gRPC, with
+// every CreatePaymentIntent run exactly once per idempotency key.
+//
+// Usage:
+//
+//	paymentsd [flags]
+//
+// Run paymentsd -h for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	m := NewMain(os.Stderr)
+	if err := m.ParseFlags(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "paymentsd:", err)
+		os.Exit(2)
+	}
+	if err := m.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "paymentsd:", err)
+		os.Exit(1)
+	}
+	<-ctx.Done()
+	stop() // a second signal kills at once
+	if err := m.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "paymentsd:", err)
+		os.Exit(1)
+	}
+}
+
+// Config is paymentsd's configuration, one field per flag.
+type Config struct {
+	Listen        string
+	DBPath        string
+	Lease         time.Duration
+	TTL           time.Duration
+	APIKeysPath   string
+	SweepInterval time.Duration
+	ShutdownGrace time.Duration
+}
+
+// Main is the program: ParseFlags, then Run, then Close. Tests run it in
+// the same way as main does.
+type Main struct {
+	Config Config
+	Logger *slog.Logger
+
+	db       *boltstore.DB
+	grpc     *grpc.Server
+	listener net.Listener
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// NewMain returns a Main with the default configuration, logging to w.
+func NewMain(w io.Writer) *Main {
+	return &Main{
+		Config: Config{
+			Listen:        "localhost:50051",
+			DBPath:        filepath.Join("data", "paymentsd.db"),
+			Lease:         interceptor.DefaultLease,
+			TTL:           interceptor.DefaultTTL,
+			SweepInterval: time.Minute,
+			ShutdownGrace: 30 * time.Second,
+		},
+		Logger: slog.New(slog.NewJSONHandler(w, nil)),
+	}
+}
+
+// ParseFlags reads the command line into m.Config.
+func (m *Main) ParseFlags(args []string) error {
+	c := &m.Config
+	fs := flag.NewFlagSet("paymentsd", flag.ContinueOnError)
+	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address")
+	fs.StringVar(&c.DBPath, "db", c.DBPath, "bbolt data file (created 0600, its directory 0700)")
+	fs.DurationVar(&c.Lease, "lease", c.Lease, "how long a claimed idempotency key waits for its handler before a retry may take it over")
+	fs.DurationVar(&c.TTL, "ttl", c.TTL, "how long an idempotency record lives; after it the key runs fresh")
+	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
+	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired idempotency records are deleted")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for calls in progress")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case c.Lease <= 0 || c.TTL <= c.Lease:
+		return fmt.Errorf("need 0 < --lease < --ttl, got %v and %v", c.Lease, c.TTL)
+	case c.SweepInterval <= 0:
+		return fmt.Errorf("--sweep-interval must be positive, got %v", c.SweepInterval)
+	}
+	return nil
+}
+
+// Run opens the data file, starts serving and returns; the server runs
+// until Close.
+func (m *Main) Run(ctx context.Context) (err error) {
+	keys := auth.Dev()
+	if m.Config.APIKeysPath != "" {
+		if keys, err = auth.LoadFile(m.Config.APIKeysPath); err != nil {
+			return err
+		}
+	}
+	if m.db, err = boltstore.Open(m.Config.DBPath, nil); err != nil {
+		return err
+	}
+	if m.listener, err = net.Listen("tcp", m.Config.Listen); err != nil {
+		m.db.Close()
+		return err
+	}
+
+	m.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(
+		logRPC(m.Logger),
+		auth.UnaryServerInterceptor(keys, "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
+		interceptor.UnaryServerInterceptor(m.db,
+			interceptor.WithScope(auth.Scope),
+			interceptor.WithLease(m.Config.Lease),
+			interceptor.WithTTL(m.Config.TTL),
+			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, interceptor.KeyRequired),
+			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName, interceptor.KeyOptional),
+			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyIgnored),
+			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_ListPaymentIntents_FullMethodName, interceptor.KeyIgnored),
+			interceptor.WithObserver(observeOutcome),
+		),
+	))
+	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db, nil))
+	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
+	reflection.Register(m.grpc)
+
+	if keys.IsDev() {
+		m.Logger.Warn("dev mode: any bearer token is accepted as a principal of its own; pass --api-keys in production")
+	}
+	m.Logger.Info("paymentsd listening", "addr", m.listener.Addr().String(), "db", m.db.Path(),
+		"lease", m.Config.Lease.String(), "ttl", m.Config.TTL.String())
+
+	ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
+	m.wg.Go(func() {
+		if err := m.grpc.Serve(m.listener); err != nil {
+			m.Logger.Error("serve", "err", err)
+		}
+	})
+	m.wg.Go(func() { m.sweep(ctx) })
+	return nil
+}
+
+// Addr is the address paymentsd listens on, once Run has returned.
+func (m *Main) Addr() string { return m.listener.Addr().String() }
+
+// sweep deletes expired idempotency records every SweepInterval until ctx ends.
+func (m *Main) sweep(ctx context.Context) {
+	t := time.NewTicker(m.Config.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := m.db.Sweep(ctx, time.Now())
+			if err != nil && ctx.Err() == nil {
+				m.Logger.Error("sweep expired idempotency records", "err", err)
+			}
+			if n > 0 {
+				m.Logger.Info("swept expired idempotency records", "count", n)
+			}
+		}
+	}
+}
+
+// Close stops accepting calls, waits up to ShutdownGrace for those in
+// progress, and closes the data file.
+func (m *Main) Close() error {
+	if m.grpc == nil {
+		return nil
+	}
+	m.Logger.Info("shutting down")
+	timer := time.AfterFunc(m.Config.ShutdownGrace, m.grpc.Stop)
+	defer timer.Stop()
+	m.grpc.GracefulStop()
+	m.stop()
+	m.wg.Wait()
+	return m.db.Close()
+}

@@ -1,0 +1,212 @@
+// Package server implements payments.v1.PaymentIntentService: the payments
+// domain. It knows nothing of idempotency keys (the interceptor in front of
+// it makes Create run once per key) nor of how intents are stored.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/auth"
+)
+
+// IntentStore keeps payment intents, each owned by one principal. An intent
+// of another owner is reported as absent.
+type IntentStore interface {
+	// CreateIntent stores a new intent.
+	CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error
+	// GetIntent returns the intent, or nil when owner has none with that id.
+	GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error)
+	// UpdateIntent applies update atomically, stores the intent if update
+	// reports a change, and returns it as stored; nil when absent.
+	UpdateIntent(ctx context.Context, owner, id string, update func(*paymentsv1.PaymentIntent) bool) (*paymentsv1.PaymentIntent, error)
+	// ListIntents returns up to limit intents in creation order after the
+	// cursor after, and the next page's cursor (nil on the last page).
+	ListIntents(ctx context.Context, owner string, after []byte, limit int) ([]*paymentsv1.PaymentIntent, []byte, error)
+}
+
+// Page sizes of ListPaymentIntents.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// Server is the PaymentIntentService.
+type Server struct {
+	paymentsv1.UnimplementedPaymentIntentServiceServer
+
+	store IntentStore
+	now   func() time.Time
+}
+
+// New returns a Server keeping intents in store and reading time from now
+// (time.Now when nil).
+func New(store IntentStore, now func() time.Time) *Server {
+	if now == nil {
+		now = time.Now
+	}
+	return &Server{store: store, now: now}
+}
+
+// CreatePaymentIntent creates an intent owned by the caller.
+func (s *Server) CreatePaymentIntent(ctx context.Context, req *paymentsv1.CreatePaymentIntentRequest) (*paymentsv1.CreatePaymentIntentResponse, error) {
+	owner, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	expiresIn, err := validateCreate(req)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	pi := &paymentsv1.PaymentIntent{
+		Id:         newIntentID(),
+		State:      paymentsv1.State_STATE_CREATED,
+		Version:    1,
+		Chain:      req.Chain,
+		Token:      req.Token,
+		Payer:      req.Payer,
+		Merchant:   req.Merchant,
+		Amount:     req.Amount,
+		CreateTime: timestamppb.New(now),
+		ExpireTime: timestamppb.New(now.Add(expiresIn)),
+	}
+	if err := s.store.CreateIntent(ctx, owner, pi); err != nil {
+		return nil, storeError(err)
+	}
+	return &paymentsv1.CreatePaymentIntentResponse{PaymentIntent: pi}, nil
+}
+
+// GetPaymentIntent returns one of the caller's intents.
+func (s *Server) GetPaymentIntent(ctx context.Context, req *paymentsv1.GetPaymentIntentRequest) (*paymentsv1.GetPaymentIntentResponse, error) {
+	owner, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateID(req.Id); err != nil {
+		return nil, err
+	}
+	pi, err := s.store.GetIntent(ctx, owner, req.Id)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if pi == nil {
+		return nil, errNotFound(req.Id)
+	}
+	return &paymentsv1.GetPaymentIntentResponse{PaymentIntent: expired(pi, s.now())}, nil
+}
+
+// CancelPaymentIntent cancels one of the caller's intents. A canceled intent
+// is returned unchanged; a created one past its expiry was already canceled
+// by the system, and is stored as such.
+func (s *Server) CancelPaymentIntent(ctx context.Context, req *paymentsv1.CancelPaymentIntentRequest) (*paymentsv1.CancelPaymentIntentResponse, error) {
+	owner, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateID(req.Id); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	pi, err := s.store.UpdateIntent(ctx, owner, req.Id, func(pi *paymentsv1.PaymentIntent) bool {
+		if pi.State != paymentsv1.State_STATE_CREATED {
+			return false
+		}
+		reason, at := paymentsv1.CancellationReason_CANCELLATION_REASON_REQUESTED, now
+		if isExpired(pi, now) {
+			reason, at = paymentsv1.CancellationReason_CANCELLATION_REASON_EXPIRED, pi.ExpireTime.AsTime()
+		}
+		cancel(pi, reason, at)
+		return true
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if pi == nil {
+		return nil, errNotFound(req.Id)
+	}
+	return &paymentsv1.CancelPaymentIntentResponse{PaymentIntent: pi}, nil
+}
+
+// ListPaymentIntents lists the caller's intents, oldest first.
+func (s *Server) ListPaymentIntents(ctx context.Context, req *paymentsv1.ListPaymentIntentsRequest) (*paymentsv1.ListPaymentIntentsResponse, error) {
+	owner, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.PageSize)
+	if err != nil {
+		return nil, err
+	}
+	after, err := decodePageToken(owner, req.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	page, next, err := s.store.ListIntents(ctx, owner, after, size)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	now := s.now()
+	resp := &paymentsv1.ListPaymentIntentsResponse{PaymentIntents: make([]*paymentsv1.PaymentIntent, len(page))}
+	for i, pi := range page {
+		resp.PaymentIntents[i] = expired(pi, now)
+	}
+	if next != nil {
+		resp.NextPageToken = encodePageToken(owner, next)
+	}
+	return resp, nil
+}
+
+func isExpired(pi *paymentsv1.PaymentIntent, now time.Time) bool {
+	return pi.State == paymentsv1.State_STATE_CREATED && !now.Before(pi.ExpireTime.AsTime())
+}
+
+// expired returns pi as it is at now: a created intent past its expiry was
+// canceled by the system at expire_time. Reads never show it as created,
+// whether or not the cancellation was stored yet.
+func expired(pi *paymentsv1.PaymentIntent, now time.Time) *paymentsv1.PaymentIntent {
+	if !isExpired(pi, now) {
+		return pi
+	}
+	c := proto.CloneOf(pi)
+	cancel(c, paymentsv1.CancellationReason_CANCELLATION_REASON_EXPIRED, pi.ExpireTime.AsTime())
+	return c
+}
+
+func cancel(pi *paymentsv1.PaymentIntent, reason paymentsv1.CancellationReason, at time.Time) {
+	pi.State = paymentsv1.State_STATE_CANCELED
+	pi.CancellationReason = reason
+	pi.CancelTime = timestamppb.New(at)
+	pi.Version++
+}
+
+// newIntentID returns "pi_" and 24 hex digits from the CSPRNG.
+func newIntentID() string {
+	var b [12]byte
+	rand.Read(b[:]) // never fails; see crypto/rand.Read
+	return "pi_" + hex.EncodeToString(b[:])
+}
+
+func principal(ctx context.Context) (string, error) {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return "", status.Error(codes.Unauthenticated, "no authenticated principal")
+	}
+	return p, nil
+}
+
+func errNotFound(id string) error {
+	return status.Errorf(codes.NotFound, "payment intent %s not found", id)
+}
+
+func storeError(err error) error {
+	return status.Errorf(codes.Unavailable, "storage: %v", err)
+}
