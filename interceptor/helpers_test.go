@@ -1,0 +1,151 @@
+package interceptor_test
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// testService is grpc.testing.TestService whose UnaryCall runs a test's
+// handler and counts the runs.
+type testService struct {
+	testgrpc.UnimplementedTestServiceServer
+	calls   atomic.Int64
+	handler func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error)
+}
+
+func (s *testService) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	s.calls.Add(1)
+	return s.handler(ctx, req)
+}
+
+// echo answers with the request's payload.
+func echo(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{Payload: req.Payload, Username: "attempt"}, nil
+}
+
+// clock is a clock the test moves by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type harness struct {
+	client  testgrpc.TestServiceClient
+	service *testService
+	db      *boltstore.DB
+	clock   *clock
+}
+
+// start serves a testService behind the interceptor, with a bbolt store in
+// a temporary directory, on a loopback port.
+func start(t *testing.T, opts ...interceptor.Option) *harness {
+	t.Helper()
+	db, err := boltstore.Open(filepath.Join(t.TempDir(), "idempotency.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{service: &testService{handler: echo}, db: db, clock: newClock()}
+	opts = append([]interceptor.Option{
+		interceptor.WithClock(h.clock.Now),
+		interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired),
+	}, opts...)
+	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.UnaryServerInterceptor(db, opts...)))
+	testgrpc.RegisterTestServiceServer(srv, h.service)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		srv.Stop()
+		db.Close()
+	})
+	h.client = testgrpc.NewTestServiceClient(conn)
+	return h
+}
+
+// call is one answer, with its metadata.
+type call struct {
+	resp    *testgrpc.SimpleResponse
+	err     error
+	header  metadata.MD
+	trailer metadata.MD
+}
+
+// call sends req with the given metadata pairs.
+func (h *harness) call(req *testgrpc.SimpleRequest, kv ...string) call {
+	var c call
+	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(kv...))
+	c.resp, c.err = h.client.UnaryCall(ctx, req, grpc.Header(&c.header), grpc.Trailer(&c.trailer))
+	return c
+}
+
+// send calls with a credential and key.
+func (h *harness) send(token, key string, req *testgrpc.SimpleRequest) call {
+	return h.call(req, "authorization", "Bearer "+token, interceptor.KeyHeader, key)
+}
+
+func payload(s string) *testgrpc.SimpleRequest {
+	return &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte(s)}}
+}
+
+func (h *harness) wantCalls(t *testing.T, want int64) {
+	t.Helper()
+	if got := h.service.calls.Load(); got != want {
+		t.Errorf("handler ran %d times, want %d", got, want)
+	}
+}
+
+// wantReason checks err's code and ErrorInfo reason and returns its status.
+func wantReason(t *testing.T, err error, code codes.Code, reason string) *status.Status {
+	t.Helper()
+	st := status.Convert(err)
+	if st.Code() != code {
+		t.Fatalf("code = %v (%q), want %v", st.Code(), st.Message(), code)
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			if info.Reason != reason || info.Domain != interceptor.ErrorDomain {
+				t.Fatalf("ErrorInfo = %s/%s, want %s/%s", info.Domain, info.Reason, interceptor.ErrorDomain, reason)
+			}
+			return st
+		}
+	}
+	t.Fatalf("no ErrorInfo in %v", st.Details())
+	return nil
+}
