@@ -33,7 +33,7 @@ func logRPC(logger *slog.Logger) grpc.UnaryServerInterceptor {
 		attrs := []slog.Attr{
 			slog.String("method", info.FullMethod),
 			slog.String("code", status.Code(err).String()),
-			slog.Duration("duration", time.Since(start)),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 		}
 		if slot.Outcome != 0 {
 			attrs = append(attrs, slog.String("idempotency", slot.Outcome.String()), slog.Uint64("attempt", slot.Attempt))

@@ -1,0 +1,50 @@
+// Package interceptor makes unary gRPC methods run at most once per
+// idempotency key, however often a client retries.
+//
+// A client names each operation with an `idempotency-key` request header (1
+// to 255 printable ASCII characters) and retries with the same key. The
+// interceptor fingerprints the request (SHA-256 over the full method name
+// and the request's deterministic protobuf encoding), claims (scope, key) in
+// one atomic step of its Store, runs the handler once, stores the whole
+// result — the response, or the full status with its details, whatever its
+// code, plus the header and trailer metadata the handler set — and replays
+// that result to every retry with the header `idempotent-replayed: true`.
+//
+// Each request meets one of five outcomes:
+//
+//   - fresh: no live record; the handler runs and its result is stored.
+//   - replay: the same request completed; its stored result is returned.
+//   - in flight: the same request is running; ABORTED with ErrorInfo reason
+//     IDEMPOTENCY_KEY_IN_USE and a RetryInfo delay.
+//   - mismatch: the key was used for a different request;
+//     FAILED_PRECONDITION, reason IDEMPOTENCY_KEY_REUSED.
+//   - takeover: the same request's lease ran out (its worker presumably
+//     died); the handler runs again as the next attempt. The superseded
+//     worker cannot store its result: its caller gets ABORTED, reason
+//     IDEMPOTENCY_ATTEMPT_SUPERSEDED. One result per key leaves the server.
+//
+// The interceptor's own errors (UNAUTHENTICATED, INVALID_ARGUMENT for a
+// missing or invalid key, in flight, mismatch) are never stored, so a client
+// can fix its request and retry with the same key. When the store cannot
+// claim, the handler does not run and the caller gets UNAVAILABLE.
+//
+// The scope of a key comes from the caller's credential, never from the
+// request: by default the SHA-256 of its bearer token (BearerScope); use
+// WithScope to key by an authenticated principal instead. A raw token is
+// never stored.
+//
+// Header and trailer metadata the handler sets, SendHeader included, are
+// held back and sent once the result is stored.
+//
+// # Fingerprints
+//
+// Deterministic protobuf encoding is stable for one binary and schema, not
+// across protobuf library versions or schema changes: a retry served by a
+// newer deployment may see a mismatch for the same logical request, which
+// is the safe way to be wrong (never the other way round).
+//
+// # Streaming
+//
+// UnaryServerInterceptor is a unary interceptor: streaming RPCs never pass
+// through it and are served untouched, with no idempotency.
+package interceptor

@@ -1,0 +1,301 @@
+package server_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/boltstore"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/server"
+)
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newServer(t *testing.T) (*server.Server, *clock) {
+	t.Helper()
+	db, err := boltstore.Open(filepath.Join(t.TempDir(), "paymentsd.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	c := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	return server.New(db, c.Now), c
+}
+
+func as(principal string) context.Context {
+	return auth.NewContext(context.Background(), principal)
+}
+
+func validRequest() *paymentsv1.CreatePaymentIntentRequest {
+	return &paymentsv1.CreatePaymentIntentRequest{
+		Chain:            "evm:31337",
+		Token:            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+		Payer:            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+		Merchant:         "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+		Amount:           "100000000",
+		ExpiresInSeconds: 900,
+	}
+}
+
+func create(t *testing.T, s *server.Server, principal string) *paymentsv1.PaymentIntent {
+	t.Helper()
+	resp, err := s.CreatePaymentIntent(as(principal), validRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.PaymentIntent
+}
+
+// badFields returns the fields named by err's BadRequest, after checking
+// that err is INVALID_ARGUMENT.
+func badFields(t *testing.T, err error) []string {
+	t.Helper()
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument {
+		t.Fatalf("code = %v (%v), want INVALID_ARGUMENT", st.Code(), err)
+	}
+	var fields []string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.FieldViolations {
+				fields = append(fields, v.Field)
+			}
+		}
+	}
+	return fields
+}
+
+func TestCreate_ReturnsNewIntent(t *testing.T) {
+	s, c := newServer(t)
+	pi := create(t, s, "alice")
+	if !strings.HasPrefix(pi.Id, "pi_") || len(pi.Id) != 27 || strings.ToLower(pi.Id) != pi.Id {
+		t.Errorf("id %q, want pi_ and 24 lowercase hex digits", pi.Id)
+	}
+	if pi.State != paymentsv1.State_STATE_CREATED || pi.Version != 1 || pi.Amount != "100000000" {
+		t.Errorf("intent %v, want created, version 1, the request's amount", pi)
+	}
+	if got, want := pi.ExpireTime.AsTime(), c.Now().Add(900*time.Second); !got.Equal(want) {
+		t.Errorf("expire_time %v, want %v", got, want)
+	}
+	if other := create(t, s, "alice"); other.Id == pi.Id {
+		t.Errorf("two creates gave one id %s", pi.Id)
+	}
+}
+
+func TestCreate_DefaultExpiry(t *testing.T) {
+	s, c := newServer(t)
+	req := validRequest()
+	req.ExpiresInSeconds = 0
+	resp, err := s.CreatePaymentIntent(as("alice"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.PaymentIntent.ExpireTime.AsTime(), c.Now().Add(900*time.Second); !got.Equal(want) {
+		t.Errorf("expire_time %v, want %v", got, want)
+	}
+}
+
+func TestCreate_InvalidFields(t *testing.T) {
+	s, _ := newServer(t)
+	max256 := "115792089237316195423570985008687907853269984665640564039457584007913129639935"
+	for _, tc := range []struct {
+		name   string
+		edit   func(*paymentsv1.CreatePaymentIntentRequest)
+		fields string
+	}{
+		{"zero amount", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Amount = "0" }, "amount"},
+		{"negative amount", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Amount = "-1" }, "amount"},
+		{"leading zero", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Amount = "0100" }, "amount"},
+		{"amount 2^256", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Amount = max256[:77] + "6" }, "amount"},
+		{"decimal point", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Amount = "1.5" }, "amount"},
+		{"empty amount", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Amount = "" }, "amount"},
+		{"chain name", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Chain = "btc:1" }, "chain"},
+		{"chain zero", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Chain = "evm:0" }, "chain"},
+		{"chain leading zero", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Chain = "evm:01" }, "chain"},
+		{"short address", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Payer = "0x1234" }, "payer"},
+		{"no 0x", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Token = strings.Repeat("a", 42) }, "token"},
+		{"non-hex", func(r *paymentsv1.CreatePaymentIntentRequest) { r.Merchant = "0x" + strings.Repeat("g", 40) }, "merchant"},
+		{"expiry too short", func(r *paymentsv1.CreatePaymentIntentRequest) { r.ExpiresInSeconds = 59 }, "expires_in_seconds"},
+		{"expiry too long", func(r *paymentsv1.CreatePaymentIntentRequest) { r.ExpiresInSeconds = 86401 }, "expires_in_seconds"},
+		{"negative expiry", func(r *paymentsv1.CreatePaymentIntentRequest) { r.ExpiresInSeconds = -1 }, "expires_in_seconds"},
+		{"everything", func(r *paymentsv1.CreatePaymentIntentRequest) { *r = paymentsv1.CreatePaymentIntentRequest{} },
+			"chain,token,payer,merchant,amount"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := validRequest()
+			tc.edit(req)
+			_, err := s.CreatePaymentIntent(as("alice"), req)
+			if got := strings.Join(badFields(t, err), ","); got != tc.fields {
+				t.Errorf("bad fields %q, want %q", got, tc.fields)
+			}
+		})
+	}
+	for _, amount := range []string{"1", max256} {
+		req := validRequest()
+		req.Amount = amount
+		if _, err := s.CreatePaymentIntent(as("alice"), req); err != nil {
+			t.Errorf("amount %s: %v", amount, err)
+		}
+	}
+	for _, secs := range []int32{60, 86400} {
+		req := validRequest()
+		req.ExpiresInSeconds = secs
+		if _, err := s.CreatePaymentIntent(as("alice"), req); err != nil {
+			t.Errorf("expires_in_seconds %d: %v", secs, err)
+		}
+	}
+}
+
+func TestIntents_OwnedByTheirPrincipal(t *testing.T) {
+	s, _ := newServer(t)
+	pi := create(t, s, "alice")
+	if _, err := s.GetPaymentIntent(as("bob"), &paymentsv1.GetPaymentIntentRequest{Id: pi.Id}); status.Code(err) != codes.NotFound {
+		t.Errorf("bob's Get of alice's intent: %v, want NOT_FOUND", err)
+	}
+	if _, err := s.CancelPaymentIntent(as("bob"), &paymentsv1.CancelPaymentIntentRequest{Id: pi.Id}); status.Code(err) != codes.NotFound {
+		t.Errorf("bob's Cancel of alice's intent: %v, want NOT_FOUND", err)
+	}
+	list, err := s.ListPaymentIntents(as("bob"), &paymentsv1.ListPaymentIntentsRequest{})
+	if err != nil || len(list.PaymentIntents) != 0 {
+		t.Errorf("bob's list = %v, %v; want empty", list, err)
+	}
+	got, err := s.GetPaymentIntent(as("alice"), &paymentsv1.GetPaymentIntentRequest{Id: pi.Id})
+	if err != nil || !proto.Equal(got.PaymentIntent, pi) {
+		t.Errorf("alice's Get = %v, %v; want %v", got, err, pi)
+	}
+	if _, err := s.GetPaymentIntent(as("alice"), &paymentsv1.GetPaymentIntentRequest{Id: "pi_000000000000000000000000"}); status.Code(err) != codes.NotFound {
+		t.Errorf("Get of a missing id: %v, want NOT_FOUND", err)
+	}
+	if _, err := s.GetPaymentIntent(as("alice"), &paymentsv1.GetPaymentIntentRequest{Id: "../x"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Get of a malformed id: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := s.GetPaymentIntent(context.Background(), &paymentsv1.GetPaymentIntentRequest{Id: pi.Id}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("Get without a principal: %v, want UNAUTHENTICATED", err)
+	}
+}
+
+func TestCancel_IsIdempotent(t *testing.T) {
+	s, c := newServer(t)
+	pi := create(t, s, "alice")
+	c.Advance(time.Minute)
+	first, err := s.CancelPaymentIntent(as("alice"), &paymentsv1.CancelPaymentIntentRequest{Id: pi.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := first.PaymentIntent
+	if got.State != paymentsv1.State_STATE_CANCELED || got.Version != 2 ||
+		got.CancellationReason != paymentsv1.CancellationReason_CANCELLATION_REASON_REQUESTED || !got.CancelTime.AsTime().Equal(c.Now()) {
+		t.Errorf("canceled intent %v, want canceled as requested, version 2, at %v", got, c.Now())
+	}
+	c.Advance(time.Minute)
+	again, err := s.CancelPaymentIntent(as("alice"), &paymentsv1.CancelPaymentIntentRequest{Id: pi.Id})
+	if err != nil || !proto.Equal(again.PaymentIntent, got) {
+		t.Errorf("second cancel = %v, %v; want the intent unchanged", again, err)
+	}
+}
+
+func TestExpiredIntent_CanceledBySystem(t *testing.T) {
+	s, c := newServer(t)
+	pi := create(t, s, "alice")
+	c.Advance(900 * time.Second)
+	want := func(got *paymentsv1.PaymentIntent, how string) {
+		t.Helper()
+		if got.State != paymentsv1.State_STATE_CANCELED || got.Version != 2 ||
+			got.CancellationReason != paymentsv1.CancellationReason_CANCELLATION_REASON_EXPIRED ||
+			!got.CancelTime.AsTime().Equal(pi.ExpireTime.AsTime()) {
+			t.Errorf("%s: %v, want canceled by expiry at %v, version 2", how, got, pi.ExpireTime.AsTime())
+		}
+	}
+	got, err := s.GetPaymentIntent(as("alice"), &paymentsv1.GetPaymentIntentRequest{Id: pi.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(got.PaymentIntent, "Get")
+	list, err := s.ListPaymentIntents(as("alice"), &paymentsv1.ListPaymentIntentsRequest{})
+	if err != nil || len(list.PaymentIntents) != 1 {
+		t.Fatalf("List = %v, %v", list, err)
+	}
+	want(list.PaymentIntents[0], "List")
+	canceled, err := s.CancelPaymentIntent(as("alice"), &paymentsv1.CancelPaymentIntentRequest{Id: pi.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(canceled.PaymentIntent, "Cancel")
+	c.Advance(time.Hour)
+	got, _ = s.GetPaymentIntent(as("alice"), &paymentsv1.GetPaymentIntentRequest{Id: pi.Id})
+	want(got.PaymentIntent, "Get after Cancel")
+}
+
+func TestList_PagesInCreationOrder(t *testing.T) {
+	s, c := newServer(t)
+	var want []string
+	for range 7 {
+		want = append(want, create(t, s, "alice").Id)
+		c.Advance(time.Millisecond)
+	}
+	create(t, s, "bob")
+	var got []string
+	token := ""
+	for pages := 0; ; pages++ {
+		if pages > 7 {
+			t.Fatal("paging does not end")
+		}
+		resp, err := s.ListPaymentIntents(as("alice"), &paymentsv1.ListPaymentIntentsRequest{PageSize: 3, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pi := range resp.PaymentIntents {
+			got = append(got, pi.Id)
+		}
+		if token = resp.NextPageToken; token == "" {
+			break
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("listed %v, want %v", got, want)
+	}
+
+	first, _ := s.ListPaymentIntents(as("alice"), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1})
+	if _, err := s.ListPaymentIntents(as("bob"), &paymentsv1.ListPaymentIntentsRequest{PageToken: first.NextPageToken}); len(badFields(t, err)) != 1 {
+		t.Errorf("bob using alice's page token: %v, want INVALID_ARGUMENT on page_token", err)
+	}
+	for _, token := range []string{"garbage!", "AAAA", first.NextPageToken[:len(first.NextPageToken)-20]} {
+		_, err := s.ListPaymentIntents(as("alice"), &paymentsv1.ListPaymentIntentsRequest{PageToken: token})
+		if status.Code(err) == codes.InvalidArgument || err == nil {
+			continue
+		}
+		t.Errorf("page token %q: %v, want INVALID_ARGUMENT or a page", token, err)
+	}
+	if _, err := s.ListPaymentIntents(as("alice"), &paymentsv1.ListPaymentIntentsRequest{PageSize: -1}); len(badFields(t, err)) != 1 {
+		t.Errorf("negative page_size: %v", err)
+	}
+	all, err := s.ListPaymentIntents(as("alice"), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1 << 30})
+	if err != nil || len(all.PaymentIntents) != 7 || all.NextPageToken != "" {
+		t.Errorf("huge page_size: %d intents, token %q, %v; want all 7 and no token", len(all.GetPaymentIntents()), all.GetNextPageToken(), err)
+	}
+}
