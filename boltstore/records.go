@@ -164,4 +164,3 @@ func putRecord(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
 	}
 	return tx.Bucket(bucketRecords).Put(key, v)
 }
-

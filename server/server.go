@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/auth"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 )
 
 // IntentStore keeps payment intents, each owned by one principal. An intent
