@@ -346,3 +346,20 @@ func TestFingerprint_DeterministicAndMethodBound(t *testing.T) {
 		t.Errorf("two methods share fingerprint %v", a)
 	}
 }
+
+// grpc-go clients refuse to send control or non-ASCII characters in
+// metadata, so other clients' keys are fed to the interceptor directly.
+func TestKey_ControlOrNonASCII_InvalidAndNotRun(t *testing.T) {
+	h := start(t)
+	intercept := interceptor.UnaryServerInterceptor(h.db, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
+	info := &grpc.UnaryServerInfo{FullMethod: testgrpc.TestService_UnaryCall_FullMethodName}
+	for _, key := range []string{"tab\there", "caf\xc3\xa9", "nul\x00", "del\x7f", "\xff"} {
+		ctx := metadata.NewIncomingContext(context.Background(),
+			metadata.Pairs("authorization", "Bearer tok", interceptor.KeyHeader, key))
+		_, err := intercept(ctx, payload("x"), info, func(ctx context.Context, req any) (any, error) {
+			t.Errorf("key %q: handler ran", key)
+			return nil, nil
+		})
+		wantReason(t, err, codes.InvalidArgument, interceptor.ReasonKeyInvalid)
+	}
+}

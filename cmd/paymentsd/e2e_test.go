@@ -1,0 +1,467 @@
+package main
+
+// End-to-end tests: each starts the real paymentsd binary, built once by
+// TestMain, on a loopback port and talks to it over gRPC.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "paymentsd-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "paymentsd")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build paymentsd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// daemon is a running paymentsd process.
+type daemon struct {
+	cmd    *exec.Cmd
+	addr   string
+	client paymentsv1.PaymentIntentServiceClient
+	exited chan struct{} // closed when the process has exited
+	err    error         // its exit status, once exited is closed
+
+	mu  sync.Mutex
+	log bytes.Buffer // everything it wrote to stderr
+}
+
+// startDaemon runs paymentsd on dbPath and waits until it listens.
+func startDaemon(t *testing.T, dbPath string, args ...string) *daemon {
+	t.Helper()
+	d := launch(t, dbPath, args...)
+	select {
+	case <-d.exited:
+		t.Fatalf("paymentsd exited: %v\n%s", d.err, d.stderr())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("paymentsd did not start listening:\n%s", d.stderr())
+	case addr := <-d.listening():
+		d.addr = addr
+	}
+	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	d.client = paymentsv1.NewPaymentIntentServiceClient(conn)
+	return d
+}
+
+// launch starts paymentsd without waiting for it.
+func launch(t *testing.T, dbPath string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{exited: make(chan struct{})}
+	d.cmd = exec.Command(binary, append([]string{"--listen", "127.0.0.1:0", "--db", dbPath}, args...)...)
+	d.cmd.Stderr = &lockedWriter{d}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(func() {
+		d.cmd.Process.Kill()
+		<-d.exited
+	})
+	return d
+}
+
+type lockedWriter struct{ d *daemon }
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.d.mu.Lock()
+	defer w.d.mu.Unlock()
+	return w.d.log.Write(p)
+}
+
+func (d *daemon) stderr() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.log.String()
+}
+
+// listening delivers the address from the "paymentsd listening" log line.
+func (d *daemon) listening() <-chan string {
+	ch := make(chan string, 1)
+	go func() {
+		for {
+			sc := bufio.NewScanner(strings.NewReader(d.stderr()))
+			for sc.Scan() {
+				var line struct{ Msg, Addr string }
+				if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "paymentsd listening" {
+					ch <- line.Addr
+					return
+				}
+			}
+			select {
+			case <-d.exited:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return ch
+}
+
+// stop sends SIGTERM and returns the exit status.
+func (d *daemon) stop(t *testing.T) error {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+		return d.err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("paymentsd ignored SIGTERM:\n%s", d.stderr())
+		return nil
+	}
+}
+
+// answer is one call's outcome with its metadata.
+type answer struct {
+	resp   proto.Message
+	err    error
+	header metadata.MD
+}
+
+func (a answer) replayed() bool { return fmt.Sprint(a.header.Get(interceptor.ReplayedHeader)) == "[true]" }
+
+func withCreds(token, key string) context.Context {
+	kv := []string{}
+	if token != "" {
+		kv = append(kv, "authorization", "Bearer "+token)
+	}
+	if key != "" {
+		kv = append(kv, interceptor.KeyHeader, key)
+	}
+	return metadata.NewOutgoingContext(context.Background(), metadata.Pairs(kv...))
+}
+
+func (d *daemon) create(ctx context.Context, req *paymentsv1.CreatePaymentIntentRequest) answer {
+	var a answer
+	resp, err := d.client.CreatePaymentIntent(ctx, req, grpc.Header(&a.header))
+	a.resp, a.err = resp, err
+	return a
+}
+
+func (d *daemon) list(t *testing.T, token string) []*paymentsv1.PaymentIntent {
+	t.Helper()
+	resp, err := d.client.ListPaymentIntents(withCreds(token, ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.PaymentIntents
+}
+
+// seedRequest is the body of the seed's demo.
+func seedRequest(amount string) *paymentsv1.CreatePaymentIntentRequest {
+	return &paymentsv1.CreatePaymentIntentRequest{
+		Chain:            "evm:31337",
+		Token:            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+		Payer:            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+		Merchant:         "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+		Amount:           amount,
+		ExpiresInSeconds: 900,
+	}
+}
+
+func deterministic(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func reason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.Reason
+		}
+	}
+	return ""
+}
+
+func TestE2E_SeedDemo_FreshReplayMismatch(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	ctx := withCreds("merchant-demo", "order-1001")
+
+	first := d.create(ctx, seedRequest("100000000"))
+	if first.err != nil || first.replayed() {
+		t.Fatalf("first create: %v (replayed %t)", first.err, first.replayed())
+	}
+	second := d.create(ctx, seedRequest("100000000"))
+	if second.err != nil || !second.replayed() {
+		t.Fatalf("second create: %v (replayed %t), want a marked replay", second.err, second.replayed())
+	}
+	if !bytes.Equal(deterministic(t, second.resp), deterministic(t, first.resp)) {
+		t.Errorf("replay %v differs from the original %v", second.resp, first.resp)
+	}
+
+	third := d.create(ctx, seedRequest("999000000"))
+	if status.Code(third.err) != codes.FailedPrecondition || reason(third.err) != interceptor.ReasonKeyReused {
+		t.Fatalf("reused key: %v, want FAILED_PRECONDITION / %s", third.err, interceptor.ReasonKeyReused)
+	}
+	method := paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName
+	stored, _ := interceptor.NewFingerprint(method, seedRequest("100000000"))
+	got, _ := interceptor.NewFingerprint(method, seedRequest("999000000"))
+	for _, want := range []string{`"order-1001"`, stored.Short(), got.Short()} {
+		if msg := status.Convert(third.err).Message(); !strings.Contains(msg, want) {
+			t.Errorf("message %q does not name %s", msg, want)
+		}
+	}
+
+	fourth := d.create(ctx, seedRequest("100000000"))
+	if fourth.err != nil || !fourth.replayed() || !bytes.Equal(deterministic(t, fourth.resp), deterministic(t, first.resp)) {
+		t.Errorf("after the rejection: %v %v, want the original replayed", fourth.resp, fourth.err)
+	}
+	if n := len(d.list(t, "merchant-demo")); n != 1 {
+		t.Errorf("%d intents exist, want 1", n)
+	}
+}
+
+func TestE2E_ConcurrentDuplicates_OneIntent(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	const n = 50
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			answers[i] = d.create(withCreds("merchant-demo", "order-concurrent"), seedRequest("100000000"))
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	ids := map[string]int{}
+	for _, a := range answers {
+		if a.err == nil {
+			ids[a.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id]++
+			continue
+		}
+		if status.Code(a.err) != codes.Aborted || reason(a.err) != interceptor.ReasonKeyInUse {
+			t.Errorf("answer %v, want the intent or ABORTED / %s", a.err, interceptor.ReasonKeyInUse)
+		}
+		hasRetry := false
+		for _, d := range status.Convert(a.err).Details() {
+			_, ok := d.(*errdetails.RetryInfo)
+			hasRetry = hasRetry || ok
+		}
+		if !hasRetry {
+			t.Errorf("in-flight answer without RetryInfo: %v", a.err)
+		}
+	}
+	if len(ids) != 1 {
+		t.Errorf("answers carry intents %v, want exactly one id", ids)
+	}
+	if got := d.list(t, "merchant-demo"); len(got) != 1 {
+		t.Errorf("%d intents exist, want 1", len(got))
+	}
+}
+
+func TestE2E_InvalidRequest_ErrorStoredAndReplayed(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	ctx := withCreds("merchant-demo", "order-zero")
+	first := d.create(ctx, seedRequest("0"))
+	st := status.Convert(first.err)
+	var bad *errdetails.BadRequest
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			bad = br
+		}
+	}
+	if st.Code() != codes.InvalidArgument || bad == nil || bad.FieldViolations[0].Field != "amount" {
+		t.Fatalf("amount 0: %v, want INVALID_ARGUMENT with a BadRequest on amount", first.err)
+	}
+	again := d.create(ctx, seedRequest("0"))
+	if !again.replayed() || !proto.Equal(status.Convert(again.err).Proto(), st.Proto()) {
+		t.Errorf("retry: %v (replayed %t), want the same error replayed", again.err, again.replayed())
+	}
+	// A fixed body with the same key is a different request: the client
+	// must choose a new key knowingly.
+	if fixed := d.create(ctx, seedRequest("1")); status.Code(fixed.err) != codes.FailedPrecondition {
+		t.Errorf("fixed body, same key: %v, want FAILED_PRECONDITION", fixed.err)
+	}
+}
+
+func TestE2E_CredentialAndKeyErrors_StoreNothing(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	body := seedRequest("100000000")
+
+	if a := d.create(withCreds("", "k-1"), body); status.Code(a.err) != codes.Unauthenticated {
+		t.Errorf("no credential: %v, want UNAUTHENTICATED", a.err)
+	}
+	if a := d.create(withCreds("merchant-demo", ""), body); status.Code(a.err) != codes.InvalidArgument || reason(a.err) != interceptor.ReasonKeyMissing {
+		t.Errorf("no key: %v, want INVALID_ARGUMENT / %s", a.err, interceptor.ReasonKeyMissing)
+	}
+	for name, key := range map[string]string{
+		"256 characters": strings.Repeat("k", 256),
+		"empty":          "",
+	} {
+		ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(
+			"authorization", "Bearer merchant-demo", interceptor.KeyHeader, key))
+		if a := d.create(ctx, body); status.Code(a.err) != codes.InvalidArgument || reason(a.err) != interceptor.ReasonKeyInvalid {
+			t.Errorf("key %s: %v, want INVALID_ARGUMENT / %s", name, a.err, interceptor.ReasonKeyInvalid)
+		}
+	}
+	if n := len(d.list(t, "merchant-demo")); n != 0 {
+		t.Fatalf("rejected requests created %d intents", n)
+	}
+	// Nothing was stored: the keys all run fresh now, with another body.
+	other := seedRequest("7")
+	for _, key := range []string{"k-1", strings.Repeat("k", 255)} {
+		if a := d.create(withCreds("merchant-demo", key), other); a.err != nil || a.replayed() {
+			t.Errorf("key %.10s… after rejections: %v (replayed %t), want fresh", key, a.err, a.replayed())
+		}
+	}
+}
+
+func TestE2E_Principals_Isolated(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	alice := d.create(withCreds("alice-token", "order-1"), seedRequest("100"))
+	bob := d.create(withCreds("bob-token", "order-1"), seedRequest("100"))
+	if alice.err != nil || bob.err != nil || bob.replayed() {
+		t.Fatalf("alice %v, bob %v (replayed %t)", alice.err, bob.err, bob.replayed())
+	}
+	aliceID := alice.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+	if bobID := bob.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id; bobID == aliceID {
+		t.Fatalf("one key under two credentials gave one intent %s", aliceID)
+	}
+	_, err := d.client.GetPaymentIntent(withCreds("bob-token", ""), &paymentsv1.GetPaymentIntentRequest{Id: aliceID})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("bob reads alice's intent: %v, want NOT_FOUND", err)
+	}
+	_, err = d.client.CancelPaymentIntent(withCreds("bob-token", "c-1"), &paymentsv1.CancelPaymentIntentRequest{Id: aliceID})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("bob cancels alice's intent: %v, want NOT_FOUND", err)
+	}
+	for _, pi := range d.list(t, "bob-token") {
+		if pi.Id == aliceID {
+			t.Errorf("bob's list shows alice's intent %s", aliceID)
+		}
+	}
+	if got := d.list(t, "alice-token"); len(got) != 1 || got[0].Id != aliceID {
+		t.Errorf("alice's list = %v, want her one intent", got)
+	}
+}
+
+func TestE2E_Restart_ReplaysAndLocksFile(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "data", "paymentsd.db")
+	const token = "sk-live-e2e-0123456789abcdef"
+	d := startDaemon(t, dbPath)
+	first := d.create(withCreds(token, "order-restart"), seedRequest("100000000"))
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+
+	// A second process on the same file fails at once, naming it.
+	second := launch(t, dbPath)
+	select {
+	case <-second.exited:
+		var exit *exec.ExitError
+		if !errors.As(second.err, &exit) || exit.ExitCode() == 0 {
+			t.Errorf("second paymentsd exited with %v, want a non-zero status", second.err)
+		}
+		if !strings.Contains(second.stderr(), dbPath) {
+			t.Errorf("second paymentsd's error does not name %s:\n%s", dbPath, second.stderr())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("second paymentsd on a file in use did not exit")
+	}
+
+	if err := d.stop(t); err != nil {
+		t.Fatalf("paymentsd exited with %v after SIGTERM, want 0:\n%s", err, d.stderr())
+	}
+	d = startDaemon(t, dbPath)
+	again := d.create(withCreds(token, "order-restart"), seedRequest("100000000"))
+	if again.err != nil || !again.replayed() || !bytes.Equal(deterministic(t, again.resp), deterministic(t, first.resp)) {
+		t.Errorf("after restart: %v %v (replayed %t), want the original replayed", again.resp, again.err, again.replayed())
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatalf("second stop: %v", err)
+	}
+
+	info, err := os.Stat(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode := info.Mode().Perm(); mode != 0o600 {
+		t.Errorf("data file mode %v, want 0600", mode)
+	}
+	data, err := os.ReadFile(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(data, []byte(token)) {
+		t.Errorf("the data file contains the bearer token")
+	}
+	if strings.Contains(d.stderr(), token) {
+		t.Errorf("the log contains the bearer token")
+	}
+}
+
+func TestE2E_APIKeys_OnlyListedCredentials(t *testing.T) {
+	dir := t.TempDir()
+	sum := sha256.Sum256([]byte("alice-secret"))
+	keys := filepath.Join(dir, "api-keys")
+	if err := os.WriteFile(keys, []byte("# principal sha256:<hex>\nalice sha256:"+hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--api-keys", keys)
+	if strings.Contains(d.stderr(), "dev mode") {
+		t.Errorf("paymentsd warns of dev mode although --api-keys is set")
+	}
+	if a := d.create(withCreds("mallory-secret", "k"), seedRequest("1")); status.Code(a.err) != codes.Unauthenticated {
+		t.Errorf("unknown token: %v, want UNAUTHENTICATED", a.err)
+	}
+	if a := d.create(withCreds("alice-secret", "k"), seedRequest("1")); a.err != nil {
+		t.Errorf("listed token: %v", a.err)
+	}
+}
+
+func TestE2E_DevModeWarns(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	if !strings.Contains(d.stderr(), "dev mode") {
+		t.Errorf("no dev mode warning in:\n%s", d.stderr())
+	}
+}
