@@ -161,7 +161,9 @@ type answer struct {
 	header metadata.MD
 }
 
-func (a answer) replayed() bool { return fmt.Sprint(a.header.Get(interceptor.ReplayedHeader)) == "[true]" }
+func (a answer) replayed() bool {
+	return fmt.Sprint(a.header.Get(interceptor.ReplayedHeader)) == "[true]"
+}
 
 func withCreds(token, key string) context.Context {
 	kv := []string{}

@@ -1,0 +1,78 @@
+package auth_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/paymentsd/paymentsd/auth"
+)
+
+func hash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func writeKeys(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "api-keys")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLoadFile_AuthenticatesListedTokensOnly(t *testing.T) {
+	keys, err := auth.LoadFile(writeKeys(t, "# team keys\n\nalice "+hash("a-secret")+"\n  bob   "+hash("b-secret")+"  \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys.IsDev() {
+		t.Error("keys from a file are in dev mode")
+	}
+	for token, want := range map[string]string{"a-secret": "alice", "b-secret": "bob"} {
+		if got, ok := keys.Authenticate(token); !ok || got != want {
+			t.Errorf("Authenticate(%q) = %q, %t; want %q", token, got, ok, want)
+		}
+	}
+	for _, token := range []string{"", "a-secre", "a-secret ", strings.TrimPrefix(hash("a-secret"), "sha256:")} {
+		if got, ok := keys.Authenticate(token); ok {
+			t.Errorf("Authenticate(%q) = %q, want refused", token, got)
+		}
+	}
+}
+
+func TestLoadFile_RejectsBadFiles(t *testing.T) {
+	for name, content := range map[string]string{
+		"raw token":        "alice a-secret\n",
+		"short hash":       "alice sha256:abcd\n",
+		"bad principal":    "al/ice " + hash("x") + "\n",
+		"duplicate":        "alice " + hash("x") + "\nalice " + hash("y") + "\n",
+		"empty":            "# nothing\n",
+		"three fields":     "alice " + hash("x") + " extra\n",
+		"non-hex":          "alice sha256:" + strings.Repeat("z", 64) + "\n",
+		"missing hash tag": "alice " + strings.TrimPrefix(hash("x"), "sha256:") + "\n",
+	} {
+		if _, err := auth.LoadFile(writeKeys(t, content)); err == nil {
+			t.Errorf("%s: loaded, want an error", name)
+		}
+	}
+	if _, err := auth.LoadFile(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("missing file: loaded, want an error")
+	}
+}
+
+func TestDev_EachTokenItsOwnPrincipal(t *testing.T) {
+	keys := auth.Dev()
+	a, okA := keys.Authenticate("token-a")
+	b, okB := keys.Authenticate("token-b")
+	if !okA || !okB || a == b || !keys.IsDev() {
+		t.Errorf("dev principals %q, %q, want two distinct", a, b)
+	}
+	if strings.Contains(a, "token-a") {
+		t.Errorf("dev principal %q contains the raw token", a)
+	}
+}
