@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,7 +26,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -465,5 +468,95 @@ func TestE2E_DevModeWarns(t *testing.T) {
 	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
 	if !strings.Contains(d.stderr(), "dev mode") {
 		t.Errorf("no dev mode warning in:\n%s", d.stderr())
+	}
+}
+
+func TestE2E_ReflectionAndHealth(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	health, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || health.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health check = %v, %v; want SERVING (without credentials)", health, err)
+	}
+
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.Name)
+	}
+	if !slices.Contains(names, paymentsv1.PaymentIntentService_ServiceDesc.ServiceName) {
+		t.Errorf("reflection lists %v, want PaymentIntentService among them", names)
+	}
+}
+
+func TestE2E_LogsOneLinePerRPC(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	ctx := withCreds("merchant-demo", "order-log")
+	d.create(ctx, seedRequest("5"))
+	d.create(ctx, seedRequest("5"))
+	d.stop(t) // every line is written once it has exited
+
+	var got []string
+	sc := bufio.NewScanner(strings.NewReader(d.stderr()))
+	for sc.Scan() {
+		var line struct {
+			Msg, Method, Code, Idempotency string
+			Attempt                        uint64
+			DurationMS                     *float64 `json:"duration_ms"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", sc.Text(), err)
+		}
+		if line.Msg != "rpc" {
+			continue
+		}
+		if line.DurationMS == nil || line.Method != paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName {
+			t.Errorf("rpc line %s lacks a method or duration", sc.Text())
+		}
+		got = append(got, fmt.Sprintf("%s %s %d", line.Code, line.Idempotency, line.Attempt))
+	}
+	if want := []string{"OK fresh 1", "OK replay 1"}; !slices.Equal(got, want) {
+		t.Errorf("rpc log lines %q, want %q", got, want)
+	}
+}
+
+func TestE2E_SweeperRemovesExpiredRecords(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"),
+		"--ttl", "1s", "--lease", "500ms", "--sweep-interval", "50ms")
+	first := d.create(withCreds("merchant-demo", "order-short"), seedRequest("5"))
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.stderr(), "swept expired idempotency records") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sweep logged:\n%s", d.stderr())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The record is gone: the key runs fresh, and another intent is made.
+	again := d.create(withCreds("merchant-demo", "order-short"), seedRequest("5"))
+	if again.err != nil || again.replayed() {
+		t.Errorf("after expiry: %v (replayed %t), want a fresh run", again.err, again.replayed())
+	}
+	if n := len(d.list(t, "merchant-demo")); n != 2 {
+		t.Errorf("%d intents, want 2", n)
 	}
 }

@@ -1,0 +1,45 @@
+package boltstore_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+)
+
+func TestOpen_CreatesPrivateFileAndDirectory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nested", "dir", "paymentsd.db")
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for p, want := range map[string]os.FileMode{path: 0o600, filepath.Dir(path): 0o700} {
+		info, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestOpen_FileInUse_FailsNamingIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// bbolt's flock is per open file description, so a second Open in this
+	// process contends like a second process would.
+	_, err = boltstore.Open(path, &boltstore.Options{LockTimeout: 50 * time.Millisecond})
+	if !errors.Is(err, boltstore.ErrLocked) || !strings.Contains(err.Error(), path) {
+		t.Errorf("second Open = %v, want ErrLocked naming %s", err, path)
+	}
+}
