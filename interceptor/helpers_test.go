@@ -4,10 +4,8 @@ import (
 	"context"
 	"net"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/testclock"
 )
 
 // testService is grpc.testing.TestService whose UnaryCall runs a test's
@@ -39,31 +38,11 @@ func echo(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleRes
 	return &testgrpc.SimpleResponse{Payload: req.Payload, Username: "attempt"}, nil
 }
 
-// clock is a clock the test moves by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type harness struct {
 	client  testgrpc.TestServiceClient
 	service *testService
 	db      *boltstore.DB
-	clock   *clock
+	clock   *testclock.Clock
 }
 
 // start serves a testService behind the interceptor, with a bbolt store in
@@ -74,7 +53,7 @@ func start(t *testing.T, opts ...interceptor.Option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{service: &testService{handler: echo}, db: db, clock: newClock()}
+	h := &harness{service: &testService{handler: echo}, db: db, clock: testclock.New()}
 	opts = append([]interceptor.Option{
 		interceptor.WithClock(h.clock.Now),
 		interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired),
