@@ -49,8 +49,8 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	if err := proto.Unmarshal(b, &pb); err != nil {
 		return fmt.Errorf("decode idempotency record: %w", err)
 	}
-	if len(pb.Fingerprint) != len(r.Fingerprint) || len(pb.ClaimToken) != len(r.Token) {
-		return fmt.Errorf("decode idempotency record: bad fingerprint or claim token length")
+	if len(pb.Fingerprint) != len(r.Fingerprint) || len(pb.ClaimToken) != len(r.Token) || pb.ExpireTime == nil {
+		return fmt.Errorf("decode idempotency record: missing or malformed fingerprint, claim token or expiry")
 	}
 	state := State(pb.State)
 	if state != StateInFlight && state != StateCompleted {
