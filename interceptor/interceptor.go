@@ -124,7 +124,7 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
 	defer cancel()
-	if err := i.store.Complete(cctx, rk, claim.completed(result)); err != nil {
+	if err := i.store.Complete(cctx, rk, claim.Completed(result)); err != nil {
 		if errors.Is(err, ErrSuperseded) {
 			return nil, errSuperseded(rk.Key, claim.Attempt)
 		}

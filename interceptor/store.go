@@ -167,8 +167,9 @@ func CheckCompletion(stored, done *Record) error {
 	return nil
 }
 
-// completed returns the completed form of the claim r with result.
-func (r *Record) completed(result *Result) *Record {
+// Completed returns the completed form of the claim r, holding result: what
+// Store.Complete is given.
+func (r *Record) Completed(result *Result) *Record {
 	done := *r
 	done.State = StateCompleted
 	done.LeaseExpiry = time.Time{}

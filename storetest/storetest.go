@@ -139,14 +139,11 @@ func errorResult(t *testing.T) *interceptor.Result {
 
 func complete(t *testing.T, s Store, req interceptor.ClaimRequest, claim *interceptor.Record, result *interceptor.Result) *interceptor.Record {
 	t.Helper()
-	done := *claim
-	done.State = interceptor.StateCompleted
-	done.LeaseExpiry = time.Time{}
-	done.Result = result
-	if err := s.Complete(context.Background(), req.Key, &done); err != nil {
+	done := claim.Completed(result)
+	if err := s.Complete(context.Background(), req.Key, done); err != nil {
 		t.Fatalf("Complete(%q, attempt %d): %v", req.Key.Key, claim.Attempt, err)
 	}
-	return &done
+	return done
 }
 
 func sameResult(t *testing.T, got, want *interceptor.Result) {
@@ -242,14 +239,13 @@ func testSuperseded(t *testing.T, open Opener) {
 	first := claim(t, s, req, interceptor.OutcomeFresh)
 	second := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover)
 
-	done := *first
-	done.State, done.Result = interceptor.StateCompleted, sampleResult(t, "stale")
-	if err := s.Complete(context.Background(), req.Key, &done); !errors.Is(err, interceptor.ErrSuperseded) {
+	done := first.Completed(sampleResult(t, "stale"))
+	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
 		t.Fatalf("Complete(attempt 1 after takeover) = %v, want ErrSuperseded", err)
 	}
 	complete(t, s, req, second, sampleResult(t, "current"))
 	// Once completed, even the current attempt cannot write again.
-	if err := s.Complete(context.Background(), req.Key, &done); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
 		t.Fatalf("Complete(attempt 1 after completion) = %v, want ErrSuperseded", err)
 	}
 	rec := claim(t, s, request("k", "body", t0.Add(2*lease)), interceptor.OutcomeReplay)
@@ -263,13 +259,12 @@ func testCompleteReplaced(t *testing.T, open Opener) {
 	// The record expires and the key is claimed afresh, attempt 1 again:
 	// the old worker must still be refused.
 	claim(t, s, request("k", "body", t0.Add(ttl)), interceptor.OutcomeFresh)
-	done := *old
-	done.State, done.Result = interceptor.StateCompleted, sampleResult(t, "stale")
-	if err := s.Complete(context.Background(), req.Key, &done); !errors.Is(err, interceptor.ErrSuperseded) {
+	done := old.Completed(sampleResult(t, "stale"))
+	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
 		t.Errorf("Complete(claim of an expired record) = %v, want ErrSuperseded", err)
 	}
 	other := request("never-claimed", "body", t0)
-	if err := s.Complete(context.Background(), other.Key, &done); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := s.Complete(context.Background(), other.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
 		t.Errorf("Complete(unknown key) = %v, want ErrSuperseded", err)
 	}
 }
