@@ -5,6 +5,7 @@
 package boltstore
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // ErrLocked is returned by Open when another process holds the file.
@@ -41,6 +44,7 @@ var (
 type DB struct {
 	bolt       *bolt.DB
 	sweepBatch int
+	claimant   interceptor.Claimant
 }
 
 // Open opens or creates the data file at path, mode 0600, creating its
@@ -73,7 +77,21 @@ func Open(path string, opts *Options) (*DB, error) {
 		b.Close()
 		return nil, fmt.Errorf("open %s: create buckets: %w", path, err)
 	}
-	return &DB{bolt: b, sweepBatch: cmpOr(opts.SweepBatch, 1000)}, nil
+	db := &DB{
+		bolt:       b,
+		sweepBatch: cmpOr(opts.SweepBatch, 1000),
+		// The file lock is held until Close: claims of any other ID were
+		// made by a process that has let go of the file.
+		claimant: interceptor.Claimant{ID: newProcessID(), Exclusive: true},
+	}
+	return db, nil
+}
+
+// newProcessID names this opening of the file in the claims it makes.
+func newProcessID() string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails; see crypto/rand.Read
+	return fmt.Sprintf("pid %d %x", os.Getpid(), b)
 }
 
 // Close releases the file. Calls in progress finish first.

@@ -15,7 +15,9 @@ import (
 var _ interceptor.Store = (*DB)(nil)
 
 // Claim decides req in one bbolt write transaction, so that concurrent
-// claims of one key are serialized. Retries that only read (replays,
+// claims of one key are serialized. The file lock makes this process the
+// only one using the file, so in-flight claims left by an earlier process
+// are orphans, taken over by the first retry without waiting for their lease. Retries that only read (replays,
 // mismatches, requests in flight) are decided under a read transaction
 // first and never wait for the write lock.
 func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
@@ -28,7 +30,7 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 	if err != nil {
 		return 0, nil, err
 	}
-	if outcome, rec := interceptor.Decide(stored, req); !outcome.Claimed() {
+	if outcome, rec := interceptor.Decide(stored, req, db.claimant); !outcome.Claimed() {
 		return outcome, rec, nil
 	}
 
@@ -39,7 +41,7 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 		if err != nil {
 			return err
 		}
-		outcome, rec = interceptor.Decide(stored, req)
+		outcome, rec = interceptor.Decide(stored, req, db.claimant)
 		if !outcome.Claimed() {
 			return nil
 		}
@@ -59,18 +61,34 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 	return outcome, rec, nil
 }
 
+// Claimant is who this opening of the file claims as: exclusive, since the
+// file lock keeps every other process out.
+func (db *DB) Claimant() interceptor.Claimant { return db.claimant }
+
+// Renew stores claim with its later lease if it is still the stored claim.
+func (db *DB) Renew(ctx context.Context, rk interceptor.RecordKey, claim *interceptor.Record) error {
+	return db.replaceClaim(rk, claim)
+}
+
 // Complete stores done if the stored record is still its claim.
 func (db *DB) Complete(ctx context.Context, rk interceptor.RecordKey, done *interceptor.Record) error {
+	return db.replaceClaim(rk, done)
+}
+
+// replaceClaim writes r over the stored record, in one transaction, if
+// CheckClaim allows it. The record's expiry never changes after the first
+// claim, so the expiry index stays as it is.
+func (db *DB) replaceClaim(rk interceptor.RecordKey, r *interceptor.Record) error {
 	key := recordKey(rk)
 	return db.bolt.Update(func(tx *bolt.Tx) error {
 		stored, err := getRecord(tx, key)
 		if err != nil {
 			return err
 		}
-		if err := interceptor.CheckCompletion(stored, done); err != nil {
+		if err := interceptor.CheckClaim(stored, r); err != nil {
 			return err
 		}
-		return putRecord(tx, key, done)
+		return putRecord(tx, key, r)
 	})
 }
 

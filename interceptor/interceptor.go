@@ -113,7 +113,9 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (*Re
 func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, claim *Record) (any, error) {
 	capture := &capturingStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 	hctx := grpc.NewContextWithServerTransportStream(context.WithValue(ctx, attemptKey{}, claim.Attempt), capture)
+	stopRenewing := i.renewWhileRunning(ctx, rk, *claim)
 	resp, herr := handler(hctx, req)
+	stopRenewing()
 
 	header, trailer := capture.metadata()
 	result, err := newResult(resp, herr, header, trailer)
@@ -138,6 +140,37 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		return nil, status.ErrorProto(result.Status)
 	}
 	return resp, nil
+}
+
+// renewWhileRunning extends the claim's lease every third of a lease, so
+// that a slow but live worker is never taken over: only a dead one, whose
+// renewals stopped, is. It stops when the returned func is called, which
+// waits for it, or when a renewal finds the claim superseded. A renewal that
+// fails otherwise is tried again at the next tick; if they all fail, the
+// lease runs out and a takeover supersedes this attempt, as if it had died.
+func (i *idempotency) renewWhileRunning(ctx context.Context, rk RecordKey, claim Record) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(i.opts.lease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			claim.LeaseExpiry = i.opts.now().Add(i.opts.lease)
+			if err := i.store.Renew(ctx, rk, &claim); errors.Is(err, ErrSuperseded) {
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // replay answers with a stored result, marked as replayed.

@@ -20,6 +20,7 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 		State:       idempotencyv1.State(r.State),
 		Attempt:     r.Attempt,
 		ClaimToken:  r.Token[:],
+		Owner:       r.Owner,
 		ExpireTime:  timestamppb.New(r.Expiry),
 	}
 	if !r.LeaseExpiry.IsZero() {
@@ -59,7 +60,7 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	if (state == StateCompleted) != (pb.Result != nil) {
 		return fmt.Errorf("decode idempotency record: state %d with result %t", pb.State, pb.Result != nil)
 	}
-	*r = Record{State: state, Attempt: pb.Attempt, Expiry: pb.ExpireTime.AsTime()}
+	*r = Record{State: state, Attempt: pb.Attempt, Owner: pb.Owner, Expiry: pb.ExpireTime.AsTime()}
 	copy(r.Fingerprint[:], pb.Fingerprint)
 	copy(r.Token[:], pb.ClaimToken)
 	if pb.LeaseExpireTime != nil {

@@ -12,27 +12,34 @@ import (
 )
 
 // Store keeps idempotency records. It is all the interceptor needs from a
-// backend: an atomic claim before the handler runs and a compare-and-set
-// completion after it. Decide and CheckCompletion hold the rules, so a
-// backend only has to run them inside one transaction of its own.
+// backend: an atomic claim before the handler runs, compare-and-set lease
+// renewals while it runs, and a compare-and-set completion after it. Decide
+// and CheckClaim hold the rules, so a backend only has to run them inside
+// one transaction of its own.
 //
 // A backend whose own data lives beside the records (a SQL database, say)
 // can go further and commit the handler's writes in the completion's
 // transaction; the interface leaves that to the backend.
 type Store interface {
 	// Claim decides req against the record stored for req.Key, atomically:
-	// it reads the record, calls Decide, and, when the outcome is Claimed,
-	// writes the new record before returning. Concurrent claims of one key
-	// must be serialized so that exactly one of them is fresh.
+	// it reads the record, calls Decide with the store's Claimant, and, when
+	// the outcome is Claimed, writes the new record before returning.
+	// Concurrent claims of one key must be serialized so that exactly one of
+	// them is fresh.
 	Claim(ctx context.Context, req ClaimRequest) (Outcome, *Record, error)
 
-	// Complete replaces the in-flight record that Claim returned with done,
-	// its completed form, provided CheckCompletion allows it against what is
-	// stored now; otherwise it returns ErrSuperseded and writes nothing.
+	// Renew stores claim, a claim that Claim returned with a later
+	// LeaseExpiry, provided CheckClaim finds it still the stored claim;
+	// otherwise it returns ErrSuperseded and writes nothing.
+	Renew(ctx context.Context, key RecordKey, claim *Record) error
+
+	// Complete stores done, the completed form of a claim (Record.Completed),
+	// provided CheckClaim finds that claim still stored; otherwise it returns
+	// ErrSuperseded and writes nothing.
 	Complete(ctx context.Context, key RecordKey, done *Record) error
 }
 
-// ErrSuperseded is returned by Store.Complete when the claim being completed
+// ErrSuperseded is returned by Store.Renew and Store.Complete when the claim
 // is no longer the stored one: a takeover started a newer attempt, or the
 // record expired and was replaced.
 var ErrSuperseded = errors.New("idempotency: attempt superseded")
@@ -107,6 +114,8 @@ type Record struct {
 	// Attempt counts the handler runs for this record, from 1.
 	Attempt uint64
 	Token   ClaimToken
+	// Owner is the Claimant ID of the process that made the claim.
+	Owner string
 	// LeaseExpiry is when an in-flight claim may be taken over.
 	LeaseExpiry time.Time
 	// Expiry is when the record is forgotten; from then on it counts as absent.
@@ -125,30 +134,44 @@ type Result struct {
 	Header, Trailer metadata.MD
 }
 
+// Claimant is who claims through a store: recorded with each claim, so that
+// a store knows which process holds it.
+type Claimant struct {
+	// ID names the claiming process, new each time a store is opened.
+	ID string
+	// Exclusive says no other process can use the store at the same time
+	// (the embedded store's file lock proves it). An in-flight claim of any
+	// other ID is then an orphan of a process that died, and is taken over
+	// at once instead of when its lease runs out. A store shared by several
+	// processes leaves it false and keeps the lease rule.
+	Exclusive bool
+}
+
 // Decide applies the claim rules to stored, the live or expired record for
-// req.Key (nil when there is none). It returns the outcome and the record as
-// it stands afterwards: a new in-flight record when the outcome is Claimed,
-// which the store must write, or stored itself.
-func Decide(stored *Record, req ClaimRequest) (Outcome, *Record) {
+// req.Key (nil when there is none), for a claim by who. It returns the
+// outcome and the record as it stands afterwards: a new in-flight record
+// when the outcome is Claimed, which the store must write, or stored itself.
+func Decide(stored *Record, req ClaimRequest, who Claimant) (Outcome, *Record) {
 	switch {
 	case stored == nil || !req.Now.Before(stored.Expiry):
-		return OutcomeFresh, newClaim(req, 1, req.Now.Add(req.TTL))
+		return OutcomeFresh, newClaim(req, who, 1, req.Now.Add(req.TTL))
 	case stored.Fingerprint != req.Fingerprint:
 		return OutcomeMismatch, stored
 	case stored.State == StateCompleted:
 		return OutcomeReplay, stored
-	case req.Now.Before(stored.LeaseExpiry):
+	case req.Now.Before(stored.LeaseExpiry) && !(who.Exclusive && stored.Owner != who.ID):
 		return OutcomeInFlight, stored
 	default:
-		return OutcomeTakeover, newClaim(req, stored.Attempt+1, stored.Expiry)
+		return OutcomeTakeover, newClaim(req, who, stored.Attempt+1, stored.Expiry)
 	}
 }
 
-func newClaim(req ClaimRequest, attempt uint64, expiry time.Time) *Record {
+func newClaim(req ClaimRequest, who Claimant, attempt uint64, expiry time.Time) *Record {
 	r := &Record{
 		Fingerprint: req.Fingerprint,
 		State:       StateInFlight,
 		Attempt:     attempt,
+		Owner:       who.ID,
 		LeaseExpiry: req.Now.Add(req.Lease),
 		Expiry:      expiry,
 	}
@@ -156,12 +179,12 @@ func newClaim(req ClaimRequest, attempt uint64, expiry time.Time) *Record {
 	return r
 }
 
-// CheckCompletion reports whether done, the completed form of a claim, may
+// CheckClaim reports whether claim, or its renewed or completed form, may
 // replace stored (nil when the record is gone). It returns ErrSuperseded
 // unless stored is still that very claim, in flight.
-func CheckCompletion(stored, done *Record) error {
+func CheckClaim(stored, claim *Record) error {
 	if stored == nil || stored.State != StateInFlight ||
-		stored.Attempt != done.Attempt || stored.Token != done.Token {
+		stored.Attempt != claim.Attempt || stored.Token != claim.Token {
 		return ErrSuperseded
 	}
 	return nil

@@ -37,6 +37,10 @@ type Store interface {
 	interceptor.Store
 	// Sweep deletes the records expired at now and returns how many.
 	Sweep(ctx context.Context, now time.Time) (int, error)
+	// Claimant is who this opening of the store claims as: the suite
+	// checks orphan takeover for an exclusive store, the lease rule for a
+	// shared one.
+	Claimant() interceptor.Claimant
 	// Close releases the store; opening the same dir again must find every
 	// record it held.
 	Close() error
@@ -66,6 +70,8 @@ func RunTests(t *testing.T, open Opener) {
 		{"Claim_OtherFingerprint_IsMismatch", testMismatch},
 		{"Claim_AfterLeaseExpiry_TakesOverWithNextAttempt", testTakeover},
 		{"Complete_SupersededAttempt_IsRefused", testSuperseded},
+		{"Renew_ExtendsLease", testRenew},
+		{"Renew_SupersededOrCompleted_IsRefused", testRenewRefused},
 		{"Complete_UnknownOrReplacedClaim_IsRefused", testCompleteReplaced},
 		{"Claim_AfterRecordExpiry_IsFresh", testExpiry},
 		{"Claim_Concurrent_ExactlyOneFresh", testConcurrent},
@@ -252,6 +258,48 @@ func testSuperseded(t *testing.T, open Opener) {
 	sameResult(t, rec.Result, sampleResult(t, "current"))
 }
 
+func testRenew(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	req := request("k", "body", t0)
+	rec := claim(t, s, req, interceptor.OutcomeFresh)
+	renewed := *rec
+	renewed.LeaseExpiry = t0.Add(3 * lease)
+	if err := s.Renew(context.Background(), req.Key, &renewed); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	// Past the first lease, the renewed claim holds.
+	got := claim(t, s, request("k", "body", t0.Add(2*lease)), interceptor.OutcomeInFlight)
+	if !got.LeaseExpiry.Equal(renewed.LeaseExpiry) {
+		t.Errorf("lease after renewal = %v, want %v", got.LeaseExpiry, renewed.LeaseExpiry)
+	}
+	claim(t, s, request("k", "body", t0.Add(3*lease)), interceptor.OutcomeTakeover)
+}
+
+func testRenewRefused(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	req := request("k", "body", t0)
+	first := claim(t, s, req, interceptor.OutcomeFresh)
+	claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover)
+	stale := *first
+	stale.LeaseExpiry = t0.Add(5 * lease)
+	if err := s.Renew(context.Background(), req.Key, &stale); !errors.Is(err, interceptor.ErrSuperseded) {
+		t.Errorf("Renew(superseded attempt) = %v, want ErrSuperseded", err)
+	}
+	// The refused renewal changed nothing: the second attempt's lease, not
+	// the stale one's, decides.
+	claim(t, s, request("k", "body", t0.Add(2*lease)), interceptor.OutcomeTakeover)
+
+	s2 := newStore(t, open)
+	rec := claim(t, s2, req, interceptor.OutcomeFresh)
+	complete(t, s2, req, rec, sampleResult(t, "done"))
+	late := *rec
+	late.LeaseExpiry = t0.Add(5 * lease)
+	if err := s2.Renew(context.Background(), req.Key, &late); !errors.Is(err, interceptor.ErrSuperseded) {
+		t.Errorf("Renew(completed claim) = %v, want ErrSuperseded", err)
+	}
+	sameResult(t, claim(t, s2, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "done"))
+}
+
 func testCompleteReplaced(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
@@ -365,14 +413,33 @@ func testReopen(t *testing.T, open Opener) {
 	done := request("done", "body", t0)
 	complete(t, s, done, claim(t, s, done, interceptor.OutcomeFresh), sampleResult(t, "kept"))
 	running := request("running", "body", t0)
-	claim(t, s, running, interceptor.OutcomeFresh)
+	runningClaim := claim(t, s, running, interceptor.OutcomeFresh)
+	if runningClaim.Owner != s.Claimant().ID {
+		t.Errorf("claim owner %q, want the store's claimant %q", runningClaim.Owner, s.Claimant().ID)
+	}
+	old := s.Claimant()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	s = openStore(t, open, dir)
+	if s.Claimant().ID == old.ID {
+		t.Errorf("reopened store claims as %q again, want a new ID", old.ID)
+	}
 	sameResult(t, claim(t, s, request("done", "body", t0), interceptor.OutcomeReplay).Result, sampleResult(t, "kept"))
-	claim(t, s, request("running", "body", t0), interceptor.OutcomeInFlight)
+	if s.Claimant().Exclusive {
+		// The earlier opening's claim is an orphan: taken over at once.
+		rec := claim(t, s, request("running", "body", t0), interceptor.OutcomeTakeover)
+		if rec.Attempt != 2 || rec.Owner != s.Claimant().ID {
+			t.Errorf("orphan takeover: attempt %d owner %q, want 2 and %q", rec.Attempt, rec.Owner, s.Claimant().ID)
+		}
+		done := runningClaim.Completed(sampleResult(t, "orphan"))
+		if err := s.Complete(context.Background(), running.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
+			t.Errorf("Complete(orphaned claim) = %v, want ErrSuperseded", err)
+		}
+	} else {
+		claim(t, s, request("running", "body", t0), interceptor.OutcomeInFlight)
+	}
 	if n, err := s.Sweep(context.Background(), t0.Add(ttl)); err != nil || n != 2 {
 		t.Errorf("Sweep after reopen = %d, %v; want 2, nil (the expiry index must persist too)", n, err)
 	}
