@@ -15,7 +15,7 @@ run:
 
 ## test: every test, with the race detector
 test:
-	go test -race -count=1 ./...
+	go test -race -count=1 -timeout 5m ./...
 
 ## lint: buf lint, go vet and gofmt
 lint:

@@ -49,6 +49,12 @@ type harness struct {
 // a temporary directory, on a loopback port.
 func start(t *testing.T, opts ...interceptor.Option) *harness {
 	t.Helper()
+	return startWith(t, func(db *boltstore.DB) interceptor.Store { return db }, opts...)
+}
+
+// startWith is start with the store that wrap makes of the bbolt store.
+func startWith(t *testing.T, wrap func(*boltstore.DB) interceptor.Store, opts ...interceptor.Option) *harness {
+	t.Helper()
 	db, err := boltstore.Open(filepath.Join(t.TempDir(), "idempotency.db"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +64,7 @@ func start(t *testing.T, opts ...interceptor.Option) *harness {
 		interceptor.WithClock(h.clock.Now),
 		interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired),
 	}, opts...)
-	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.UnaryServerInterceptor(db, opts...)))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.UnaryServerInterceptor(wrap(db), opts...)))
 	testgrpc.RegisterTestServiceServer(srv, h.service)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -97,6 +103,13 @@ func (h *harness) call(req *testgrpc.SimpleRequest, kv ...string) call {
 // send calls with a credential and key.
 func (h *harness) send(token, key string, req *testgrpc.SimpleRequest) call {
 	return h.call(req, "authorization", "Bearer "+token, interceptor.KeyHeader, key)
+}
+
+func (c call) replayed() bool { return len(c.header.Get(interceptor.ReplayedHeader)) > 0 }
+
+// withKey returns ctx sending a credential and key.
+func withKey(ctx context.Context, token, key string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, interceptor.KeyHeader, key)
 }
 
 func payload(s string) *testgrpc.SimpleRequest {

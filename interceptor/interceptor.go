@@ -124,6 +124,11 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		// it over once the lease ends.
 		return nil, status.Errorf(codes.Internal, "idempotency: %v", err)
 	}
+	if size := result.size(); size > i.opts.maxResult {
+		result = &Result{Status: status.Newf(codes.Internal,
+			"idempotency: the handler's result is %d bytes, over the %d-byte limit for stored results; it was discarded",
+			size, i.opts.maxResult).Proto()}
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
 	defer cancel()
 	if err := i.store.Complete(cctx, rk, claim.Completed(result)); err != nil {
@@ -208,6 +213,19 @@ func newResult(resp any, herr error, header, trailer metadata.MD) (*Result, erro
 		return nil, fmt.Errorf("encode response: %w", err)
 	}
 	return r, nil
+}
+
+// size is the stored size of r, near enough: its parts' encodings.
+func (r *Result) size() int {
+	n := proto.Size(r.Response) + proto.Size(r.Status)
+	for _, md := range []metadata.MD{r.Header, r.Trailer} {
+		for k, vs := range md {
+			for _, v := range vs {
+				n += len(k) + len(v)
+			}
+		}
+	}
+	return n
 }
 
 // sendMetadata sets the result's header, joined with extra, and trailer on

@@ -49,12 +49,15 @@ type options struct {
 	scope         ScopeFunc
 	now           func() time.Time
 	observe       func(context.Context, Observation)
+	maxResult     int
 }
 
 // Defaults of the options.
 const (
 	DefaultLease = 30 * time.Second
 	DefaultTTL   = 24 * time.Hour
+	// DefaultMaxResultSize is four times gRPC's default message size limit.
+	DefaultMaxResultSize = 16 << 20
 )
 
 func evaluateOptions(opts []Option) *options {
@@ -66,6 +69,7 @@ func evaluateOptions(opts []Option) *options {
 		scope:         BearerScope,
 		now:           time.Now,
 		observe:       func(context.Context, Observation) {},
+		maxResult:     DefaultMaxResultSize,
 	}
 	for _, opt := range opts {
 		opt(o)
@@ -97,6 +101,13 @@ func WithScope(f ScopeFunc) Option { return func(o *options) { o.scope = f } }
 
 // WithClock sets the clock used for leases and expiry. Default time.Now.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithMaxResultSize sets the largest result stored, in bytes of its
+// encoding: the response or status plus the metadata. A larger result is
+// not kept: in its place, INTERNAL saying so is stored, returned and
+// replayed, so that one answer still leaves the server for the key. Default
+// DefaultMaxResultSize.
+func WithMaxResultSize(n int) Option { return func(o *options) { o.maxResult = n } }
 
 // WithObserver has f called once for every request, after the interceptor's
 // decision and before the handler runs.

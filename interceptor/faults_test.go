@@ -1,0 +1,247 @@
+package interceptor_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"net"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// faultyStore is the real bbolt store with failures switched on by the test,
+// standing in for a full disk or a lost database connection.
+type faultyStore struct {
+	*boltstore.DB
+	failClaim, failRenew, failComplete atomic.Bool
+	renewals                           atomic.Int64
+}
+
+var errInjected = errors.New("injected storage fault")
+
+func (s *faultyStore) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
+	if s.failClaim.Load() {
+		return 0, nil, errInjected
+	}
+	return s.DB.Claim(ctx, req)
+}
+
+func (s *faultyStore) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+	s.renewals.Add(1)
+	if s.failRenew.Load() {
+		return errInjected
+	}
+	return s.DB.Renew(ctx, key, claim)
+}
+
+func (s *faultyStore) Complete(ctx context.Context, key interceptor.RecordKey, done *interceptor.Record) error {
+	if s.failComplete.Load() {
+		return errInjected
+	}
+	return s.DB.Complete(ctx, key, done)
+}
+
+// startFaulty is start with a faultyStore in front of the bbolt store.
+func startFaulty(t *testing.T, opts ...interceptor.Option) (*harness, *faultyStore) {
+	t.Helper()
+	var fs *faultyStore
+	h := startWith(t, func(db *boltstore.DB) interceptor.Store {
+		fs = &faultyStore{DB: db}
+		return fs
+	}, opts...)
+	return h, fs
+}
+
+func TestFault_ClaimFails_UnavailableHandlerNotRun(t *testing.T) {
+	h, fs := startFaulty(t)
+	fs.failClaim.Store(true)
+	if a := h.send("tok", "k", payload("x")); status.Code(a.err) != codes.Unavailable {
+		t.Errorf("claim failure: %v, want UNAVAILABLE", a.err)
+	}
+	h.wantCalls(t, 0)
+	fs.failClaim.Store(false)
+	if a := h.send("tok", "k", payload("x")); a.err != nil {
+		t.Errorf("after the fault: %v, want the key to run fresh", a.err)
+	}
+	h.wantCalls(t, 1)
+}
+
+func TestFault_CompleteFails_RecordStaysInFlightUntilTakeover(t *testing.T) {
+	h, fs := startFaulty(t, interceptor.WithLease(time.Minute))
+	fs.failComplete.Store(true)
+	if a := h.send("tok", "k", payload("x")); status.Code(a.err) != codes.Unavailable {
+		t.Fatalf("completion failure: %v, want UNAVAILABLE", a.err)
+	}
+	fs.failComplete.Store(false)
+	// The call happened: its record is in flight, not gone.
+	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+	h.clock.Advance(time.Minute)
+	a := h.send("tok", "k", payload("x"))
+	if a.err != nil {
+		t.Fatalf("after the lease: %v, want a takeover that succeeds", a.err)
+	}
+	if again := h.send("tok", "k", payload("x")); again.err != nil || !again.replayed() {
+		t.Errorf("retry: %v, want the takeover's result replayed", again.err)
+	}
+	h.wantCalls(t, 2)
+}
+
+func TestFault_RenewFails_LeaseRunsOutAndAttemptIsSuperseded(t *testing.T) {
+	const lease = 150 * time.Millisecond
+	h, fs := startFaulty(t, interceptor.WithLease(lease), interceptor.WithClock(time.Now))
+	fs.failRenew.Store(true)
+	release := make(chan struct{})
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		if attempt, _ := interceptor.AttemptFromContext(ctx); attempt == 1 {
+			<-release
+		}
+		return echo(ctx, req)
+	}
+	first := make(chan call)
+	go func() { first <- h.send("tok", "k", payload("x")) }()
+	// Retry until the unrenewed lease runs out and a retry takes over.
+	var second call
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(lease / 10) {
+		if second = h.send("tok", "k", payload("x")); status.Code(second.err) != codes.Aborted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no takeover within a minute although renewals fail")
+		}
+	}
+	if second.err != nil {
+		t.Fatalf("takeover: %v", second.err)
+	}
+	if fs.renewals.Load() == 0 {
+		t.Error("no renewal was attempted")
+	}
+	close(release)
+	wantReason(t, (<-first).err, codes.Aborted, interceptor.ReasonAttemptSuperseded)
+	h.wantCalls(t, 2)
+}
+
+func TestRenewal_SlowLiveWorkerIsNeverTakenOver(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	h, fs := startFaulty(t, interceptor.WithLease(lease), interceptor.WithClock(time.Now))
+	release := make(chan struct{})
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		<-release
+		return echo(ctx, req)
+	}
+	first := make(chan call)
+	go func() { first <- h.send("tok", "k", payload("x")) }()
+	// Retry for three leases; renewals happen every third of one.
+	for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 10) {
+		wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+	}
+	close(release)
+	if a := <-first; a.err != nil {
+		t.Fatalf("slow worker: %v, want its result", a.err)
+	}
+	h.wantCalls(t, 1)
+	if fs.renewals.Load() < 3 {
+		t.Errorf("%d renewals in three leases, want at least 3", fs.renewals.Load())
+	}
+	// Renewal stopped with the handler: nothing renews a completed record.
+	n := fs.renewals.Load()
+	time.Sleep(lease)
+	if fs.renewals.Load() != n {
+		t.Errorf("renewals went on after the handler returned")
+	}
+}
+
+func TestRestart_OrphanedClaimTakenOverAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idempotency.db")
+	// serve runs a "process": a store on path and a server; stop closes the
+	// connection and the store, as a crash would let go of them.
+	serve := func(handler func(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error)) (h *harness, crash func()) {
+		db, err := boltstore.Open(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h = &harness{service: &testService{handler: handler}, db: db}
+		srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.UnaryServerInterceptor(db,
+			interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))))
+		testgrpc.RegisterTestServiceServer(srv, h.service)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(lis)
+		t.Cleanup(srv.Stop) // after the hung handler is released below
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.client = testgrpc.NewTestServiceClient(conn)
+		return h, func() { conn.Close(); lis.Close(); db.Close() }
+	}
+
+	// The first process claims the key, then dies with its handler hung.
+	running, hung := make(chan struct{}), make(chan struct{})
+	first, crash := serve(func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		close(running)
+		<-hung
+		return echo(ctx, req)
+	})
+	t.Cleanup(func() { close(hung) })
+	go first.client.UnaryCall(withKey(context.Background(), "tok", "k"), payload("x"))
+	<-running
+	crash()
+
+	// Within the 30s default lease, the restarted process takes it over.
+	second, stop := serve(echo)
+	defer stop()
+	a := second.send("tok", "k", payload("x"))
+	if a.err != nil || a.replayed() {
+		t.Fatalf("retry after restart: %v (replayed %t), want a takeover run", a.err, a.replayed())
+	}
+	second.wantCalls(t, 1)
+}
+
+func TestResult_4MiBResponseStoredAndReplayed(t *testing.T) {
+	h := start(t)
+	body := make([]byte, 4<<20)
+	rand.Read(body)
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		return &testgrpc.SimpleResponse{Payload: &testgrpc.Payload{Body: body}}, nil
+	}
+	big := grpc.MaxCallRecvMsgSize(8 << 20)
+	first, err := h.client.UnaryCall(withKey(context.Background(), "tok", "k"), payload("x"), big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.client.UnaryCall(withKey(context.Background(), "tok", "k"), payload("x"), big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := marshal(t, again), marshal(t, first); string(got) != string(want) || len(again.Payload.Body) != 4<<20 {
+		t.Errorf("replayed %d bytes, want the original %d", len(got), len(want))
+	}
+	h.wantCalls(t, 1)
+}
+
+func TestResult_OverLimitReplacedByStoredError(t *testing.T) {
+	h := start(t, interceptor.WithMaxResultSize(1<<10))
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		return &testgrpc.SimpleResponse{Payload: &testgrpc.Payload{Body: make([]byte, 2<<10)}}, nil
+	}
+	first := h.send("tok", "k", payload("x"))
+	again := h.send("tok", "k", payload("x"))
+	if status.Code(first.err) != codes.Internal || !again.replayed() ||
+		status.Convert(again.err).Message() != status.Convert(first.err).Message() {
+		t.Errorf("over the limit: %v, then %v (replayed %t); want INTERNAL, replayed", first.err, again.err, again.replayed())
+	}
+	h.wantCalls(t, 1)
+}
