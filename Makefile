@@ -7,7 +7,7 @@ SHELL := bash
 # through `go tool`, so a fresh clone needs nothing but Go.
 BUF := go tool -modfile=tools/go.mod buf
 
-.PHONY: run test lint generate
+.PHONY: run test lint generate crashtest
 
 ## run: start paymentsd on localhost:50051 in dev mode, data in ./data/
 run:
@@ -16,6 +16,11 @@ run:
 ## test: every test, with the race detector
 test:
 	go test -race -count=1 -timeout 5m ./...
+
+## crashtest: kill -9 paymentsd under load for 200 rounds, then wait for the
+## orphan intents to expire (make test runs a 20-round version)
+crashtest:
+	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_CRASH_EXPIRY=1 go test -count=1 -timeout 30m -v -run '^TestCrash' ./cmd/paymentsd
 
 ## lint: buf lint, go vet and gofmt
 lint:

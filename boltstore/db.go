@@ -129,3 +129,15 @@ func joinKey(parts ...[]byte) []byte {
 // clone copies bytes read from bbolt, which are only valid during their
 // transaction.
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// Check verifies the file's structure (page links, freelist, key order) and
+// returns the first problem found, for tests and operators after a crash.
+func (db *DB) Check() error {
+	return db.bolt.View(func(tx *bolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+}
