@@ -91,7 +91,7 @@ func (s *Server) GetPaymentIntent(ctx context.Context, req *paymentsv1.GetPaymen
 	if err != nil {
 		return nil, err
 	}
-	if err := validateID(req.Id); err != nil {
+	if err := validateID(req); err != nil {
 		return nil, err
 	}
 	pi, err := s.store.GetIntent(ctx, owner, req.Id)
@@ -112,7 +112,7 @@ func (s *Server) CancelPaymentIntent(ctx context.Context, req *paymentsv1.Cancel
 	if err != nil {
 		return nil, err
 	}
-	if err := validateID(req.Id); err != nil {
+	if err := validateID(req); err != nil {
 		return nil, err
 	}
 	now := s.now()
@@ -142,7 +142,7 @@ func (s *Server) ListPaymentIntents(ctx context.Context, req *paymentsv1.ListPay
 	if err != nil {
 		return nil, err
 	}
-	size, err := pageSize(req.PageSize)
+	size, err := validateList(req)
 	if err != nil {
 		return nil, err
 	}

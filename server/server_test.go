@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/paymentsd/paymentsd/auth"
@@ -280,5 +281,46 @@ func TestList_PagesInCreationOrder(t *testing.T) {
 	all, err := s.ListPaymentIntents(as("alice"), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1 << 30})
 	if err != nil || len(all.PaymentIntents) != 7 || all.NextPageToken != "" {
 		t.Errorf("huge page_size: %d intents, token %q, %v; want all 7 and no token", len(all.GetPaymentIntents()), all.GetNextPageToken(), err)
+	}
+}
+
+func TestUnknownFields_Rejected(t *testing.T) {
+	s, _ := newServer(t)
+	// Field 99, a varint, unknown to every request message.
+	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1)
+	withUnknown := func(m proto.Message) proto.Message {
+		b, _ := proto.Marshal(m)
+		if err := proto.Unmarshal(append(b, unknown...), m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	pi := create(t, s, "alice")
+	for name, call := range map[string]func() error{
+		"Create": func() error {
+			_, err := s.CreatePaymentIntent(as("alice"), withUnknown(validRequest()).(*paymentsv1.CreatePaymentIntentRequest))
+			return err
+		},
+		"Get": func() error {
+			_, err := s.GetPaymentIntent(as("alice"), withUnknown(&paymentsv1.GetPaymentIntentRequest{Id: pi.Id}).(*paymentsv1.GetPaymentIntentRequest))
+			return err
+		},
+		"Cancel": func() error {
+			_, err := s.CancelPaymentIntent(as("alice"), withUnknown(&paymentsv1.CancelPaymentIntentRequest{Id: pi.Id}).(*paymentsv1.CancelPaymentIntentRequest))
+			return err
+		},
+		"List": func() error {
+			_, err := s.ListPaymentIntents(as("alice"), withUnknown(&paymentsv1.ListPaymentIntentsRequest{}).(*paymentsv1.ListPaymentIntentsRequest))
+			return err
+		},
+	} {
+		if got := badFields(t, call()); len(got) != 1 || got[0] != "#99" {
+			t.Errorf("%s with unknown field 99: bad fields %v, want [#99]", name, got)
+		}
+	}
+	// Nothing changed: the intent is still created, and the only one.
+	list, _ := s.ListPaymentIntents(as("alice"), &paymentsv1.ListPaymentIntentsRequest{})
+	if len(list.PaymentIntents) != 1 || list.PaymentIntents[0].State != paymentsv1.State_STATE_CREATED {
+		t.Errorf("after rejected requests: %v, want the one created intent", list.PaymentIntents)
 	}
 }

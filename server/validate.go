@@ -11,6 +11,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 )
@@ -53,9 +55,26 @@ func (v violations) err() error {
 	return withDetails.Err()
 }
 
+// rejectUnknownFields refuses a request carrying fields this server does
+// not know. proto3 would silently drop them, but a newer client's field (a
+// currency, say) that is ignored could move the wrong money.
+func rejectUnknownFields(v *violations, req proto.Message) {
+	for b := req.ProtoReflect().GetUnknown(); len(b) > 0; {
+		num, _, n := protowire.ConsumeField(b)
+		if n < 0 {
+			v.add("", "malformed unknown fields")
+			return
+		}
+		v.add(fmt.Sprintf("#%d", num), "unknown field number %d of %s; this server does not know it and will not ignore it",
+			num, req.ProtoReflect().Descriptor().FullName())
+		b = b[n:]
+	}
+}
+
 // validateCreate checks every field and returns the intent's lifetime.
 func validateCreate(req *paymentsv1.CreatePaymentIntentRequest) (time.Duration, error) {
 	var v violations
+	rejectUnknownFields(&v, req)
 	if err := ParseChain(req.Chain); err != nil {
 		v.add("chain", "%v", err)
 	}
@@ -118,24 +137,29 @@ func ParseAmount(amount string) error {
 	return nil
 }
 
-func validateID(id string) error {
-	if idPattern.MatchString(id) {
-		return nil
-	}
+// validateID checks a request naming an intent by id.
+func validateID(req interface {
+	proto.Message
+	GetId() string
+}) error {
 	var v violations
-	v.add("id", "must be pi_ and 24 lowercase hex digits, got %q", id)
+	rejectUnknownFields(&v, req)
+	if !idPattern.MatchString(req.GetId()) {
+		v.add("id", "must be pi_ and 24 lowercase hex digits, got %q", req.GetId())
+	}
 	return v.err()
 }
 
-func pageSize(n int32) (int, error) {
-	switch {
+// validateList checks a list request and returns its page size.
+func validateList(req *paymentsv1.ListPaymentIntentsRequest) (int, error) {
+	var v violations
+	rejectUnknownFields(&v, req)
+	size := DefaultPageSize
+	switch n := req.PageSize; {
 	case n < 0:
-		var v violations
 		v.add("page_size", "must not be negative, got %d", n)
-		return 0, v.err()
-	case n == 0:
-		return DefaultPageSize, nil
-	default:
-		return min(int(n), MaxPageSize), nil
+	case n > 0:
+		size = min(int(n), MaxPageSize)
 	}
+	return size, v.err()
 }
