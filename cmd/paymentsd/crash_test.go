@@ -244,4 +244,3 @@ func listAll(t *testing.T, d *daemon, token string) []*paymentsv1.PaymentIntent 
 		}
 	}
 }
-

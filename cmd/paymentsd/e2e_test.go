@@ -36,7 +36,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 )
 
-var binary string
+var paymentsdBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "paymentsd-e2e")
@@ -44,8 +44,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "paymentsd")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	paymentsdBinary = filepath.Join(dir, "paymentsd")
+	if out, err := exec.Command("go", "build", "-o", paymentsdBinary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build paymentsd: %v\n%s", err, out)
 		os.Exit(1)
 	}
@@ -91,7 +91,7 @@ func startDaemon(t *testing.T, dbPath string, args ...string) *daemon {
 func launch(t *testing.T, dbPath string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{exited: make(chan struct{})}
-	d.cmd = exec.Command(binary, append([]string{"--listen", "127.0.0.1:0", "--db", dbPath}, args...)...)
+	d.cmd = exec.Command(paymentsdBinary, append([]string{"--listen", "127.0.0.1:0", "--db", dbPath}, args...)...)
 	d.cmd.Stderr = &lockedWriter{d}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -387,6 +387,11 @@ func TestE2E_Principals_Isolated(t *testing.T) {
 	}
 	if got := d.list(t, "alice-token"); len(got) != 1 || got[0].Id != aliceID {
 		t.Errorf("alice's list = %v, want her one intent", got)
+	}
+	// Guessing alice's key and body replays nothing of hers to mallory.
+	guess := d.create(withCreds("mallory-token", "order-1"), seedRequest("100"))
+	if guess.err != nil || guess.replayed() || guess.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id == aliceID {
+		t.Errorf("mallory with alice's key and body: %v (replayed %t), want a fresh intent of mallory's own", guess.err, guess.replayed())
 	}
 }
 

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// rawCall sends one unary gRPC request over plain HTTP/2 with headers that
+// grpc-go's client refuses to send (tabs, UTF-8), as other clients may.
+func rawCall(t *testing.T, addr, method string, msg proto.Message, headers ...string) (codes.Code, string) {
+	t.Helper()
+	body, err := proto.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
+	req, err := http.NewRequest("POST", "http://"+addr+method, bytes.NewReader(append(frame, body...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("content-type", "application/grpc")
+	req.Header.Set("te", "trailers")
+	for i := 0; i < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	h2c := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	resp, err := h2c.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	get := func(k string) string {
+		if v := resp.Trailer.Get(k); v != "" {
+			return v
+		}
+		return resp.Header.Get(k)
+	}
+	code, err := strconv.Atoi(get("grpc-status"))
+	if err != nil {
+		t.Fatalf("no grpc-status in %v %v", resp.Header, resp.Trailer)
+	}
+	return codes.Code(code), get("grpc-message")
+}
+
+// TestE2E_BadInput sends every kind of bad input to every RPC of the real
+// binary. Each gets a clear error with the right code; errors of the
+// idempotency layer store nothing, so their key still runs fresh after.
+func TestE2E_BadInput(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	const token = "bad-input-token"
+	created := d.create(withCreds(token, "setup"), seedRequest("1"))
+	if created.err != nil {
+		t.Fatal(created.err)
+	}
+	id := created.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+
+	md := func(kv ...string) context.Context {
+		return metadata.NewOutgoingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	auth := []string{"authorization", "Bearer " + token}
+	withKey := func(kv ...string) context.Context { return md(append(append([]string{}, auth...), kv...)...) }
+	const key = "reusable-key" // every layer error below uses it; none may claim it
+	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 7)
+	withUnknown := func(m proto.Message) proto.Message {
+		b, _ := proto.Marshal(m)
+		proto.Unmarshal(append(b, unknown...), m)
+		return m
+	}
+
+	type rpc func(ctx context.Context) error
+	create := func(req *paymentsv1.CreatePaymentIntentRequest) rpc {
+		return func(ctx context.Context) error { _, err := d.client.CreatePaymentIntent(ctx, req); return err }
+	}
+	get := func(req *paymentsv1.GetPaymentIntentRequest) rpc {
+		return func(ctx context.Context) error { _, err := d.client.GetPaymentIntent(ctx, req); return err }
+	}
+	cancel := func(req *paymentsv1.CancelPaymentIntentRequest) rpc {
+		return func(ctx context.Context) error { _, err := d.client.CancelPaymentIntent(ctx, req); return err }
+	}
+	list := func(req *paymentsv1.ListPaymentIntentsRequest) rpc {
+		return func(ctx context.Context) error { _, err := d.client.ListPaymentIntents(ctx, req); return err }
+	}
+	rpcs := map[string]rpc{
+		"Create": create(seedRequest("5")),
+		"Get":    get(&paymentsv1.GetPaymentIntentRequest{Id: id}),
+		"Cancel": cancel(&paymentsv1.CancelPaymentIntentRequest{Id: id}),
+		"List":   list(&paymentsv1.ListPaymentIntentsRequest{}),
+	}
+
+	type badCase struct {
+		name   string
+		call   rpc
+		ctx    context.Context
+		code   codes.Code
+		reason string // ErrorInfo reason, or BadRequest field for INVALID_ARGUMENT from the server
+	}
+	var cases []badCase
+	for name, call := range rpcs {
+		for what, ctx := range map[string]context.Context{
+			"no authorization":   md(interceptor.KeyHeader, key),
+			"not Bearer":         md("authorization", "Basic "+token, interceptor.KeyHeader, key),
+			"empty token":        md("authorization", "Bearer", interceptor.KeyHeader, key),
+			"two authorizations": md("authorization", "Bearer a", "authorization", "Bearer b", interceptor.KeyHeader, key),
+		} {
+			cases = append(cases, badCase{name + "/" + what, call, ctx, codes.Unauthenticated, ""})
+		}
+	}
+	for _, name := range []string{"Create", "Cancel"} {
+		for what, ctx := range map[string]context.Context{
+			"key twice":    withKey(interceptor.KeyHeader, key, interceptor.KeyHeader, key+"2"),
+			"key as -bin":  withKey(interceptor.KeyHeader+"-bin", key),
+			"empty key":    withKey(interceptor.KeyHeader, ""),
+			"256-byte key": withKey(interceptor.KeyHeader, strings.Repeat("k", 256)),
+		} {
+			cases = append(cases, badCase{name + "/" + what, rpcs[name], ctx, codes.InvalidArgument, interceptor.ReasonKeyInvalid})
+		}
+	}
+	cases = append(cases, badCase{"Create/no key", rpcs["Create"], md(auth...), codes.InvalidArgument, interceptor.ReasonKeyMissing})
+	huge := seedRequest("5")
+	huge.Chain = strings.Repeat("9", 5<<20)
+	cases = append(cases, badCase{"Create/over the message size limit", create(huge), withKey(interceptor.KeyHeader, key), codes.ResourceExhausted, ""})
+
+	// Invalid fields: errors of the handler, stored for their key like any
+	// result (SPEC section 4), so each uses a key of its own.
+	fieldCase := func(name, field string, call rpc) {
+		cases = append(cases, badCase{name, call, withKey(interceptor.KeyHeader, "field-"+name), codes.InvalidArgument, field})
+	}
+	for field, edit := range map[string]func(*paymentsv1.CreatePaymentIntentRequest){
+		"chain":              func(r *paymentsv1.CreatePaymentIntentRequest) { r.Chain = "evm:abc" },
+		"token":              func(r *paymentsv1.CreatePaymentIntentRequest) { r.Token = "0x12" },
+		"payer":              func(r *paymentsv1.CreatePaymentIntentRequest) { r.Payer = "" },
+		"merchant":           func(r *paymentsv1.CreatePaymentIntentRequest) { r.Merchant = "0x" + strings.Repeat("z", 40) },
+		"amount":             func(r *paymentsv1.CreatePaymentIntentRequest) { r.Amount = "0" },
+		"expires_in_seconds": func(r *paymentsv1.CreatePaymentIntentRequest) { r.ExpiresInSeconds = 10 },
+	} {
+		req := seedRequest("5")
+		edit(req)
+		fieldCase("Create/bad "+field, field, create(req))
+	}
+	fieldCase("Create/unknown field", "#99", create(withUnknown(seedRequest("5")).(*paymentsv1.CreatePaymentIntentRequest)))
+	fieldCase("Get/bad id", "id", get(&paymentsv1.GetPaymentIntentRequest{Id: "pi_XYZ"}))
+	fieldCase("Get/unknown field", "#99", get(withUnknown(&paymentsv1.GetPaymentIntentRequest{Id: id}).(*paymentsv1.GetPaymentIntentRequest)))
+	fieldCase("Cancel/bad id", "id", cancel(&paymentsv1.CancelPaymentIntentRequest{Id: ""}))
+	fieldCase("Cancel/unknown field", "#99", cancel(withUnknown(&paymentsv1.CancelPaymentIntentRequest{Id: id}).(*paymentsv1.CancelPaymentIntentRequest)))
+	fieldCase("List/negative page_size", "page_size", list(&paymentsv1.ListPaymentIntentsRequest{PageSize: -1}))
+	fieldCase("List/forged page_token", "page_token", list(&paymentsv1.ListPaymentIntentsRequest{PageToken: "AXh4eHh4eHh4eA"}))
+	fieldCase("List/garbage page_token", "page_token", list(&paymentsv1.ListPaymentIntentsRequest{PageToken: "%%%"}))
+	fieldCase("List/unknown field", "#99", list(withUnknown(&paymentsv1.ListPaymentIntentsRequest{}).(*paymentsv1.ListPaymentIntentsRequest)))
+	otherPage, err := d.client.ListPaymentIntents(withCreds("other-token", ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.create(withCreds("other-token", "o1"), seedRequest("1"))
+	d.create(withCreds("other-token", "o2"), seedRequest("2"))
+	if otherPage, err = d.client.ListPaymentIntents(withCreds("other-token", ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1}); err != nil || otherPage.NextPageToken == "" {
+		t.Fatalf("other principal's first page: %v, %v", otherPage, err)
+	}
+	fieldCase("List/foreign page_token", "page_token", list(&paymentsv1.ListPaymentIntentsRequest{PageToken: otherPage.NextPageToken}))
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call(tc.ctx)
+			st := status.Convert(err)
+			if st.Code() != tc.code {
+				t.Fatalf("code %v (%q), want %v", st.Code(), st.Message(), tc.code)
+			}
+			if st.Message() == "" {
+				t.Errorf("no message")
+			}
+			if tc.reason == "" {
+				return
+			}
+			if got := reason(err); got == tc.reason {
+				return
+			}
+			if got := badRequestFields(err); len(got) != 1 || got[0] != tc.reason {
+				t.Errorf("ErrorInfo %q / BadRequest fields %v, want %s", reason(err), got, tc.reason)
+			}
+		})
+	}
+
+	// Keys that grpc-go will not send, from a plain HTTP/2 client.
+	for what, k := range map[string]string{"tab": "order\t1", "UTF-8": "café-1"} {
+		for _, method := range []string{paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName} {
+			var msg proto.Message = seedRequest("5")
+			if strings.HasSuffix(method, "Cancel"+"PaymentIntent") {
+				msg = &paymentsv1.CancelPaymentIntentRequest{Id: id}
+			}
+			code, text := rawCall(t, d.addr, method, msg, "authorization", "Bearer "+token, interceptor.KeyHeader, k)
+			if code != codes.InvalidArgument || !strings.Contains(text, "idempotency-key") {
+				t.Errorf("%s key %s: %v %q, want INVALID_ARGUMENT naming the idempotency-key", method, what, code, text)
+			}
+		}
+	}
+
+	// Nothing of the above created an intent or claimed the reusable key.
+	if got := d.list(t, token); len(got) != 1 || got[0].Id != id || got[0].State != paymentsv1.State_STATE_CREATED {
+		t.Errorf("after the bad input: %v, want only the setup intent, still created", got)
+	}
+	fresh := d.create(withCreds(token, key), seedRequest("77"))
+	if fresh.err != nil || fresh.replayed() {
+		t.Errorf("the reusable key after every rejection: %v (replayed %t), want a fresh run", fresh.err, fresh.replayed())
+	}
+	// Valid edges: 255 printable characters, page_size 0 and huge.
+	if a := d.create(withCreds(token, strings.Repeat("k", 255)), seedRequest("78")); a.err != nil {
+		t.Errorf("255-character key: %v", a.err)
+	}
+	for _, size := range []int32{0, 1 << 30} {
+		if _, err := d.client.ListPaymentIntents(withCreds(token, ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: size}); err != nil {
+			t.Errorf("page_size %d: %v", size, err)
+		}
+	}
+}
+
+func badRequestFields(err error) []string {
+	var fields []string
+	for _, d := range status.Convert(err).Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				fields = append(fields, v.GetField())
+			}
+		}
+	}
+	return fields
+}
