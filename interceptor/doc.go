@@ -36,6 +36,16 @@
 // Header and trailer metadata the handler sets, SendHeader included, are
 // held back and sent once the result is stored.
 //
+// # Failures
+//
+// While the handler runs, its lease is renewed every third of a lease, so
+// only a dead worker is ever taken over. A store used by one process at a
+// time (Claimant.Exclusive) takes over claims left by an earlier process at
+// once. When the result cannot be stored, the caller gets UNAVAILABLE and
+// the record stays in flight, to be taken over by a retry after the lease:
+// a call that ran is never forgotten. Results larger than WithMaxResultSize
+// are replaced by a stored INTERNAL error.
+//
 // # Fingerprints
 //
 // Deterministic protobuf encoding is stable for one binary and schema, not
