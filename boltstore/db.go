@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -45,6 +47,12 @@ type DB struct {
 	bolt       *bolt.DB
 	sweepBatch int
 	claimant   interceptor.Claimant
+
+	queue         chan *write // unbuffered; see update
+	quit          chan struct{}
+	committerDone chan struct{}
+	closeOnce     sync.Once
+	commits       atomic.Uint64
 }
 
 // Open opens or creates the data file at path, mode 0600, creating its
@@ -83,7 +91,12 @@ func Open(path string, opts *Options) (*DB, error) {
 		// The file lock is held until Close: claims of any other ID were
 		// made by a process that has let go of the file.
 		claimant: interceptor.Claimant{ID: newProcessID(), Exclusive: true},
+
+		queue:         make(chan *write),
+		quit:          make(chan struct{}),
+		committerDone: make(chan struct{}),
 	}
+	go db.commitLoop()
 	return db, nil
 }
 
@@ -94,8 +107,17 @@ func newProcessID() string {
 	return fmt.Sprintf("pid %d %x", os.Getpid(), b)
 }
 
-// Close releases the file. Calls in progress finish first.
-func (db *DB) Close() error { return db.bolt.Close() }
+// Close releases the file. Writes in progress finish first; later ones
+// fail with ErrClosed.
+func (db *DB) Close() error {
+	err := ErrClosed
+	db.closeOnce.Do(func() {
+		close(db.quit)
+		<-db.committerDone
+		err = db.bolt.Close()
+	})
+	return err
+}
 
 // Path is the data file's path.
 func (db *DB) Path() string { return db.bolt.Path() }

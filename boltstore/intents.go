@@ -22,7 +22,7 @@ func (db *DB) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.Pay
 	if err != nil {
 		return err
 	}
-	return db.bolt.Update(func(tx *bolt.Tx) error {
+	return db.update(func(tx *bolt.Tx) error {
 		intents := tx.Bucket(bucketIntents)
 		if intents.Get([]byte(pi.Id)) != nil {
 			return fmt.Errorf("create intent: id %s already exists", pi.Id)
@@ -50,7 +50,7 @@ func (db *DB) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.Paym
 // afterwards, or nil when owner has no such intent.
 func (db *DB) UpdateIntent(ctx context.Context, owner, id string, update func(*paymentsv1.PaymentIntent) bool) (*paymentsv1.PaymentIntent, error) {
 	var pi *paymentsv1.PaymentIntent
-	err := db.bolt.Update(func(tx *bolt.Tx) (err error) {
+	err := db.update(func(tx *bolt.Tx) (err error) {
 		pi, err = getIntent(tx, owner, id)
 		if err != nil || pi == nil || !update(pi) {
 			return err

@@ -36,7 +36,7 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 
 	var outcome interceptor.Outcome
 	var rec *interceptor.Record
-	err = db.bolt.Update(func(tx *bolt.Tx) error {
+	err = db.update(func(tx *bolt.Tx) error {
 		stored, err := getRecord(tx, key)
 		if err != nil {
 			return err
@@ -80,7 +80,7 @@ func (db *DB) Complete(ctx context.Context, rk interceptor.RecordKey, done *inte
 // claim, so the expiry index stays as it is.
 func (db *DB) replaceClaim(rk interceptor.RecordKey, r *interceptor.Record) error {
 	key := recordKey(rk)
-	return db.bolt.Update(func(tx *bolt.Tx) error {
+	return db.update(func(tx *bolt.Tx) error {
 		stored, err := getRecord(tx, key)
 		if err != nil {
 			return err
@@ -114,7 +114,8 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 // records they point to, in one transaction. It collects the batch before
 // deleting: a bbolt cursor skips keys when deleted under.
 func (db *DB) sweepBatchOnce(now time.Time) (scanned, deleted int, err error) {
-	err = db.bolt.Update(func(tx *bolt.Tx) error {
+	err = db.update(func(tx *bolt.Tx) error {
+		scanned, deleted = 0, 0 // in case the batch runs again
 		records, index := tx.Bucket(bucketRecords), tx.Bucket(bucketRecordExpiry)
 		var batch [][]byte
 		c := index.Cursor()

@@ -1,0 +1,92 @@
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func openTest(t *testing.T) *DB {
+	t.Helper()
+	db, err := Open(filepath.Join(t.TempDir(), "paymentsd.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func put(key string) func(*bolt.Tx) error {
+	return func(tx *bolt.Tx) error { return tx.Bucket(bucketIntents).Put([]byte(key), []byte("v")) }
+}
+
+func has(t *testing.T, db *DB, key string) bool {
+	t.Helper()
+	found := false
+	db.bolt.View(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bucketIntents).Get([]byte(key)) != nil
+		return nil
+	})
+	return found
+}
+
+func TestCommit_FailedWriteRollsBackAloneAndTheRestCommit(t *testing.T) {
+	db := openTest(t)
+	boom := errors.New("boom")
+	runs := 0
+	batch := []*write{
+		{fn: put("a"), done: make(chan error, 1)},
+		{fn: func(tx *bolt.Tx) error {
+			runs++
+			put("bad")(tx)
+			return boom
+		}, done: make(chan error, 1)},
+		{fn: put("c"), done: make(chan error, 1)},
+	}
+	writes := slices.Clone(batch) // commit reuses batch's array
+	before := db.Commits()
+	db.commit(batch)
+	for i, want := range []error{nil, boom, nil} {
+		if err := <-writes[i].done; !errors.Is(err, want) {
+			t.Errorf("write %d: %v, want %v", i, err, want)
+		}
+	}
+	if !has(t, db, "a") || !has(t, db, "c") || has(t, db, "bad") {
+		t.Errorf("after the batch: a %t, c %t, bad %t; want a and c only", has(t, db, "a"), has(t, db, "c"), has(t, db, "bad"))
+	}
+	if got := db.Commits() - before; got != 2 || runs != 1 {
+		t.Errorf("%d commits, failing write ran %d times; want 2 and 1", got, runs)
+	}
+}
+
+func TestUpdate_ConcurrentWritesAllDurable(t *testing.T) {
+	db := openTest(t)
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			if err := db.update(put(fmt.Sprint(i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 200 {
+		if !has(t, db, fmt.Sprint(i)) {
+			t.Fatalf("write %d is missing", i)
+		}
+	}
+	t.Logf("200 concurrent writes in %d commits", db.Commits())
+}
+
+func TestUpdate_AfterClose_ErrClosed(t *testing.T) {
+	db := openTest(t)
+	db.Close()
+	if err := db.update(put("x")); !errors.Is(err, ErrClosed) {
+		t.Errorf("update after Close: %v, want ErrClosed", err)
+	}
+}
