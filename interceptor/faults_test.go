@@ -101,15 +101,17 @@ func TestFault_RenewFails_LeaseRunsOutAndAttemptIsSuperseded(t *testing.T) {
 	const lease = 150 * time.Millisecond
 	h, fs := startFaulty(t, interceptor.WithLease(lease), interceptor.WithClock(time.Now))
 	fs.failRenew.Store(true)
-	release := make(chan struct{})
+	running, release := make(chan struct{}), make(chan struct{})
 	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 		if attempt, _ := interceptor.AttemptFromContext(ctx); attempt == 1 {
+			close(running)
 			<-release
 		}
 		return echo(ctx, req)
 	}
-	first := make(chan call)
+	first := make(chan call, 1)
 	go func() { first <- h.send("tok", "k", payload("x")) }()
+	<-running
 	// Retry until the unrenewed lease runs out and a retry takes over.
 	var second call
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(lease / 10) {
@@ -134,18 +136,23 @@ func TestFault_RenewFails_LeaseRunsOutAndAttemptIsSuperseded(t *testing.T) {
 func TestRenewal_SlowLiveWorkerIsNeverTakenOver(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	h, fs := startFaulty(t, interceptor.WithLease(lease), interceptor.WithClock(time.Now))
-	release := make(chan struct{})
+	running, release := make(chan struct{}), make(chan struct{})
 	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		<-release
+		if attempt, _ := interceptor.AttemptFromContext(ctx); attempt == 1 {
+			close(running)
+			<-release
+		}
 		return echo(ctx, req)
 	}
-	first := make(chan call)
+	first := make(chan call, 1)
+	defer close(release)
 	go func() { first <- h.send("tok", "k", payload("x")) }()
+	<-running
 	// Retry for three leases; renewals happen every third of one.
 	for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 10) {
 		wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
 	}
-	close(release)
+	release <- struct{}{}
 	if a := <-first; a.err != nil {
 		t.Fatalf("slow worker: %v, want its result", a.err)
 	}
