@@ -6,8 +6,9 @@ SHELL := bash
 # buf, protoc-gen-go and protoc-gen-go-grpc are pinned in tools/go.mod and run
 # through `go tool`, so a fresh clone needs nothing but Go.
 BUF := go tool -modfile=tools/go.mod buf
+GHZ_VERSION := v0.120.0
 
-.PHONY: run test lint generate crashtest
+.PHONY: run test lint generate crashtest bench
 
 ## run: start paymentsd on localhost:50051 in dev mode, data in ./data/
 run:
@@ -21,6 +22,17 @@ test:
 ## orphan intents to expire (make test runs a 20-round version)
 crashtest:
 	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_CRASH_EXPIRY=1 go test -count=1 -timeout 30m -v -run '^TestCrash' ./cmd/paymentsd
+
+## bench: Go benchmarks of the store and interceptor, then ghz against the
+## real binary with and without the interceptor (see BENCHMARKS.md)
+bench: bin/ghz
+	go build -o bin/paymentsd ./cmd/paymentsd
+	go build -tags benchbaseline -o bin/paymentsd-baseline ./cmd/paymentsd
+	go test -run '^$$' -bench . -benchmem -count 3 ./boltstore ./interceptor
+	go run ./bench
+
+bin/ghz:
+	GOBIN=$(CURDIR)/bin go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 
 ## lint: buf lint, go vet and gofmt
 lint:

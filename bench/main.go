@@ -1,0 +1,250 @@
+// Command bench drives `make bench`: it starts paymentsd (and its build
+// without the idempotency interceptor) on loopback, loads it with ghz, and
+// prints a table of medians over several runs, with the ratios the
+// benchmark targets name. Each run gets a fresh server and data file.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+)
+
+var (
+	paymentsd = flag.String("paymentsd", "bin/paymentsd", "the paymentsd binary")
+	baseline  = flag.String("baseline", "bin/paymentsd-baseline", "paymentsd built with -tags benchbaseline")
+	ghz       = flag.String("ghz", "bin/ghz", "the ghz binary")
+	runs      = flag.Int("runs", 3, "runs of each scenario; the table shows medians")
+	scale     = flag.Float64("scale", 1, "multiplies the requests of every run")
+)
+
+const (
+	method = "payments.v1.PaymentIntentService/CreatePaymentIntent"
+	body   = `{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3",` +
+		`"payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",` +
+		`"amount":"100000000","expires_in_seconds":900}`
+	otherBody = `{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3",` +
+		`"payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",` +
+		`"amount":"999000000","expires_in_seconds":900}`
+	hotKeys = 100 // keys the replay scenarios pre-create
+)
+
+// scenario is one line of the table.
+type scenario struct {
+	name        string
+	binary      *string
+	concurrency int
+	requests    int    // per run, about 3s here; counts, not durations, so no call is cut off
+	key         string // ghz metadata template for idempotency-key
+	body        string
+	setup       bool // pre-create hotKeys keys hot-0..hot-99 with body
+}
+
+var scenarios = []scenario{
+	{"fresh c=1", paymentsd, 1, 2000, "fresh-{{.RequestNumber}}", body, false},
+	{"fresh c=64", paymentsd, 64, 15000, "fresh-{{.RequestNumber}}", body, false},
+	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false},
+	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true},
+	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true},
+	// Every tenth request fresh, the others replays of the hot keys. (The
+	// template is one action, since ghz renders an {{if}} only once, and has
+	// no double quotes, since ghz renders it inside the JSON text.)
+	{"90% replay, 10% fresh c=64", paymentsd, 64, 40000,
+		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true},
+}
+
+// result is one run's figures.
+type result struct {
+	rps, p50, p99 float64 // requests/s, latencies in ms of every answer
+	commits       float64 // bbolt commits per request
+	codes         string  // answers by status code
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	fmt.Printf("Medians of %d runs. Machine: %d CPUs.\n\n", *runs, runtime.NumCPU())
+	fmt.Println("| scenario | requests/s | p50 ms | p99 ms | commits/request | answers (last run) |")
+	fmt.Println("|---|---:|---:|---:|---:|---|")
+	medians := map[string]result{}
+	for _, sc := range scenarios {
+		var rs []result
+		for range *runs {
+			rs = append(rs, runOnce(sc))
+		}
+		m := median(rs)
+		medians[sc.name] = m
+		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.3f | %s |\n", sc.name, m.rps, m.p50, m.p99, m.commits, rs[len(rs)-1].codes)
+	}
+	ratio := func(a, b string) float64 { return medians[a].rps / medians[b].rps }
+	fmt.Printf("\nRatios of medians (targets in brackets):\n")
+	fmt.Printf("- fresh c=64 with / without the interceptor: %.2fx [>= 0.6]\n", ratio("fresh c=64", "fresh c=64, no interceptor"))
+	fmt.Printf("- replay c=64 / fresh c=64 without the interceptor: %.2fx [>= 1]\n", ratio("replay one key c=64", "fresh c=64, no interceptor"))
+	fmt.Printf("- fresh c=64 / fresh c=1: %.2fx [>= 5]\n", ratio("fresh c=64", "fresh c=1"))
+}
+
+func runOnce(sc scenario) result {
+	dir, err := os.MkdirTemp("", "paymentsd-bench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db := filepath.Join(dir, "bench.db")
+	if sc.setup { // in a server of its own, so that its commits do not count
+		srv := start(*sc.binary, db)
+		precreate(srv.addr)
+		srv.stop()
+	}
+	srv := start(*sc.binary, db)
+
+	md, _ := json.Marshal(map[string]string{"authorization": "Bearer bench", "idempotency-key": sc.key})
+	out, err := exec.Command(*ghz, "--insecure", "--call", method, "-d", sc.body, "--metadata", string(md),
+		"-c", fmt.Sprint(sc.concurrency), "-n", fmt.Sprint(int(float64(sc.requests)**scale)), "-O", "json", srv.addr).Output()
+	if err != nil {
+		log.Fatalf("ghz: %v\n%s", err, out)
+	}
+	var rep struct {
+		Count   uint64
+		Rps     float64
+		Details []struct {
+			Latency time.Duration
+			Status  string
+		}
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		log.Fatalf("ghz output: %v", err)
+	}
+	// Latencies of every answer, errors included (ghz's own percentiles
+	// leave errors out), and the answers by code.
+	var lat []time.Duration
+	codes := map[string]int{}
+	for _, d := range rep.Details {
+		lat = append(lat, d.Latency)
+		codes[d.Status]++
+	}
+	slices.Sort(lat)
+	r := result{rps: rep.Rps}
+	if len(lat) > 0 {
+		r.p50 = float64(lat[len(lat)/2]) / 1e6
+		r.p99 = float64(lat[len(lat)*99/100]) / 1e6
+	}
+	var parts []string
+	for code, n := range codes {
+		parts = append(parts, fmt.Sprintf("%s %d", code, n))
+	}
+	slices.Sort(parts)
+	r.codes = strings.Join(parts, ", ")
+	r.commits = float64(srv.stop()) / float64(rep.Count)
+	return r
+}
+
+// precreate makes the hot keys, so that replays find them completed.
+func precreate(addr string) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	client := paymentsv1.NewPaymentIntentServiceClient(conn)
+	var req paymentsv1.CreatePaymentIntentRequest
+	if err := protojson.Unmarshal([]byte(body), &req); err != nil {
+		log.Fatal(err)
+	}
+	for i := range hotKeys {
+		ctx := metadata.AppendToOutgoingContext(context.Background(),
+			"authorization", "Bearer bench", "idempotency-key", fmt.Sprint("hot-", i))
+		if _, err := client.CreatePaymentIntent(ctx, &req); err != nil {
+			log.Fatalf("pre-create hot-%d: %v", i, err)
+		}
+	}
+}
+
+type server struct {
+	cmd     *exec.Cmd
+	addr    string
+	lines   []string      // its log after the listening line
+	logDone chan struct{} // closed once the log is read to its end
+}
+
+func start(binary, db string) *server {
+	s := &server{logDone: make(chan struct{})}
+	s.cmd = exec.Command(binary, "--listen", "127.0.0.1:0", "--db", db)
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	listening := make(chan string, 1)
+	go func() {
+		defer close(s.logDone)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var l struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "paymentsd listening" {
+				listening <- l.Addr
+			}
+			s.lines = append(s.lines, sc.Text())
+		}
+	}()
+	select {
+	case s.addr = <-listening:
+	case <-s.logDone:
+		log.Fatalf("%s exited at start:\n%s", binary, strings.Join(s.lines, "\n"))
+	}
+	return s
+}
+
+// stop shuts the server down and returns the bbolt commits it made.
+func (s *server) stop() uint64 {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.logDone
+	s.cmd.Wait()
+	for _, line := range s.lines {
+		var l struct {
+			Msg     string
+			Commits uint64
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "closed" {
+			return l.Commits
+		}
+	}
+	log.Fatalf("no commit count in the log")
+	return 0
+}
+
+func median(rs []result) result {
+	pick := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return result{
+		rps:     pick(func(r result) float64 { return r.rps }),
+		p50:     pick(func(r result) float64 { return r.p50 }),
+		p99:     pick(func(r result) float64 { return r.p99 }),
+		commits: pick(func(r result) float64 { return r.commits }),
+	}
+}
