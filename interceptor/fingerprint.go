@@ -16,17 +16,14 @@ type Fingerprint [sha256.Size]byte
 
 // NewFingerprint computes the fingerprint of req sent to fullMethod.
 func NewFingerprint(fullMethod string, req proto.Message) (Fingerprint, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	opts := proto.MarshalOptions{Deterministic: true}
+	b := make([]byte, 0, len(fullMethod)+1+opts.Size(req))
+	b = append(append(b, fullMethod...), 0)
+	b, err := opts.MarshalAppend(b, req)
 	if err != nil {
 		return Fingerprint{}, fmt.Errorf("fingerprint: %w", err)
 	}
-	h := sha256.New()
-	h.Write([]byte(fullMethod))
-	h.Write([]byte{0})
-	h.Write(b)
-	var fp Fingerprint
-	h.Sum(fp[:0])
-	return fp, nil
+	return sha256.Sum256(b), nil
 }
 
 // Short is the first 8 bytes in hex, enough to tell fingerprints apart in an

@@ -76,10 +76,9 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (*Re
 	if policy == KeyIgnored {
 		return nil, Fingerprint{}, nil
 	}
-	if policy == KeyOptional {
-		if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(KeyHeader)) == 0 && len(md.Get(KeyHeader+"-bin")) == 0 {
-			return nil, Fingerprint{}, nil
-		}
+	if policy == KeyOptional && len(metadata.ValueFromIncomingContext(ctx, KeyHeader)) == 0 &&
+		len(metadata.ValueFromIncomingContext(ctx, KeyHeader+"-bin")) == 0 {
+		return nil, Fingerprint{}, nil
 	}
 	// The credential comes first: without one, the key is not even read.
 	scope, err := i.opts.scope(ctx)

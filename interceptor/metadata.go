@@ -42,11 +42,10 @@ func ParseKey(key string) error {
 // keyFromContext returns the request's idempotency key and whether one was
 // sent; the error is a status error ready to return.
 func keyFromContext(ctx context.Context) (string, bool, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if len(md.Get(KeyHeader+"-bin")) > 0 {
+	if len(metadata.ValueFromIncomingContext(ctx, KeyHeader+"-bin")) > 0 {
 		return "", true, errKeyInvalid("send it as idempotency-key, not idempotency-key-bin")
 	}
-	vals := md.Get(KeyHeader)
+	vals := metadata.ValueFromIncomingContext(ctx, KeyHeader)
 	switch len(vals) {
 	case 0:
 		return "", false, nil
@@ -63,8 +62,7 @@ func keyFromContext(ctx context.Context) (string, bool, error) {
 // BearerToken returns the token of the request's single
 // "authorization: Bearer <token>" header, or an UNAUTHENTICATED status error.
 func BearerToken(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
 	if len(vals) != 1 {
 		return "", status.Errorf(codes.Unauthenticated, "send exactly one authorization: Bearer <token> header, got %d", len(vals))
 	}
@@ -83,5 +81,7 @@ func BearerScope(ctx context.Context) (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256([]byte(token))
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	scope := make([]byte, len("sha256:")+hex.EncodedLen(len(sum)))
+	hex.Encode(scope[copy(scope, "sha256:"):], sum[:])
+	return string(scope), nil
 }

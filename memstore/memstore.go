@@ -1,0 +1,97 @@
+// Package memstore is an interceptor.Store in memory: the reference
+// implementation of the claim rules, for tests, benchmarks and servers that
+// accept losing their records on restart. It is not durable.
+package memstore
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// Store keeps records in a map. It is safe for concurrent use.
+type Store struct {
+	mu       sync.Mutex
+	records  map[interceptor.RecordKey]*interceptor.Record
+	claimant interceptor.Claimant
+}
+
+// New returns an empty store. Its claims are not exclusive: a store in
+// memory cannot outlive its process, so it never meets an orphan.
+func New() *Store {
+	var id [8]byte
+	rand.Read(id[:]) // never fails; see crypto/rand.Read
+	return &Store{
+		records:  map[interceptor.RecordKey]*interceptor.Record{},
+		claimant: interceptor.Claimant{ID: fmt.Sprintf("memstore %x", id)},
+	}
+}
+
+// Claim decides req under the store's lock.
+func (s *Store) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	outcome, rec := interceptor.Decide(s.records[req.Key], req, s.claimant)
+	if outcome.Claimed() {
+		s.records[req.Key] = rec
+	}
+	return outcome, rec, nil
+}
+
+// Renew stores the renewed claim if it is still the stored one.
+func (s *Store) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+	return s.replace(key, claim)
+}
+
+// Complete stores the completed claim if it is still the stored one.
+func (s *Store) Complete(ctx context.Context, key interceptor.RecordKey, done *interceptor.Record) error {
+	return s.replace(key, done)
+}
+
+func (s *Store) replace(key interceptor.RecordKey, r *interceptor.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := interceptor.CheckClaim(s.records[key], r); err != nil {
+		return err
+	}
+	s.records[key] = r
+	return nil
+}
+
+// Sweep deletes the records expired at now. It scans every record: fine
+// for the sizes a store in memory holds.
+func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, r := range s.records {
+		if !now.Before(r.Expiry) {
+			delete(s.records, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Claimant is who the store claims as.
+func (s *Store) Claimant() interceptor.Claimant { return s.claimant }
+
+// Close does nothing; the records stay for a store reopened by Reopen.
+func (s *Store) Close() error { return nil }
+
+// Reopen returns a store holding the same records under a new claimant, as
+// a process that restarted would see a shared database: for the
+// conformance suite's reopen test.
+func (s *Store) Reopen() *Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := New()
+	for k, r := range s.records {
+		n.records[k] = r
+	}
+	return n
+}
