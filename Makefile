@@ -29,6 +29,7 @@ bench: bin/ghz
 	go build -o bin/paymentsd ./cmd/paymentsd
 	go build -tags benchbaseline -o bin/paymentsd-baseline ./cmd/paymentsd
 	go test -run '^$$' -bench . -benchmem -count 3 ./boltstore ./interceptor
+	PAYMENTSD_SCALE_RECORDS=1000000 go test -count=1 -run '^TestScale$$' -v -timeout 20m ./boltstore
 	go run ./bench
 
 bin/ghz:

@@ -66,7 +66,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)
 	}

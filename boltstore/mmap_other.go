@@ -1,0 +1,5 @@
+//go:build !linux
+
+package boltstore
+
+const mmapFlags = 0

@@ -1,0 +1,149 @@
+package boltstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// TestScale fills the store with PAYMENTSD_SCALE_RECORDS completed records
+// (run by `make bench` with 1,000,000) and reports claim and replay latency
+// against a store of 1,000, the longest stall a sweep of them all causes to
+// concurrent claims, and the file size after sweeping and refilling. It
+// asserts only that the refilled file did not grow: the figures are
+// measurements, for BENCHMARKS.md, not pass marks.
+func TestScale(t *testing.T) {
+	total, _ := strconv.Atoi(os.Getenv("PAYMENTSD_SCALE_RECORDS"))
+	if total == 0 {
+		t.Skip("set PAYMENTSD_SCALE_RECORDS, e.g. 1000000 (make bench does)")
+	}
+	db := openTest(t)
+	t0 := time.Now()
+	const ttl = time.Hour
+	response, _ := anypb.New(wrapperspb.Bytes(make([]byte, 300)))
+	result := &interceptor.Result{Response: response}
+	fp := sha256.Sum256([]byte("body"))
+	req := func(key string, now time.Time) interceptor.ClaimRequest {
+		return interceptor.ClaimRequest{
+			Key: interceptor.RecordKey{Scope: "scale", Key: key}, Fingerprint: fp,
+			Now: now, Lease: time.Minute, TTL: ttl,
+		}
+	}
+	// fill writes completed records fill-from .. fill-to, 20,000 a transaction.
+	fill := func(from, to int) {
+		for lo := from; lo < to; lo += 20000 {
+			err := db.bolt.Update(func(tx *bolt.Tx) error {
+				for i := lo; i < min(lo+20000, to); i++ {
+					r := req(fmt.Sprintf("fill-%09d", i), t0)
+					_, rec := interceptor.Decide(nil, r, db.claimant)
+					key := recordKey(r.Key)
+					if err := tx.Bucket(bucketRecordExpiry).Put(expiryKey(rec.Expiry, key), nil); err != nil {
+						return err
+					}
+					if err := putRecord(tx, key, rec.Completed(result)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx := context.Background()
+	fresh := 0
+	// measure returns median fresh claim+complete and replay latencies.
+	measure := func(records int) (claim, replay time.Duration) {
+		var claims, replays []time.Duration
+		for i := range 500 {
+			fresh++
+			r := req(fmt.Sprintf("new-%d", fresh), t0)
+			start := time.Now()
+			_, rec, err := db.Claim(ctx, r)
+			if err == nil {
+				err = db.Complete(ctx, r.Key, rec.Completed(result))
+			}
+			claims = append(claims, time.Since(start))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = req(fmt.Sprintf("fill-%09d", (i*7919)%records), t0)
+			start = time.Now()
+			if o, _, err := db.Claim(ctx, r); err != nil || o != interceptor.OutcomeReplay {
+				t.Fatalf("replay: %v %v", o, err)
+			}
+			replays = append(replays, time.Since(start))
+		}
+		slices.Sort(claims)
+		slices.Sort(replays)
+		return claims[len(claims)/2], replays[len(replays)/2]
+	}
+
+	fill(0, 1000)
+	claim1k, replay1k := measure(1000)
+	start := time.Now()
+	fill(1000, total)
+	t.Logf("filled %d records in %v", total, time.Since(start).Round(time.Second))
+	claimN, replayN := measure(total)
+	t.Logf("median claim+complete: %v with 1k records, %v with %d (%.2fx)", claim1k, claimN, total, float64(claimN)/float64(claim1k))
+	t.Logf("median replay:         %v with 1k records, %v with %d (%.2fx)", replay1k, replayN, total, float64(replayN)/float64(replay1k))
+	filled := fileSize(t, db)
+
+	// Sweep everything while claims go on, and time the claims.
+	sweepDone := make(chan struct{})
+	var swept int
+	start = time.Now()
+	go func() {
+		defer close(sweepDone)
+		var err error
+		if swept, err = db.Sweep(ctx, t0.Add(ttl)); err != nil {
+			t.Error(err)
+		}
+	}()
+	var stalls []time.Duration
+	for running := true; running; {
+		select {
+		case <-sweepDone:
+			running = false
+		default:
+		}
+		fresh++
+		r := req(fmt.Sprintf("during-%d", fresh), t0.Add(ttl))
+		s := time.Now()
+		if _, _, err := db.Claim(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		stalls = append(stalls, time.Since(s))
+	}
+	slices.Sort(stalls)
+	t.Logf("swept %d records in %v; %d concurrent claims: median %v, p99 %v, longest %v",
+		swept, time.Since(start).Round(time.Millisecond), len(stalls),
+		stalls[len(stalls)/2], stalls[len(stalls)*99/100], stalls[len(stalls)-1])
+
+	fill(total, 2*total)
+	refilled := fileSize(t, db)
+	t.Logf("file: %d MiB filled, %d MiB after sweeping and refilling as many records", filled>>20, refilled>>20)
+	if refilled > filled+filled/10 {
+		t.Errorf("the file grew from %d to %d bytes: freed pages were not reused", filled, refilled)
+	}
+}
+
+func fileSize(t *testing.T, db *DB) int64 {
+	info, err := os.Stat(db.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size()
+}
