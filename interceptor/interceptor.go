@@ -58,6 +58,11 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	obs.Outcome, obs.Attempt = outcome, rec.Attempt
 	i.opts.observe(ctx, obs)
 
+	// Every answer about a record says when it is forgotten: until then a
+	// retry with this key is safe. Truncated to the second, so never late.
+	if err := grpc.SetHeader(ctx, metadata.Pairs(ExpiresAtHeader, rec.Expiry.UTC().Format(time.RFC3339))); err != nil {
+		return nil, status.Errorf(codes.Internal, "idempotency: set header: %v", err)
+	}
 	switch outcome {
 	case OutcomeReplay:
 		return replay(ctx, rec.Result)

@@ -363,3 +363,40 @@ func TestKey_ControlOrNonASCII_InvalidAndNotRun(t *testing.T) {
 		wantReason(t, err, codes.InvalidArgument, interceptor.ReasonKeyInvalid)
 	}
 }
+
+func TestExpiresAt_OnEveryAnswerAboutARecord(t *testing.T) {
+	h := start(t, interceptor.WithTTL(2*time.Hour))
+	want := h.clock.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)
+	release := make(chan struct{})
+	running := make(chan struct{})
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		if string(req.Payload.Body) == "slow" {
+			close(running)
+			<-release
+		}
+		return echo(ctx, req)
+	}
+	fresh := h.send("tok", "k", payload("x"))
+	h.clock.Advance(time.Minute) // the expiry is the first claim's, not the answer's
+	answers := map[string]call{
+		"fresh":    fresh,
+		"replay":   h.send("tok", "k", payload("x")),
+		"mismatch": h.send("tok", "k", payload("y")),
+	}
+	slow := make(chan call, 1)
+	go func() { slow <- h.send("tok", "slow", payload("slow")) }()
+	<-running
+	answers["in flight"] = h.send("tok", "slow", payload("slow"))
+	close(release)
+	<-slow
+	for name, a := range answers {
+		if got := a.header.Get(interceptor.ExpiresAtHeader); len(got) != 1 || (name != "in flight" && got[0] != want) {
+			t.Errorf("%s: %s = %v, want [%s]", name, interceptor.ExpiresAtHeader, got, want)
+		}
+	}
+	// Outside the layer (no key where one is optional), no such header.
+	h2 := start(t, interceptor.WithDefaultKeyPolicy(interceptor.KeyOptional))
+	if a := h2.call(payload("x"), "authorization", "Bearer tok"); a.err != nil || a.header.Get(interceptor.ExpiresAtHeader) != nil {
+		t.Errorf("without a key: %v, header %v; want no expiry", a.err, a.header)
+	}
+}

@@ -18,6 +18,10 @@ const (
 	KeyHeader = "idempotency-key"
 	// ReplayedHeader is set to "true" on every replayed response.
 	ReplayedHeader = "idempotent-replayed"
+	// ExpiresAtHeader is set on every answer about a record, replays and
+	// errors included, to when the record is forgotten (RFC 3339, UTC):
+	// until then a retry with the same key is safe.
+	ExpiresAtHeader = "idempotency-expires-at"
 	// MaxKeyLength is the longest idempotency key accepted.
 	MaxKeyLength = 255
 )
