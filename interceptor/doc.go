@@ -49,9 +49,19 @@
 // # Fingerprints
 //
 // Deterministic protobuf encoding is stable for one binary and schema, not
-// across protobuf library versions or schema changes: a retry served by a
-// newer deployment may see a mismatch for the same logical request, which
-// is the safe way to be wrong (never the other way round).
+// across protobuf library versions or schema changes (a new field, a
+// renumbered one): a retry served by a newer deployment may see a mismatch
+// for the same logical request, which is the safe way to be wrong, never
+// the other way round. Unknown fields are kept in the encoding, so a field
+// the server does not know still tells two requests apart.
+//
+// WithFingerprintExclude leaves fields that vary between retries (a trace
+// id) out of the fingerprint. Each record keeps its FingerprintScheme,
+// which names the excluded fields: fingerprints of two schemes cannot be
+// compared, so during a rolling deploy that changes the exclusions, a
+// retry meeting a record of the other scheme is refused as a mismatch, with
+// a message naming both, instead of being replayed or run again on a
+// comparison that means nothing.
 //
 // # Streaming
 //

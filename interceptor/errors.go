@@ -66,11 +66,16 @@ func errInFlight(key string, leaseLeft time.Duration) error {
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
 }
 
-func errMismatch(key string, stored, got Fingerprint) error {
-	return newError(codes.FailedPrecondition, ReasonKeyReused,
-		fmt.Sprintf("idempotency key %q was already used for a different request (fingerprint %s, got %s)",
-			key, stored.Short(), got.Short()),
-		map[string]string{"idempotency_key": key, "stored_fingerprint": stored.Short(), "request_fingerprint": got.Short()})
+func errMismatch(key string, stored *Record, got Fingerprint, scheme string) error {
+	meta := map[string]string{"idempotency_key": key, "stored_fingerprint": stored.Fingerprint.Short(), "request_fingerprint": got.Short()}
+	msg := fmt.Sprintf("idempotency key %q was already used for a different request (fingerprint %s, got %s)",
+		key, stored.Fingerprint.Short(), got.Short())
+	if stored.Scheme != scheme {
+		meta["stored_scheme"], meta["request_scheme"] = stored.Scheme, scheme
+		msg = fmt.Sprintf("idempotency key %q was used for a request fingerprinted as %q; this server fingerprints as %q and cannot tell whether the requests are the same (fingerprint %s, got %s)",
+			key, stored.Scheme, scheme, stored.Fingerprint.Short(), got.Short())
+	}
+	return newError(codes.FailedPrecondition, ReasonKeyReused, msg, meta)
 }
 
 func errSuperseded(key string, attempt uint64) error {

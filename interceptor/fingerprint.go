@@ -4,8 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Fingerprint identifies a request: SHA-256 over the full method name, a NUL
@@ -14,8 +17,53 @@ import (
 // Deterministic encoding is stable for one binary and schema; see doc.go.
 type Fingerprint [sha256.Size]byte
 
-// NewFingerprint computes the fingerprint of req sent to fullMethod.
+// FingerprintScheme names how fingerprints are computed. Records keep the
+// scheme of their fingerprint: one computed another way cannot be compared
+// with it, so a request meeting a record of another scheme is a mismatch,
+// never a replay.
+const FingerprintScheme = "sha256-deterministic-v1"
+
+// NewFingerprint computes the fingerprint of req sent to fullMethod, under
+// FingerprintScheme with no excluded fields.
 func NewFingerprint(fullMethod string, req proto.Message) (Fingerprint, error) {
+	return fingerprinter{}.fingerprint(fullMethod, req)
+}
+
+// fingerprinter computes fingerprints, leaving out excluded fields.
+type fingerprinter struct {
+	exclude map[protoreflect.FullName]bool
+}
+
+func newFingerprinter(exclude []protoreflect.FullName) fingerprinter {
+	f := fingerprinter{}
+	for _, name := range exclude {
+		if f.exclude == nil {
+			f.exclude = map[protoreflect.FullName]bool{}
+		}
+		f.exclude[name] = true
+	}
+	return f
+}
+
+// scheme is FingerprintScheme, plus the excluded fields if any, so that
+// records made under other exclusions are known to be incomparable.
+func (f fingerprinter) scheme() string {
+	if len(f.exclude) == 0 {
+		return FingerprintScheme
+	}
+	names := make([]string, 0, len(f.exclude))
+	for name := range f.exclude {
+		names = append(names, string(name))
+	}
+	slices.Sort(names)
+	return FingerprintScheme + "; excluding " + strings.Join(names, ",")
+}
+
+func (f fingerprinter) fingerprint(fullMethod string, req proto.Message) (Fingerprint, error) {
+	if len(f.exclude) > 0 {
+		req = proto.Clone(req)
+		f.clear(req.ProtoReflect())
+	}
 	opts := proto.MarshalOptions{Deterministic: true}
 	b := make([]byte, 0, len(fullMethod)+1+opts.Size(req))
 	b = append(append(b, fullMethod...), 0)
@@ -24,6 +72,28 @@ func NewFingerprint(fullMethod string, req proto.Message) (Fingerprint, error) {
 		return Fingerprint{}, fmt.Errorf("fingerprint: %w", err)
 	}
 	return sha256.Sum256(b), nil
+}
+
+// clear removes the excluded fields from m and the messages within it.
+func (f fingerprinter) clear(m protoreflect.Message) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case f.exclude[fd.FullName()]:
+			m.Clear(fd)
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, v protoreflect.Value) bool {
+				f.clear(v.Message())
+				return true
+			})
+		case fd.IsList() && fd.Message() != nil:
+			for i := range v.List().Len() {
+				f.clear(v.List().Get(i).Message())
+			}
+		case fd.Message() != nil && !fd.IsList() && !fd.IsMap():
+			f.clear(v.Message())
+		}
+		return true
+	})
 }
 
 // Short is the first 8 bytes in hex, enough to tell fingerprints apart in an

@@ -27,13 +27,16 @@ func UnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterce
 	if o.lease <= 0 || o.ttl <= o.lease {
 		panic(fmt.Sprintf("interceptor: need 0 < lease < ttl, got lease %v, ttl %v", o.lease, o.ttl))
 	}
-	i := &idempotency{store: store, opts: o}
+	i := &idempotency{store: store, opts: o, fingerprinter: newFingerprinter(o.exclude)}
+	i.scheme = i.fingerprinter.scheme()
 	return i.intercept
 }
 
 type idempotency struct {
-	store Store
-	opts  *options
+	store         Store
+	opts          *options
+	fingerprinter fingerprinter
+	scheme        string
 }
 
 func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -49,7 +52,7 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 
 	now := i.opts.now()
 	outcome, rec, err := i.store.Claim(ctx, ClaimRequest{
-		Key: *rk, Fingerprint: fp, Now: now, Lease: i.opts.lease, TTL: i.opts.ttl,
+		Key: *rk, Fingerprint: fp, Scheme: i.scheme, Now: now, Lease: i.opts.lease, TTL: i.opts.ttl,
 	})
 	if err != nil {
 		i.opts.observe(ctx, obs)
@@ -69,7 +72,7 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	case OutcomeInFlight:
 		return nil, errInFlight(rk.Key, rec.LeaseExpiry.Sub(now))
 	case OutcomeMismatch:
-		return nil, errMismatch(rk.Key, rec.Fingerprint, fp)
+		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
 	}
 	return i.run(ctx, req, handler, *rk, rec)
 }
@@ -104,7 +107,7 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (*Re
 	if !ok {
 		return nil, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: request of %s is a %T, not a protobuf message", method, req)
 	}
-	fp, err := NewFingerprint(method, msg)
+	fp, err := i.fingerprinter.fingerprint(method, msg)
 	if err != nil {
 		return nil, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: %v", err)
 	}

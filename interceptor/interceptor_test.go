@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/memstore"
 )
 
 func marshal(t *testing.T, m proto.Message) []byte {
@@ -398,5 +399,47 @@ func TestExpiresAt_OnEveryAnswerAboutARecord(t *testing.T) {
 	h2 := start(t, interceptor.WithDefaultKeyPolicy(interceptor.KeyOptional))
 	if a := h2.call(payload("x"), "authorization", "Bearer tok"); a.err != nil || a.header.Get(interceptor.ExpiresAtHeader) != nil {
 		t.Errorf("without a key: %v, header %v; want no expiry", a.err, a.header)
+	}
+}
+
+func TestFingerprintExclude_IgnoredFieldsReplay(t *testing.T) {
+	h := start(t, interceptor.WithFingerprintExclude(
+		"grpc.testing.SimpleRequest.fill_username", // top level, say a trace id
+		"grpc.testing.Payload.type",                // nested in payload
+	))
+	first := h.send("tok", "k", &testgrpc.SimpleRequest{FillUsername: true, Payload: &testgrpc.Payload{Body: []byte("b")}})
+	again := h.send("tok", "k", &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Type: 1, Body: []byte("b")}})
+	if first.err != nil || again.err != nil || !again.replayed() {
+		t.Fatalf("differing only in excluded fields: %v, %v (replayed %t); want a replay", first.err, again.err, again.replayed())
+	}
+	other := h.send("tok", "k", &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte("other")}})
+	wantReason(t, other.err, codes.FailedPrecondition, interceptor.ReasonKeyReused)
+	h.wantCalls(t, 1)
+}
+
+func TestFingerprintScheme_ChangeIsMismatchNotReplay(t *testing.T) {
+	store := memstore.New()
+	ctx := grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(context.Background(),
+		metadata.Pairs("authorization", "Bearer tok", interceptor.KeyHeader, "k")), transport{})
+	info := &grpc.UnaryServerInfo{FullMethod: testgrpc.TestService_UnaryCall_FullMethodName}
+	runs := 0
+	handler := func(ctx context.Context, req any) (any, error) { runs++; return &testgrpc.SimpleResponse{}, nil }
+	before := interceptor.UnaryServerInterceptor(store, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
+	after := interceptor.UnaryServerInterceptor(store, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired),
+		interceptor.WithFingerprintExclude("grpc.testing.SimpleRequest.fill_username"))
+
+	req := &testgrpc.SimpleRequest{ResponseSize: 1}
+	if _, err := before(ctx, req, info, handler); err != nil {
+		t.Fatal(err)
+	}
+	// The same request, fingerprinted under the new scheme, cannot be
+	// compared with the old record: refused, not replayed nor run again.
+	_, err := after(ctx, req, info, handler)
+	st := wantReason(t, err, codes.FailedPrecondition, interceptor.ReasonKeyReused)
+	if !strings.Contains(st.Message(), interceptor.FingerprintScheme) || !strings.Contains(st.Message(), "excluding") {
+		t.Errorf("message %q does not name both schemes", st.Message())
+	}
+	if runs != 1 {
+		t.Errorf("handler ran %d times, want 1", runs)
 	}
 }

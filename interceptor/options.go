@@ -3,6 +3,8 @@ package interceptor
 import (
 	"context"
 	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // KeyPolicy says what a method does with the idempotency-key header.
@@ -50,6 +52,7 @@ type options struct {
 	now           func() time.Time
 	observe       func(context.Context, Observation)
 	maxResult     int
+	exclude       []protoreflect.FullName
 }
 
 // Defaults of the options.
@@ -108,6 +111,16 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // replayed, so that one answer still leaves the server for the key. Default
 // DefaultMaxResultSize.
 func WithMaxResultSize(n int) Option { return func(o *options) { o.maxResult = n } }
+
+// WithFingerprintExclude leaves the named fields out of request
+// fingerprints, wherever they occur in a request: fields that vary between
+// retries of one operation, such as a trace id. Names are full proto field
+// names, e.g. "shop.v1.PlaceOrderRequest.trace_id". Excluded fields are
+// part of the fingerprint scheme, so records made before the exclusion
+// changed are refused as mismatches, never replayed.
+func WithFingerprintExclude(fields ...protoreflect.FullName) Option {
+	return func(o *options) { o.exclude = append(o.exclude, fields...) }
+}
 
 // WithObserver has f called once for every request, after the interceptor's
 // decision and before the handler runs.

@@ -16,8 +16,9 @@ import (
 // that every store keeps records in the same versioned format.
 func (r *Record) MarshalBinary() ([]byte, error) {
 	pb := &idempotencyv1.Record{
-		Fingerprint: r.Fingerprint[:],
-		State:       idempotencyv1.State(r.State),
+		Fingerprint:       r.Fingerprint[:],
+		FingerprintScheme: r.Scheme,
+		State:             idempotencyv1.State(r.State),
 		Attempt:     r.Attempt,
 		ClaimToken:  r.Token[:],
 		Owner:       r.Owner,
@@ -60,7 +61,10 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	if (state == StateCompleted) != (pb.Result != nil) {
 		return fmt.Errorf("decode idempotency record: state %d with result %t", pb.State, pb.Result != nil)
 	}
-	*r = Record{State: state, Attempt: pb.Attempt, Owner: pb.Owner, Expiry: pb.ExpireTime.AsTime()}
+	*r = Record{
+		Scheme: pb.FingerprintScheme, State: state, Attempt: pb.Attempt, Owner: pb.Owner,
+		Expiry: pb.ExpireTime.AsTime(),
+	}
 	copy(r.Fingerprint[:], pb.Fingerprint)
 	copy(r.Token[:], pb.ClaimToken)
 	if pb.LeaseExpireTime != nil {

@@ -22,7 +22,7 @@ func TestRecord_MarshalRoundTrip(t *testing.T) {
 	detail, _ := anypb.New(wrapperspb.Int64(7))
 	at := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
 	inFlight := &interceptor.Record{
-		Fingerprint: sha256.Sum256([]byte("req")), State: interceptor.StateInFlight, Attempt: 3,
+		Fingerprint: sha256.Sum256([]byte("req")), Scheme: interceptor.FingerprintScheme, State: interceptor.StateInFlight, Attempt: 3,
 		Token: interceptor.ClaimToken{1, 2, 3}, LeaseExpiry: at.Add(time.Second), Expiry: at.Add(time.Hour),
 	}
 	withResponse := *inFlight
@@ -48,7 +48,7 @@ func TestRecord_MarshalRoundTrip(t *testing.T) {
 		if err := got.UnmarshalBinary(b); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if got.Fingerprint != r.Fingerprint || got.State != r.State || got.Attempt != r.Attempt || got.Token != r.Token ||
+		if got.Fingerprint != r.Fingerprint || got.Scheme != r.Scheme || got.State != r.State || got.Attempt != r.Attempt || got.Token != r.Token ||
 			!got.LeaseExpiry.Equal(r.LeaseExpiry) || !got.Expiry.Equal(r.Expiry) {
 			t.Errorf("%s: decoded %+v, want %+v", name, got, r)
 		}

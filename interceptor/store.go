@@ -55,7 +55,9 @@ type RecordKey struct {
 type ClaimRequest struct {
 	Key         RecordKey
 	Fingerprint Fingerprint
-	Now         time.Time
+	// Scheme is how Fingerprint was computed; see FingerprintScheme.
+	Scheme string
+	Now    time.Time
 	// Lease is how long the claim holds before another request may take it over.
 	Lease time.Duration
 	// TTL is how long a new record lives, from its first claim.
@@ -110,7 +112,9 @@ type ClaimToken [16]byte
 // Record is what a store keeps for one RecordKey.
 type Record struct {
 	Fingerprint Fingerprint
-	State       State
+	// Scheme is how Fingerprint was computed; see FingerprintScheme.
+	Scheme string
+	State  State
 	// Attempt counts the handler runs for this record, from 1.
 	Attempt uint64
 	Token   ClaimToken
@@ -155,7 +159,7 @@ func Decide(stored *Record, req ClaimRequest, who Claimant) (Outcome, *Record) {
 	switch {
 	case stored == nil || !req.Now.Before(stored.Expiry):
 		return OutcomeFresh, newClaim(req, who, 1, req.Now.Add(req.TTL))
-	case stored.Fingerprint != req.Fingerprint:
+	case stored.Fingerprint != req.Fingerprint || stored.Scheme != req.Scheme:
 		return OutcomeMismatch, stored
 	case stored.State == StateCompleted:
 		return OutcomeReplay, stored
@@ -169,6 +173,7 @@ func Decide(stored *Record, req ClaimRequest, who Claimant) (Outcome, *Record) {
 func newClaim(req ClaimRequest, who Claimant, attempt uint64, expiry time.Time) *Record {
 	r := &Record{
 		Fingerprint: req.Fingerprint,
+		Scheme:      req.Scheme,
 		State:       StateInFlight,
 		Attempt:     attempt,
 		Owner:       who.ID,

@@ -99,6 +99,7 @@ func request(key string, fp string, now time.Time) interceptor.ClaimRequest {
 	return interceptor.ClaimRequest{
 		Key:         interceptor.RecordKey{Scope: "scope-a", Key: key},
 		Fingerprint: fingerprint(fp),
+		Scheme:      interceptor.FingerprintScheme,
 		Now:         now, Lease: lease, TTL: ttl,
 	}
 }
@@ -169,8 +170,8 @@ func testFresh(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
 	rec := claim(t, s, req, interceptor.OutcomeFresh)
-	if rec.Attempt != 1 || rec.State != interceptor.StateInFlight || rec.Fingerprint != req.Fingerprint {
-		t.Errorf("fresh claim = attempt %d state %v, want attempt 1, in flight, with the request's fingerprint", rec.Attempt, rec.State)
+	if rec.Attempt != 1 || rec.State != interceptor.StateInFlight || rec.Fingerprint != req.Fingerprint || rec.Scheme != req.Scheme {
+		t.Errorf("fresh claim = attempt %d state %v, want attempt 1, in flight, with the request's fingerprint and scheme", rec.Attempt, rec.State)
 	}
 	if !rec.LeaseExpiry.Equal(t0.Add(lease)) || !rec.Expiry.Equal(t0.Add(ttl)) {
 		t.Errorf("lease %v expiry %v, want %v and %v", rec.LeaseExpiry, rec.Expiry, t0.Add(lease), t0.Add(ttl))
@@ -218,6 +219,10 @@ func testMismatch(t *testing.T, open Opener) {
 	}
 	complete(t, s, req, first, sampleResult(t, "one"))
 	claim(t, s, request("k", "other body", t0.Add(time.Hour)), interceptor.OutcomeMismatch)
+	// The same fingerprint under another scheme cannot be compared.
+	otherScheme := request("k", "body", t0.Add(time.Hour))
+	otherScheme.Scheme = "another scheme"
+	claim(t, s, otherScheme, interceptor.OutcomeMismatch)
 	// The rejection stored nothing: the original still replays.
 	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "one"))
 }

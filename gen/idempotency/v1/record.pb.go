@@ -99,9 +99,14 @@ type Record struct {
 	Result *Result `protobuf:"bytes,7,opt,name=result,proto3" json:"result,omitempty"`
 	// The process that made the claim, as named by its store; a store used by
 	// one process at a time takes over in-flight claims of any other at once.
-	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	// How the fingerprint was computed. A fingerprint of another scheme cannot
+	// be compared with it: during a rolling deploy that changes the scheme,
+	// requests meeting the old records are refused as mismatches rather than
+	// replayed on a comparison that means nothing.
+	FingerprintScheme string `protobuf:"bytes,9,opt,name=fingerprint_scheme,json=fingerprintScheme,proto3" json:"fingerprint_scheme,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
@@ -186,6 +191,13 @@ func (x *Record) GetResult() *Result {
 func (x *Record) GetOwner() string {
 	if x != nil {
 		return x.Owner
+	}
+	return ""
+}
+
+func (x *Record) GetFingerprintScheme() string {
+	if x != nil {
+		return x.FingerprintScheme
 	}
 	return ""
 }
@@ -419,7 +431,7 @@ var File_idempotency_v1_record_proto protoreflect.FileDescriptor
 
 const file_idempotency_v1_record_proto_rawDesc = "" +
 	"\n" +
-	"\x1bidempotency/v1/record.proto\x12\x0eidempotency.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdd\x02\n" +
+	"\x1bidempotency/v1/record.proto\x12\x0eidempotency.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x03\n" +
 	"\x06Record\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\fR\vfingerprint\x12+\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.idempotency.v1.StateR\x05state\x12\x18\n" +
@@ -430,7 +442,8 @@ const file_idempotency_v1_record_proto_rawDesc = "" +
 	"\vexpire_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12.\n" +
 	"\x06result\x18\a \x01(\v2\x16.idempotency.v1.ResultR\x06result\x12\x14\n" +
-	"\x05owner\x18\b \x01(\tR\x05owner\"\xe9\x01\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\x12-\n" +
+	"\x12fingerprint_scheme\x18\t \x01(\tR\x11fingerprintScheme\"\xe9\x01\n" +
 	"\x06Result\x122\n" +
 	"\bresponse\x18\x01 \x01(\v2\x14.google.protobuf.AnyH\x00R\bresponse\x120\n" +
 	"\x06status\x18\x02 \x01(\v2\x16.idempotency.v1.StatusH\x00R\x06status\x125\n" +
