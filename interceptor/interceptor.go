@@ -37,6 +37,7 @@ type idempotency struct {
 	opts          *options
 	fingerprinter fingerprinter
 	scheme        string
+	flights       flights
 }
 
 func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -50,12 +51,12 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		return handler(ctx, req)
 	}
 
-	now := i.opts.now()
-	outcome, rec, err := i.store.Claim(ctx, ClaimRequest{
-		Key: *rk, Fingerprint: fp, Scheme: i.scheme, Now: now, Lease: i.opts.lease, TTL: i.opts.ttl,
-	})
+	outcome, rec, now, err := i.claim(ctx, *rk, fp)
 	if err != nil {
 		i.opts.observe(ctx, obs)
+		if _, ok := status.FromError(err); ok {
+			return nil, err // the caller's deadline or cancellation, while waiting
+		}
 		return nil, status.Errorf(codes.Unavailable, "idempotency store unavailable, the request was not run: %v", err)
 	}
 	obs.Outcome, obs.Attempt = outcome, rec.Attempt
@@ -75,6 +76,49 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
 	}
 	return i.run(ctx, req, handler, *rk, rec)
+}
+
+// claim claims rk. With WithInFlightWait, a request that finds the same
+// request in flight waits for it to finish and claims again, up to the wait
+// and the caller's deadline. A run in this process wakes its waiters when
+// it ends; one in another process sharing the store is polled, backing off.
+func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint) (Outcome, *Record, time.Time, error) {
+	var giveUp, poll *time.Timer // made on the first wait
+	pollEvery := 10 * time.Millisecond
+	defer func() {
+		if giveUp != nil {
+			giveUp.Stop()
+			poll.Stop()
+		}
+	}()
+	for {
+		now := i.opts.now()
+		outcome, rec, err := i.store.Claim(ctx, ClaimRequest{
+			Key: rk, Fingerprint: fp, Scheme: i.scheme, Now: now, Lease: i.opts.lease, TTL: i.opts.ttl,
+		})
+		if err != nil || outcome != OutcomeInFlight || i.opts.inFlightWait <= 0 {
+			return outcome, rec, now, err
+		}
+		if giveUp == nil {
+			giveUp, poll = time.NewTimer(i.opts.inFlightWait), time.NewTimer(pollEvery)
+		} else {
+			pollEvery = min(2*pollEvery, 200*time.Millisecond)
+			poll.Reset(pollEvery)
+		}
+		var pollC <-chan time.Time
+		done := i.flights.done(rk)
+		if done == nil { // running in another process: poll
+			pollC = poll.C
+		}
+		select {
+		case <-done:
+		case <-pollC:
+		case <-giveUp.C:
+			return outcome, rec, now, nil
+		case <-ctx.Done():
+			return 0, nil, now, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 }
 
 // identify returns the record key and fingerprint of a request, nil when the
@@ -121,6 +165,8 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	capture := &capturingStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 	hctx := grpc.NewContextWithServerTransportStream(context.WithValue(ctx, attemptKey{}, claim.Attempt), capture)
 	stopRenewing := i.renewWhileRunning(ctx, rk, *claim)
+	flight := i.flights.begin(rk)
+	defer i.flights.end(rk, flight) // after Complete: waiters find the result
 	resp, herr := handler(hctx, req)
 	stopRenewing()
 

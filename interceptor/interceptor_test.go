@@ -443,3 +443,60 @@ func TestFingerprintScheme_ChangeIsMismatchNotReplay(t *testing.T) {
 		t.Errorf("handler ran %d times, want 1", runs)
 	}
 }
+
+func TestInFlightWait_DuplicateGetsTheReplay(t *testing.T) {
+	h := start(t, interceptor.WithInFlightWait(time.Minute))
+	running, release := make(chan struct{}), make(chan struct{})
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		close(running)
+		<-release
+		return echo(ctx, req)
+	}
+	first := make(chan call, 1)
+	go func() { first <- h.send("tok", "k", payload("x")) }()
+	<-running
+	dups := make(chan call, 5)
+	for range cap(dups) {
+		go func() { dups <- h.send("tok", "k", payload("x")) }()
+	}
+	time.Sleep(50 * time.Millisecond) // let the duplicates start waiting
+	close(release)
+	want := <-first
+	for range cap(dups) {
+		d := <-dups
+		if d.err != nil || !d.replayed() || !proto.Equal(d.resp, want.resp) {
+			t.Errorf("duplicate: %v %v (replayed %t), want the first's result replayed", d.resp, d.err, d.replayed())
+		}
+	}
+	h.wantCalls(t, 1)
+}
+
+func TestInFlightWait_BoundedByWaitAndDeadline(t *testing.T) {
+	h := start(t, interceptor.WithInFlightWait(50*time.Millisecond))
+	running, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		close(running)
+		<-release
+		return echo(ctx, req)
+	}
+	go h.send("tok", "k", payload("x"))
+	<-running
+	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+
+	h2 := start(t, interceptor.WithInFlightWait(time.Hour))
+	running2, release2 := make(chan struct{}), make(chan struct{})
+	defer close(release2)
+	h2.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		close(running2)
+		<-release2
+		return echo(ctx, req)
+	}
+	go h2.send("tok", "k", payload("x"))
+	<-running2
+	ctx, cancel := context.WithTimeout(withKey(context.Background(), "tok", "k"), 100*time.Millisecond)
+	defer cancel()
+	if _, err := h2.client.UnaryCall(ctx, payload("x")); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("waiting past the caller's deadline: %v, want DEADLINE_EXCEEDED", err)
+	}
+}

@@ -53,6 +53,7 @@ type options struct {
 	observe       func(context.Context, Observation)
 	maxResult     int
 	exclude       []protoreflect.FullName
+	inFlightWait  time.Duration
 }
 
 // Defaults of the options.
@@ -121,6 +122,14 @@ func WithMaxResultSize(n int) Option { return func(o *options) { o.maxResult = n
 func WithFingerprintExclude(fields ...protoreflect.FullName) Option {
 	return func(o *options) { o.exclude = append(o.exclude, fields...) }
 }
+
+// WithInFlightWait has a duplicate of a request still in flight wait up to
+// d, and never past its own deadline, for the first to finish, and then
+// answers with the replay, instead of ABORTED (IDEMPOTENCY_KEY_IN_USE).
+// Waiters are woken when this process stores the result; a request running
+// in another process that shares the store is polled, backing off from
+// 10ms to 200ms. Default 0: no waiting.
+func WithInFlightWait(d time.Duration) Option { return func(o *options) { o.inFlightWait = d } }
 
 // WithObserver has f called once for every request, after the interceptor's
 // decision and before the handler runs.

@@ -68,6 +68,7 @@ type Config struct {
 	APIKeysPath   string
 	SweepInterval time.Duration
 	ShutdownGrace time.Duration
+	InFlightWait  time.Duration
 }
 
 // Main is the program: ParseFlags, then Run, then Close. Tests run it in
@@ -109,6 +110,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired idempotency records are deleted")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for calls in progress")
+	fs.DurationVar(&c.InFlightWait, "in-flight-wait", c.InFlightWait, "how long a duplicate of a request in flight waits for its result instead of getting ABORTED; 0 answers at once")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -120,6 +122,8 @@ func (m *Main) ParseFlags(args []string) error {
 		return fmt.Errorf("need 0 < --lease < --ttl, got %v and %v", c.Lease, c.TTL)
 	case c.SweepInterval <= 0:
 		return fmt.Errorf("--sweep-interval must be positive, got %v", c.SweepInterval)
+	case c.InFlightWait < 0:
+		return fmt.Errorf("--in-flight-wait must not be negative, got %v", c.InFlightWait)
 	}
 	return nil
 }
@@ -150,6 +154,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			interceptor.WithScope(auth.Scope),
 			interceptor.WithLease(m.Config.Lease),
 			interceptor.WithTTL(m.Config.TTL),
+			interceptor.WithInFlightWait(m.Config.InFlightWait),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, interceptor.KeyRequired),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName, interceptor.KeyOptional),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyIgnored),
