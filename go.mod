@@ -3,14 +3,15 @@ module github.com/paymentsd/paymentsd
 go 1.26.0
 
 require (
+	github.com/google/uuid v1.6.0
+	go.etcd.io/bbolt v1.5.0
+	golang.org/x/net v0.60.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
 
 require (
-	go.etcd.io/bbolt v1.5.0 // indirect
-	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )

@@ -1,0 +1,159 @@
+package interceptor
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// ClientOption configures UnaryClientInterceptor.
+type ClientOption func(*clientOptions)
+
+type clientOptions struct {
+	methods        map[string]bool
+	maxAttempts    int
+	baseDelay      time.Duration
+	maxDelay       time.Duration
+	attemptTimeout time.Duration
+}
+
+// Defaults of the client options.
+const (
+	DefaultMaxAttempts = 5
+	DefaultBaseDelay   = 50 * time.Millisecond
+	DefaultMaxDelay    = 2 * time.Second
+)
+
+// WithClientMethods names the methods, by full name, that the client
+// interceptor gives keys and retries. Others pass through untouched.
+func WithClientMethods(fullMethods ...string) ClientOption {
+	return func(o *clientOptions) {
+		for _, m := range fullMethods {
+			o.methods[m] = true
+		}
+	}
+}
+
+// WithMaxAttempts bounds the attempts of one call, the first included.
+// Default 5.
+func WithMaxAttempts(n int) ClientOption { return func(o *clientOptions) { o.maxAttempts = n } }
+
+// WithBackoff sets the exponential backoff between attempts: before attempt
+// n+1 a wait drawn uniformly from 0 to min(max, base·2^(n-1)) (full
+// jitter). Default 50ms and 2s.
+func WithBackoff(base, max time.Duration) ClientOption {
+	return func(o *clientOptions) { o.baseDelay, o.maxDelay = base, max }
+}
+
+// WithAttemptTimeout gives each attempt its own deadline, within the
+// caller's; an attempt that runs out of it is retried. Default none.
+func WithAttemptTimeout(d time.Duration) ClientOption {
+	return func(o *clientOptions) { o.attemptTimeout = d }
+}
+
+// UnaryClientInterceptor makes the calls of the configured methods safe to
+// retry, and retries them. A call without an idempotency-key gets a fresh
+// random one (UUID v4), kept for all of its attempts, so that the server
+// runs it at most once. It retries, with exponential backoff and full
+// jitter, on UNAVAILABLE, on an attempt's own timeout, and on ABORTED from
+// the idempotency layer (IDEMPOTENCY_KEY_IN_USE, waiting at least its
+// RetryInfo delay, or IDEMPOTENCY_ATTEMPT_SUPERSEDED, whose winner's result
+// a retry gets). It never retries a replayed result, FAILED_PRECONDITION or
+// any other answer, stops after WithMaxAttempts, and never waits past the
+// caller's deadline or cancellation.
+func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+	o := &clientOptions{
+		methods:     map[string]bool{},
+		maxAttempts: DefaultMaxAttempts,
+		baseDelay:   DefaultBaseDelay,
+		maxDelay:    DefaultMaxDelay,
+	}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		if !o.methods[method] {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+		if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(KeyHeader)) == 0 {
+			ctx = metadata.AppendToOutgoingContext(ctx, KeyHeader, uuid.NewString())
+		}
+		for attempt := 1; ; attempt++ {
+			err := o.attempt(ctx, method, req, reply, cc, invoker, callOpts)
+			if err == nil {
+				return nil
+			}
+			wait, retry := retryable(ctx, err.err, err.header)
+			if !retry || attempt >= o.maxAttempts {
+				return err.err
+			}
+			backoff := o.baseDelay << min(attempt-1, 30)
+			if backoff <= 0 || backoff > o.maxDelay {
+				backoff = o.maxDelay
+			}
+			timer := time.NewTimer(max(wait, rand.N(backoff+1)))
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return err.err
+			}
+		}
+	}
+}
+
+type attemptError struct {
+	err    error
+	header metadata.MD
+}
+
+func (o *clientOptions) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts []grpc.CallOption) *attemptError {
+	if o.attemptTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.attemptTimeout)
+		defer cancel()
+	}
+	var header metadata.MD
+	err := invoker(ctx, method, req, reply, cc, append(callOpts[:len(callOpts):len(callOpts)], grpc.Header(&header))...)
+	if err == nil {
+		return nil
+	}
+	return &attemptError{err, header}
+}
+
+// retryable says whether an attempt's error may be retried with the same
+// key, and how long the server asked to wait first.
+func retryable(ctx context.Context, err error, header metadata.MD) (time.Duration, bool) {
+	if ctx.Err() != nil || len(header.Get(ReplayedHeader)) > 0 {
+		return 0, false // the caller gave up, or this is the stored result
+	}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable:
+		return 0, true
+	case codes.DeadlineExceeded:
+		return 0, true // the attempt's own deadline: the caller's is still live
+	case codes.Aborted:
+		var wait time.Duration
+		reason := ""
+		for _, d := range st.Details() {
+			switch d := d.(type) {
+			case *errdetails.ErrorInfo:
+				if d.Domain == ErrorDomain {
+					reason = d.Reason
+				}
+			case *errdetails.RetryInfo:
+				wait = d.RetryDelay.AsDuration()
+			}
+		}
+		return wait, reason == ReasonKeyInUse || reason == ReasonAttemptSuperseded
+	}
+	return 0, false
+}
