@@ -93,7 +93,9 @@ func authed() context.Context {
 	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok")
 }
 
-func unavailable(int, context.Context) error { return status.Error(codes.Unavailable, "connection lost") }
+func unavailable(int, context.Context) error {
+	return status.Error(codes.Unavailable, "connection lost")
+}
 
 func TestClient_AttachesOneKeyAcrossRetries(t *testing.T) {
 	h := startClient(t)

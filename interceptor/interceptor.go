@@ -40,27 +40,29 @@ type idempotency struct {
 	flights       flights
 }
 
-func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	obs := Observation{FullMethod: info.FullMethod}
+func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	obs := &Observation{FullMethod: info.FullMethod}
+	defer func() {
+		obs.Code = status.Code(err)
+		i.opts.observer.Finished(ctx, *obs)
+	}()
 	rk, fp, err := i.identify(ctx, req, info.FullMethod)
-	if err != nil || rk == nil {
-		i.opts.observe(ctx, obs)
-		if err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
+	}
+	if rk == nil {
 		return handler(ctx, req)
 	}
 
-	outcome, rec, now, err := i.claim(ctx, *rk, fp)
+	outcome, rec, now, err := i.claim(ctx, *rk, fp, obs)
 	if err != nil {
-		i.opts.observe(ctx, obs)
 		if _, ok := status.FromError(err); ok {
 			return nil, err // the caller's deadline or cancellation, while waiting
 		}
 		return nil, status.Errorf(codes.Unavailable, "idempotency store unavailable, the request was not run: %v", err)
 	}
 	obs.Outcome, obs.Attempt = outcome, rec.Attempt
-	i.opts.observe(ctx, obs)
+	i.opts.observer.Claimed(ctx, *obs)
 
 	// Every answer about a record says when it is forgotten: until then a
 	// retry with this key is safe. Truncated to the second, so never late.
@@ -75,14 +77,14 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	case OutcomeMismatch:
 		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
 	}
-	return i.run(ctx, req, handler, *rk, rec)
+	return i.run(ctx, req, handler, *rk, rec, obs)
 }
 
 // claim claims rk. With WithInFlightWait, a request that finds the same
 // request in flight waits for it to finish and claims again, up to the wait
 // and the caller's deadline. A run in this process wakes its waiters when
 // it ends; one in another process sharing the store is polled, backing off.
-func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint) (Outcome, *Record, time.Time, error) {
+func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, obs *Observation) (Outcome, *Record, time.Time, error) {
 	var giveUp, poll *time.Timer // made on the first wait
 	pollEvery := 10 * time.Millisecond
 	defer func() {
@@ -93,9 +95,11 @@ func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint) (
 	}()
 	for {
 		now := i.opts.now()
+		start := time.Now()
 		outcome, rec, err := i.store.Claim(ctx, ClaimRequest{
 			Key: rk, Fingerprint: fp, Scheme: i.scheme, Now: now, Lease: i.opts.lease, TTL: i.opts.ttl,
 		})
+		obs.Store += time.Since(start)
 		if err != nil || outcome != OutcomeInFlight || i.opts.inFlightWait <= 0 {
 			return outcome, rec, now, err
 		}
@@ -161,13 +165,15 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (*Re
 // run runs the handler under the claim rec, stores its result and returns it.
 // The handler's header and trailer metadata are held back until the result is
 // stored, so that a superseded attempt sends nothing of its own.
-func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, claim *Record) (any, error) {
+func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, claim *Record, obs *Observation) (any, error) {
 	capture := &capturingStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 	hctx := grpc.NewContextWithServerTransportStream(context.WithValue(ctx, attemptKey{}, claim.Attempt), capture)
 	stopRenewing := i.renewWhileRunning(ctx, rk, *claim)
 	flight := i.flights.begin(rk)
 	defer i.flights.end(rk, flight) // after Complete: waiters find the result
+	start := time.Now()
 	resp, herr := handler(hctx, req)
+	obs.Handler = time.Since(start)
 	stopRenewing()
 
 	header, trailer := capture.metadata()
@@ -184,7 +190,10 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
 	defer cancel()
-	if err := i.store.Complete(cctx, rk, claim.Completed(result)); err != nil {
+	start = time.Now()
+	err = i.store.Complete(cctx, rk, claim.Completed(result))
+	obs.Store += time.Since(start)
+	if err != nil {
 		if errors.Is(err, ErrSuperseded) {
 			return nil, errSuperseded(rk.Key, claim.Attempt)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -28,7 +30,7 @@ const (
 // UNAUTHENTICATED.
 type ScopeFunc func(ctx context.Context) (string, error)
 
-// Observation is what the interceptor decided for one request, for logs and
+// Observation is what the interceptor did with one request, for logs and
 // metrics.
 type Observation struct {
 	FullMethod string
@@ -36,9 +38,32 @@ type Observation struct {
 	// ignores keys, it carried none where one is optional, or it was
 	// rejected before a claim.
 	Outcome Outcome
-	// Attempt is the record's attempt for claims and replays.
+	// Attempt is the record's attempt, for claims and replays.
 	Attempt uint64
+	// Code is the answer's status code; set for Finished.
+	Code codes.Code
+	// Handler is the time spent in the handler, zero when it did not run;
+	// set for Finished.
+	Handler time.Duration
+	// Store is the time spent claiming and completing, lease renewals
+	// aside; set for Finished.
+	Store time.Duration
 }
+
+// Observer is told what the interceptor does. Its methods must be quick
+// and safe for concurrent use.
+type Observer interface {
+	// Claimed is called once a claim has decided, before the handler runs
+	// (if it does).
+	Claimed(ctx context.Context, o Observation)
+	// Finished is called for every request as the interceptor returns.
+	Finished(ctx context.Context, o Observation)
+}
+
+type noObserver struct{}
+
+func (noObserver) Claimed(context.Context, Observation)  {}
+func (noObserver) Finished(context.Context, Observation) {}
 
 // Option configures the interceptor.
 type Option func(*options)
@@ -50,7 +75,7 @@ type options struct {
 	defaultPolicy KeyPolicy
 	scope         ScopeFunc
 	now           func() time.Time
-	observe       func(context.Context, Observation)
+	observer      Observer
 	maxResult     int
 	exclude       []protoreflect.FullName
 	inFlightWait  time.Duration
@@ -72,7 +97,7 @@ func evaluateOptions(opts []Option) *options {
 		defaultPolicy: KeyOptional,
 		scope:         BearerScope,
 		now:           time.Now,
-		observe:       func(context.Context, Observation) {},
+		observer:      noObserver{},
 		maxResult:     DefaultMaxResultSize,
 	}
 	for _, opt := range opts {
@@ -131,11 +156,8 @@ func WithFingerprintExclude(fields ...protoreflect.FullName) Option {
 // 10ms to 200ms. Default 0: no waiting.
 func WithInFlightWait(d time.Duration) Option { return func(o *options) { o.inFlightWait = d } }
 
-// WithObserver has f called once for every request, after the interceptor's
-// decision and before the handler runs.
-func WithObserver(f func(ctx context.Context, o Observation)) Option {
-	return func(o *options) { o.observe = f }
-}
+// WithObserver has o told of every request the interceptor sees.
+func WithObserver(o Observer) Option { return func(opts *options) { opts.observer = o } }
 
 func (o *options) policy(fullMethod string) KeyPolicy {
 	if p, ok := o.policies[fullMethod]; ok {

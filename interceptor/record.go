@@ -19,10 +19,10 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 		Fingerprint:       r.Fingerprint[:],
 		FingerprintScheme: r.Scheme,
 		State:             idempotencyv1.State(r.State),
-		Attempt:     r.Attempt,
-		ClaimToken:  r.Token[:],
-		Owner:       r.Owner,
-		ExpireTime:  timestamppb.New(r.Expiry),
+		Attempt:           r.Attempt,
+		ClaimToken:        r.Token[:],
+		Owner:             r.Owner,
+		ExpireTime:        timestamppb.New(r.Expiry),
 	}
 	if !r.LeaseExpiry.IsZero() {
 		pb.LeaseExpireTime = timestamppb.New(r.LeaseExpiry)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/metrics"
 )
 
 // rpcOutcome carries the idempotency interceptor's decision out to logRPC,
@@ -17,14 +18,28 @@ type rpcOutcome struct{ interceptor.Observation }
 
 type rpcOutcomeKey struct{}
 
-func observeOutcome(ctx context.Context, o interceptor.Observation) {
+// observer hands what the interceptor did to the log line and, when they
+// are on, the metrics.
+type observer struct{ metrics *metrics.Metrics }
+
+func (o observer) Claimed(ctx context.Context, obs interceptor.Observation) {
+	if o.metrics != nil {
+		o.metrics.Claimed(ctx, obs)
+	}
+}
+
+func (o observer) Finished(ctx context.Context, obs interceptor.Observation) {
 	if slot, ok := ctx.Value(rpcOutcomeKey{}).(*rpcOutcome); ok {
-		slot.Observation = o
+		slot.Observation = obs
+	}
+	if o.metrics != nil {
+		o.metrics.Finished(ctx, obs)
 	}
 }
 
 // logRPC writes one line per call: method, idempotency outcome and attempt,
-// status code and duration. It logs no metadata, so no credential or key.
+// status code and duration. It logs no metadata and no principal, so
+// neither a credential nor a key's owner.
 func logRPC(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()

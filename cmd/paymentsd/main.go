@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,6 +33,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/server"
 )
 
@@ -69,6 +71,7 @@ type Config struct {
 	SweepInterval time.Duration
 	ShutdownGrace time.Duration
 	InFlightWait  time.Duration
+	MetricsListen string
 }
 
 // Main is the program: ParseFlags, then Run, then Close. Tests run it in
@@ -80,6 +83,8 @@ type Main struct {
 	db       *boltstore.DB
 	grpc     *grpc.Server
 	listener net.Listener
+	metrics  *metrics.Metrics // nil without --metrics-listen
+	http     *http.Server     // serves the metrics
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
 }
@@ -110,6 +115,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired idempotency records are deleted")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for calls in progress")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "address to serve Prometheus metrics on, at /metrics; empty serves none")
 	fs.DurationVar(&c.InFlightWait, "in-flight-wait", c.InFlightWait, "how long a duplicate of a request in flight waits for its result instead of getting ABORTED; 0 answers at once")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -145,10 +151,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 
-	interceptors := []grpc.UnaryServerInterceptor{
+	var interceptors []grpc.UnaryServerInterceptor
+	if m.Config.MetricsListen != "" {
+		m.metrics = metrics.New()
+		interceptors = append(interceptors, m.metrics.GRPC.UnaryServerInterceptor())
+	}
+	interceptors = append(interceptors,
 		logRPC(m.Logger),
 		auth.UnaryServerInterceptor(keys, "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
-	}
+	)
 	if !benchWithoutIdempotency {
 		interceptors = append(interceptors, interceptor.UnaryServerInterceptor(m.db,
 			interceptor.WithScope(auth.Scope),
@@ -159,13 +170,21 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName, interceptor.KeyOptional),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyIgnored),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_ListPaymentIntents_FullMethodName, interceptor.KeyIgnored),
-			interceptor.WithObserver(observeOutcome),
+			interceptor.WithObserver(observer{m.metrics}),
 		))
 	}
 	m.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...))
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db, nil))
 	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
 	reflection.Register(m.grpc)
+	if m.metrics != nil {
+		m.metrics.GRPC.InitializeMetrics(m.grpc)
+		if err := m.serveMetrics(); err != nil {
+			m.listener.Close()
+			m.db.Close()
+			return err
+		}
+	}
 
 	if keys.IsDev() {
 		m.Logger.Warn("dev mode: any bearer token is accepted as a principal of its own; pass --api-keys in production")
@@ -180,6 +199,24 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	})
 	m.wg.Go(func() { m.sweep(ctx) })
+	return nil
+}
+
+// serveMetrics serves /metrics on MetricsListen.
+func (m *Main) serveMetrics() error {
+	lis, err := net.Listen("tcp", m.Config.MetricsListen)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.metrics.Handler())
+	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.Logger.Info("metrics listening", "addr", lis.Addr().String())
+	m.wg.Go(func() {
+		if err := m.http.Serve(lis); err != http.ErrServerClosed {
+			m.Logger.Error("serve metrics", "err", err)
+		}
+	})
 	return nil
 }
 
@@ -201,6 +238,9 @@ func (m *Main) sweep(ctx context.Context) {
 			}
 			if n > 0 {
 				m.Logger.Info("swept expired idempotency records", "count", n)
+				if m.metrics != nil {
+					m.metrics.Swept(n)
+				}
 			}
 		}
 	}
@@ -216,6 +256,9 @@ func (m *Main) Close() error {
 	timer := time.AfterFunc(m.Config.ShutdownGrace, m.grpc.Stop)
 	defer timer.Stop()
 	m.grpc.GracefulStop()
+	if m.http != nil {
+		m.http.Close()
+	}
 	m.stop()
 	m.wg.Wait()
 	m.Logger.Info("closed", "commits", m.db.Commits())

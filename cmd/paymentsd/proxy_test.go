@@ -188,4 +188,3 @@ func TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach(t *testing.T) {
 		})
 	}
 }
-
