@@ -86,13 +86,13 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 			ctx = metadata.AppendToOutgoingContext(ctx, KeyHeader, uuid.NewString())
 		}
 		for attempt := 1; ; attempt++ {
-			err := o.attempt(ctx, method, req, reply, cc, invoker, callOpts)
+			header, err := o.attempt(ctx, method, req, reply, cc, invoker, callOpts)
 			if err == nil {
 				return nil
 			}
-			wait, retry := retryable(ctx, err.err, err.header)
+			wait, retry := retryable(ctx, err, header)
 			if !retry || attempt >= o.maxAttempts {
-				return err.err
+				return err
 			}
 			backoff := o.baseDelay << min(attempt-1, 30)
 			if backoff <= 0 || backoff > o.maxDelay {
@@ -103,18 +103,15 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 			case <-timer.C:
 			case <-ctx.Done():
 				timer.Stop()
-				return err.err
+				return err
 			}
 		}
 	}
 }
 
-type attemptError struct {
-	err    error
-	header metadata.MD
-}
-
-func (o *clientOptions) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts []grpc.CallOption) *attemptError {
+// attempt makes one attempt, under its own timeout if one is set, and
+// returns the header the server sent with its answer.
+func (o *clientOptions) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts []grpc.CallOption) (metadata.MD, error) {
 	if o.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.attemptTimeout)
@@ -122,10 +119,7 @@ func (o *clientOptions) attempt(ctx context.Context, method string, req, reply a
 	}
 	var header metadata.MD
 	err := invoker(ctx, method, req, reply, cc, append(callOpts[:len(callOpts):len(callOpts)], grpc.Header(&header))...)
-	if err == nil {
-		return nil
-	}
-	return &attemptError{err, header}
+	return header, err
 }
 
 // retryable says whether an attempt's error may be retried with the same

@@ -56,8 +56,8 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 
 	outcome, rec, now, err := i.claim(ctx, *rk, fp, obs)
 	if err != nil {
-		if _, ok := status.FromError(err); ok {
-			return nil, err // the caller's deadline or cancellation, while waiting
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
 		}
 		return nil, status.Errorf(codes.Unavailable, "idempotency store unavailable, the request was not run: %v", err)
 	}
@@ -120,7 +120,7 @@ func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, o
 		case <-giveUp.C:
 			return outcome, rec, now, nil
 		case <-ctx.Done():
-			return 0, nil, now, status.FromContextError(ctx.Err()).Err()
+			return 0, nil, now, ctx.Err()
 		}
 	}
 }
