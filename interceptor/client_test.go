@@ -160,12 +160,7 @@ func TestClient_NeverRetriesAStoredResultOrMismatch(t *testing.T) {
 
 func TestClient_WaitsOutKeyInUseThenGetsTheResult(t *testing.T) {
 	h := startClient(t)
-	running, release := make(chan struct{}), make(chan struct{})
-	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		close(running)
-		<-release
-		return echo(ctx, req)
-	}
+	running, release := h.service.blockFirstAttempt()
 	ctx := metadata.AppendToOutgoingContext(authed(), interceptor.KeyHeader, "busy")
 	go h.plain.UnaryCall(ctx, payload("x"))
 	<-running

@@ -101,14 +101,7 @@ func TestFault_RenewFails_LeaseRunsOutAndAttemptIsSuperseded(t *testing.T) {
 	const lease = 150 * time.Millisecond
 	h, fs := startFaulty(t, interceptor.WithLease(lease), interceptor.WithClock(time.Now))
 	fs.failRenew.Store(true)
-	running, release := make(chan struct{}), make(chan struct{})
-	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		if attempt, _ := interceptor.AttemptFromContext(ctx); attempt == 1 {
-			close(running)
-			<-release
-		}
-		return echo(ctx, req)
-	}
+	running, release := h.service.blockFirstAttempt()
 	first := make(chan call, 1)
 	go func() { first <- h.send("tok", "k", payload("x")) }()
 	<-running
@@ -136,14 +129,7 @@ func TestFault_RenewFails_LeaseRunsOutAndAttemptIsSuperseded(t *testing.T) {
 func TestRenewal_SlowLiveWorkerIsNeverTakenOver(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	h, fs := startFaulty(t, interceptor.WithLease(lease), interceptor.WithClock(time.Now))
-	running, release := make(chan struct{}), make(chan struct{})
-	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		if attempt, _ := interceptor.AttemptFromContext(ctx); attempt == 1 {
-			close(running)
-			<-release
-		}
-		return echo(ctx, req)
-	}
+	running, release := h.service.blockFirstAttempt()
 	first := make(chan call, 1)
 	defer close(release)
 	go func() { first <- h.send("tok", "k", payload("x")) }()

@@ -33,6 +33,20 @@ func (s *testService) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest
 	return s.handler(ctx, req)
 }
 
+// blockFirstAttempt makes the handler's first attempt close running and
+// wait for release before it answers; later attempts answer at once.
+func (s *testService) blockFirstAttempt() (running, release chan struct{}) {
+	running, release = make(chan struct{}), make(chan struct{})
+	s.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		if attempt, _ := interceptor.AttemptFromContext(ctx); attempt == 1 {
+			close(running)
+			<-release
+		}
+		return echo(ctx, req)
+	}
+	return running, release
+}
+
 // echo answers with the request's payload.
 func echo(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	return &testgrpc.SimpleResponse{Payload: req.Payload, Username: "attempt"}, nil

@@ -446,12 +446,7 @@ func TestFingerprintScheme_ChangeIsMismatchNotReplay(t *testing.T) {
 
 func TestInFlightWait_DuplicateGetsTheReplay(t *testing.T) {
 	h := start(t, interceptor.WithInFlightWait(time.Minute))
-	running, release := make(chan struct{}), make(chan struct{})
-	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		close(running)
-		<-release
-		return echo(ctx, req)
-	}
+	running, release := h.service.blockFirstAttempt()
 	first := make(chan call, 1)
 	go func() { first <- h.send("tok", "k", payload("x")) }()
 	<-running
@@ -473,25 +468,15 @@ func TestInFlightWait_DuplicateGetsTheReplay(t *testing.T) {
 
 func TestInFlightWait_BoundedByWaitAndDeadline(t *testing.T) {
 	h := start(t, interceptor.WithInFlightWait(50*time.Millisecond))
-	running, release := make(chan struct{}), make(chan struct{})
+	running, release := h.service.blockFirstAttempt()
 	defer close(release)
-	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		close(running)
-		<-release
-		return echo(ctx, req)
-	}
 	go h.send("tok", "k", payload("x"))
 	<-running
 	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
 
 	h2 := start(t, interceptor.WithInFlightWait(time.Hour))
-	running2, release2 := make(chan struct{}), make(chan struct{})
+	running2, release2 := h2.service.blockFirstAttempt()
 	defer close(release2)
-	h2.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		close(running2)
-		<-release2
-		return echo(ctx, req)
-	}
 	go h2.send("tok", "k", payload("x"))
 	<-running2
 	ctx, cancel := context.WithTimeout(withKey(context.Background(), "tok", "k"), 100*time.Millisecond)
