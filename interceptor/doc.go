@@ -63,6 +63,14 @@
 // a message naming both, instead of being replayed or run again on a
 // comparison that means nothing.
 //
+// # Clients
+//
+// UnaryClientInterceptor is the client half: it gives each call of the
+// methods it is configured for a random key, keeps it across retries, and
+// retries what is safe to retry (UNAVAILABLE, an attempt's own timeout,
+// ABORTED from this layer) with backoff. Every answer about a record
+// carries ExpiresAtHeader, the time until which a retry stays safe.
+//
 // # Streaming
 //
 // UnaryServerInterceptor is a unary interceptor: streaming RPCs never pass
