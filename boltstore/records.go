@@ -15,11 +15,12 @@ import (
 var _ interceptor.Store = (*DB)(nil)
 
 // Claim decides req in one bbolt write transaction, so that concurrent
-// claims of one key are serialized. The file lock makes this process the
-// only one using the file, so in-flight claims left by an earlier process
-// are orphans, taken over by the first retry without waiting for their lease. Retries that only read (replays,
+// claims of one key are serialized. Retries that only read (replays,
 // mismatches, requests in flight) are decided under a read transaction
-// first and never wait for the write lock.
+// first and never wait for the write lock. The file lock makes this
+// process the only one using the file, so in-flight claims left by an
+// earlier process are orphans, taken over by the first retry without
+// waiting for their lease.
 func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
 	key := recordKey(req.Key)
 	var stored *interceptor.Record

@@ -12,10 +12,8 @@ import (
 	"github.com/paymentsd/paymentsd/metrics"
 )
 
-// rpcOutcome carries the idempotency interceptor's decision out to logRPC,
-// which sits outside it.
-type rpcOutcome struct{ interceptor.Observation }
-
+// rpcOutcomeKey holds an *interceptor.Observation in which the observer
+// carries the interceptor's decision out to logRPC, which sits outside it.
 type rpcOutcomeKey struct{}
 
 // observer hands what the interceptor did to the log line and, when they
@@ -29,8 +27,8 @@ func (o observer) Claimed(ctx context.Context, obs interceptor.Observation) {
 }
 
 func (o observer) Finished(ctx context.Context, obs interceptor.Observation) {
-	if slot, ok := ctx.Value(rpcOutcomeKey{}).(*rpcOutcome); ok {
-		slot.Observation = obs
+	if slot, ok := ctx.Value(rpcOutcomeKey{}).(*interceptor.Observation); ok {
+		*slot = obs
 	}
 	if o.metrics != nil {
 		o.metrics.Finished(ctx, obs)
@@ -43,7 +41,7 @@ func (o observer) Finished(ctx context.Context, obs interceptor.Observation) {
 func logRPC(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
-		slot := &rpcOutcome{}
+		slot := &interceptor.Observation{}
 		resp, err := handler(context.WithValue(ctx, rpcOutcomeKey{}, slot), req)
 		attrs := []slog.Attr{
 			slog.String("method", info.FullMethod),
