@@ -5,6 +5,7 @@
 package boltstore
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -62,7 +63,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	lockTimeout := cmpOr(opts.LockTimeout, time.Second)
+	lockTimeout := cmp.Or(opts.LockTimeout, time.Second)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -87,7 +88,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	}
 	db := &DB{
 		bolt:       b,
-		sweepBatch: cmpOr(opts.SweepBatch, 1000),
+		sweepBatch: cmp.Or(opts.SweepBatch, 1000),
 		// The file lock is held until Close: claims of any other ID were
 		// made by a process that has let go of the file.
 		claimant: interceptor.Claimant{ID: newProcessID(), Exclusive: true},
@@ -122,18 +123,10 @@ func (db *DB) Close() error {
 // Path is the data file's path.
 func (db *DB) Path() string { return db.bolt.Path() }
 
-func cmpOr[T comparable](v, fallback T) T {
-	var zero T
-	if v == zero {
-		return fallback
-	}
-	return v
-}
-
-// joinKey builds a bucket key from parts, each but the last prefixed with
-// its length, so that no part can run into the next and a prefix of whole
-// parts selects a range.
-func joinKey(parts ...[]byte) []byte {
+// joinParts joins parts, each but the last prefixed with its length, so
+// that no part can run into the next. As a bucket key, a prefix of whole
+// parts selects a range; as a value, it puts an owner before an encoding.
+func joinParts(parts ...[]byte) []byte {
 	n := 0
 	for _, p := range parts {
 		n += binary.MaxVarintLen64 + len(p)

@@ -73,10 +73,10 @@ func (db *DB) ListIntents(ctx context.Context, owner string, after []byte, limit
 		page []*paymentsv1.PaymentIntent
 		next []byte
 	)
-	prefix := joinKey([]byte(owner), nil)
+	prefix := joinParts([]byte(owner), nil)
 	err := db.bolt.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketIntentsByUser).Cursor()
-		k, _ := c.Seek(joinKey([]byte(owner), after))
+		k, _ := c.Seek(joinParts([]byte(owner), after))
 		if after != nil && k != nil && bytes.Equal(k[len(prefix):], after) {
 			k, _ = c.Next()
 		}
@@ -105,7 +105,7 @@ func (db *DB) ListIntents(ctx context.Context, owner string, after []byte, limit
 
 // ownerIndexKey orders an owner's intents by creation time, then id.
 func ownerIndexKey(owner string, pi *paymentsv1.PaymentIntent) []byte {
-	return joinKey([]byte(owner), ownerCursor(pi))
+	return joinParts([]byte(owner), ownerCursor(pi))
 }
 
 func ownerCursor(pi *paymentsv1.PaymentIntent) []byte {
@@ -137,5 +137,5 @@ func encodeIntent(owner string, pi *paymentsv1.PaymentIntent) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode intent %s: %w", pi.Id, err)
 	}
-	return joinKey([]byte(owner), b), nil
+	return joinParts([]byte(owner), b), nil
 }

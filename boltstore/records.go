@@ -150,7 +150,7 @@ func (db *DB) sweepBatchOnce(now time.Time) (scanned, deleted int, err error) {
 }
 
 func recordKey(rk interceptor.RecordKey) []byte {
-	return joinKey([]byte(rk.Scope), []byte(rk.Key))
+	return joinParts([]byte(rk.Scope), []byte(rk.Key))
 }
 
 // expiryKey orders the index by expiry: 8 bytes of big-endian Unix
