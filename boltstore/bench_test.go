@@ -30,7 +30,7 @@ func BenchmarkWrite(b *testing.B) {
 	}{
 		{"Update", func(db *DB, fn func(*bolt.Tx) error) error { return db.bolt.Update(fn) }},
 		{"Batch", func(db *DB, fn func(*bolt.Tx) error) error { return db.bolt.Batch(fn) }},
-		{"GroupCommit", func(db *DB, fn func(*bolt.Tx) error) error { return db.update(fn) }},
+		{"GroupCommit", func(db *DB, fn func(*bolt.Tx) error) error { return db.Update(context.Background(), fn) }},
 	}
 	for _, way := range ways {
 		for _, writers := range []int{1, 64} {
@@ -42,7 +42,7 @@ func BenchmarkWrite(b *testing.B) {
 				run := func() {
 					key := binary.BigEndian.AppendUint64(nil, n.Add(1))
 					err := way.write(db, func(tx *bolt.Tx) error {
-						return tx.Bucket(bucketIntents).Put(key, value)
+						return tx.Bucket(bucketTest).Put(key, value)
 					})
 					if err != nil {
 						b.Error(err)
@@ -124,12 +124,4 @@ func BenchmarkRecords(b *testing.B) {
 	})
 }
 
-func openBench(b *testing.B) *DB {
-	b.Helper()
-	db, err := Open(b.TempDir()+"/bench.db", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	return db
-}
+func openBench(b *testing.B) *DB { return openTest(b) }

@@ -1,7 +1,9 @@
 package boltstore
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -26,15 +28,37 @@ type write struct {
 	done chan error
 }
 
-// update runs fn in a write transaction shared with other writers and
-// returns once it is durable. fn may run more than once, if another write
-// of its batch fails, so it must set its results afresh on every run. An
-// error from fn rolls back fn alone, and is returned to its caller only.
-func (db *DB) update(fn func(*bolt.Tx) error) error {
+// Update runs fn in a write transaction shared with other writers (group
+// commit) and returns once it is durable. An error from fn rolls back fn
+// alone and is returned to its caller only; so is a panic, as an error. fn
+// may run more than once, if another write of its batch fails, so it must
+// set its results afresh on every run and have no effect outside tx.
+//
+// When ctx carries a Tx of this DB (a handler under the interceptor), fn
+// is not run now: it joins the Tx, to run in the transaction that
+// completes the Tx's record, and Update returns nil. Its error then fails
+// the whole Tx, which stores nothing. Reads made meanwhile through View see
+// the data as committed, without the Tx's writes.
+//
+// A ctx that is done before fn is queued writes nothing.
+func (db *DB) Update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
+		return t.stage(fn)
+	}
+	return db.update(ctx, fn)
+}
+
+// update queues fn for the committer and waits for its commit.
+func (db *DB) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	w := &write{fn: fn, done: make(chan error, 1)}
 	select {
 	case db.queue <- w:
-		return <-w.done
+		return <-w.done // once taken, it may commit: wait to know
+	case <-ctx.Done():
+		return ctx.Err()
 	case <-db.quit:
 		return ErrClosed
 	}
@@ -71,7 +95,7 @@ func (db *DB) commit(batch []*write) {
 		failed := -1
 		err := db.bolt.Update(func(tx *bolt.Tx) error {
 			for i, w := range batch {
-				if err := w.fn(tx); err != nil {
+				if err := w.run(tx); err != nil {
 					failed = i
 					return err
 				}
@@ -88,6 +112,18 @@ func (db *DB) commit(batch []*write) {
 		batch[failed].done <- err
 		batch = slices.Delete(batch, failed, failed+1)
 	}
+}
+
+// run runs the write's function, turning a panic into its error, so that
+// one bad write neither kills the process nor fails its batch (bbolt's
+// DB.Batch guards the same way).
+func (w *write) run(tx *bolt.Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("boltstore: write panicked: %v", p)
+		}
+	}()
+	return w.fn(tx)
 }
 
 // Commits is how many write transactions the DB has committed or tried:

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -11,25 +12,35 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-func openTest(t *testing.T) *DB {
+func openTest(t testing.TB) *DB {
 	t.Helper()
 	db, err := Open(filepath.Join(t.TempDir(), "paymentsd.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	err = db.Update(context.Background(), func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucket(bucketTest)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return db
 }
 
+// bucketTest is the embedder's own bucket in these tests.
+var bucketTest = []byte("test")
+
 func put(key string) func(*bolt.Tx) error {
-	return func(tx *bolt.Tx) error { return tx.Bucket(bucketIntents).Put([]byte(key), []byte("v")) }
+	return func(tx *bolt.Tx) error { return tx.Bucket(bucketTest).Put([]byte(key), []byte("v")) }
 }
 
-func has(t *testing.T, db *DB, key string) bool {
+func has(t testing.TB, db *DB, key string) bool {
 	t.Helper()
 	found := false
 	db.bolt.View(func(tx *bolt.Tx) error {
-		found = tx.Bucket(bucketIntents).Get([]byte(key)) != nil
+		found = tx.Bucket(bucketTest).Get([]byte(key)) != nil
 		return nil
 	})
 	return found
@@ -69,7 +80,7 @@ func TestUpdate_ConcurrentWritesAllDurable(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 200 {
 		wg.Go(func() {
-			if err := db.update(put(fmt.Sprint(i))); err != nil {
+			if err := db.Update(context.Background(), put(fmt.Sprint(i))); err != nil {
 				t.Error(err)
 			}
 		})
@@ -86,7 +97,7 @@ func TestUpdate_ConcurrentWritesAllDurable(t *testing.T) {
 func TestUpdate_AfterClose_ErrClosed(t *testing.T) {
 	db := openTest(t)
 	db.Close()
-	if err := db.update(put("x")); !errors.Is(err, ErrClosed) {
+	if err := db.Update(context.Background(), put("x")); !errors.Is(err, ErrClosed) {
 		t.Errorf("update after Close: %v, want ErrClosed", err)
 	}
 }

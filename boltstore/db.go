@@ -1,11 +1,13 @@
-// Package boltstore keeps paymentsd's data in one bbolt file: the
-// idempotency records of the interceptor and the payment intents of the
-// server, each in buckets of their own. It is the only package that imports
-// bbolt.
+// Package boltstore is the embedded interceptor.Store: idempotency records
+// in a bbolt file, exclusive to one process, written by group commit. It is
+// a TxStore: an embedder's own writes (paymentsd's intents, say) go through
+// Update, and a handler's writes join the completion of its record in one
+// transaction.
 package boltstore
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -22,10 +24,16 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 )
 
-// ErrLocked is returned by Open when another process holds the file.
-var ErrLocked = errors.New("data file is in use by another process")
+// Errors of Open and New.
+var (
+	// ErrLocked is returned by Open when another process holds the file.
+	ErrLocked = errors.New("data file is in use by another process")
+	// ErrInUse is returned by New when another DB already uses the bbolt
+	// database: two would each take the other's live claims for orphans.
+	ErrInUse = errors.New("boltstore: the bbolt database is already used by another DB")
+)
 
-// Options tune Open. The zero value is ready to use.
+// Options tune Open and New. The zero value is ready to use.
 type Options struct {
 	// LockTimeout is how long Open waits for another process to release the
 	// file before it fails with ErrLocked. Zero means one second.
@@ -37,17 +45,25 @@ type Options struct {
 
 // Bucket names. Each kind of data has its own; indexes hold keys only.
 var (
-	bucketRecords       = []byte("idempotency_records")
-	bucketRecordExpiry  = []byte("idempotency_expiry")
-	bucketIntents       = []byte("intents")
-	bucketIntentsByUser = []byte("intents_by_owner")
+	bucketRecords      = []byte("idempotency_records")
+	bucketRecordExpiry = []byte("idempotency_expiry")
 )
 
-// DB is an open data file. It is safe for concurrent use.
+// inUse holds every *bolt.DB a DB uses, to refuse a second DB on one.
+var inUse sync.Map
+
+// DB keeps idempotency records in a bbolt database. It is safe for
+// concurrent use.
 type DB struct {
 	bolt       *bolt.DB
+	ownsBolt   bool // opened by Open, so closed by Close
 	sweepBatch int
 	claimant   interceptor.Claimant
+
+	// pending holds the claims of transactional methods, which live in
+	// memory until they commit with their result; see ClaimTx.
+	mu      sync.Mutex
+	pending map[string]*interceptor.Record
 
 	queue         chan *write // unbuffered; see update
 	quit          chan struct{}
@@ -74,8 +90,31 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	err = b.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketRecords, bucketRecordExpiry, bucketIntents, bucketIntentsByUser} {
+	db, err := New(b, opts)
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	db.ownsBolt = true
+	return db, nil
+}
+
+// New keeps records in b, an open bbolt database, beside the embedder's own
+// buckets; Close then leaves b open. b must be writable and used by no
+// other DB. Its file lock makes this process the only one using it, which
+// is what lets claims left by an earlier process be taken over at once.
+func New(b *bolt.DB, opts *Options) (*DB, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if b.IsReadOnly() {
+		return nil, errors.New("boltstore: the bbolt database is read-only")
+	}
+	if _, loaded := inUse.LoadOrStore(b, true); loaded {
+		return nil, ErrInUse
+	}
+	err := b.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketRecords, bucketRecordExpiry} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -83,8 +122,8 @@ func Open(path string, opts *Options) (*DB, error) {
 		return nil
 	})
 	if err != nil {
-		b.Close()
-		return nil, fmt.Errorf("open %s: create buckets: %w", path, err)
+		inUse.Delete(b)
+		return nil, fmt.Errorf("create buckets: %w", err)
 	}
 	db := &DB{
 		bolt:       b,
@@ -92,6 +131,7 @@ func Open(path string, opts *Options) (*DB, error) {
 		// The file lock is held until Close: claims of any other ID were
 		// made by a process that has let go of the file.
 		claimant: interceptor.Claimant{ID: newProcessID(), Exclusive: true},
+		pending:  map[string]*interceptor.Record{},
 
 		queue:         make(chan *write),
 		quit:          make(chan struct{}),
@@ -108,20 +148,42 @@ func newProcessID() string {
 	return fmt.Sprintf("pid %d %x", os.Getpid(), b)
 }
 
-// Close releases the file. Writes in progress finish first; later ones
-// fail with ErrClosed.
+// Close stops the committer and, if Open opened it, closes the file.
+// Writes in progress finish first; later ones fail with ErrClosed.
 func (db *DB) Close() error {
 	err := ErrClosed
 	db.closeOnce.Do(func() {
 		close(db.quit)
 		<-db.committerDone
-		err = db.bolt.Close()
+		inUse.Delete(db.bolt)
+		err = nil
+		if db.ownsBolt {
+			err = db.bolt.Close()
+		}
 	})
 	return err
 }
 
 // Path is the data file's path.
 func (db *DB) Path() string { return db.bolt.Path() }
+
+// Bolt is the bbolt database, for the embedder's own reads. Write through
+// Update: bbolt's own Update works too, but shares no fsync and joins no
+// completion.
+func (db *DB) Bolt() *bolt.DB { return db.bolt }
+
+// View runs fn in a read transaction, which never waits for writers. When
+// ctx carries a Tx of this DB, an error of fn fails that Tx as an error of
+// Update would: a handler whose storage failed has no answer to store.
+func (db *DB) View(ctx context.Context, fn func(*bolt.Tx) error) error {
+	err := db.bolt.View(fn)
+	if err != nil {
+		if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
+			t.fail(err)
+		}
+	}
+	return err
+}
 
 // joinParts joins parts, each but the last prefixed with its length, so
 // that no part can run into the next. As a bucket key, a prefix of whole

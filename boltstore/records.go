@@ -11,8 +11,8 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 )
 
-// DB is an interceptor.Store.
-var _ interceptor.Store = (*DB)(nil)
+// DB is an interceptor.TxStore.
+var _ interceptor.TxStore = (*DB)(nil)
 
 // Claim decides req in one bbolt write transaction, so that concurrent
 // claims of one key are serialized. Retries that only read (replays,
@@ -22,44 +22,135 @@ var _ interceptor.Store = (*DB)(nil)
 // earlier process are orphans, taken over by the first retry without
 // waiting for their lease.
 func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
+	outcome, rec, _, err := db.claim(ctx, req, true)
+	return outcome, rec, err
+}
+
+// ClaimTx decides req as Claim does and, when it is claimed, returns the Tx
+// that completes it. A claim that is not durable is held in this process's
+// memory until its Tx ends: no other process can use the file, so nothing
+// else can claim the key meanwhile, and a crash loses only a run whose
+// writes were never committed. Its claim, the handler's writes and the
+// result then take one commit.
+func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+	outcome, rec, tx, err := db.claim(ctx, req, durable)
+	if tx == nil {
+		return outcome, rec, nil, err // no typed nil in the interface
+	}
+	return outcome, rec, tx, err
+}
+
+func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, nil, err
+	}
 	key := recordKey(req.Key)
-	var stored *interceptor.Record
-	err := db.bolt.View(func(tx *bolt.Tx) (err error) {
-		stored, err = getRecord(tx, key)
-		return err
-	})
+	stored, err := db.read(key)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if outcome, rec := interceptor.Decide(stored, req, db.claimant); !outcome.Claimed() {
-		return outcome, rec, nil
+		return outcome, rec, nil, nil
+	}
+	if !durable {
+		return db.claimInMemory(req, key)
 	}
 
 	var outcome interceptor.Outcome
 	var rec *interceptor.Record
-	err = db.update(func(tx *bolt.Tx) error {
+	err = db.update(ctx, func(tx *bolt.Tx) error {
 		stored, err := getRecord(tx, key)
 		if err != nil {
 			return err
+		}
+		if outcome, rec = db.decidePending(key, req); outcome != 0 {
+			return nil
 		}
 		outcome, rec = interceptor.Decide(stored, req, db.claimant)
 		if !outcome.Claimed() {
 			return nil
 		}
-		if stored != nil && !stored.Expiry.Equal(rec.Expiry) {
-			if err := tx.Bucket(bucketRecordExpiry).Delete(expiryKey(stored.Expiry, key)); err != nil {
-				return err
-			}
-		}
-		if err := tx.Bucket(bucketRecordExpiry).Put(expiryKey(rec.Expiry, key), nil); err != nil {
-			return err
-		}
-		return putRecord(tx, key, rec)
+		return putClaim(tx, key, stored, rec)
 	})
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	return outcome, rec, nil
+	if !outcome.Claimed() {
+		return outcome, rec, nil, nil
+	}
+	return outcome, rec, &Tx{db: db, key: key, claim: rec, durable: true}, nil
+}
+
+// claimInMemory claims key for a transactional method: decided on the
+// stored record and the claims pending in memory, and held in memory.
+func (db *DB) claimInMemory(req interceptor.ClaimRequest, key []byte) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if outcome, rec := db.decidePendingLocked(key, req); outcome != 0 {
+		return outcome, rec, nil, nil
+	}
+	stored, err := db.read(key) // again: a pending claim may have committed since
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	outcome, rec := interceptor.Decide(stored, req, db.claimant)
+	if !outcome.Claimed() {
+		return outcome, rec, nil, nil
+	}
+	db.pending[string(key)] = rec
+	return outcome, rec, &Tx{db: db, key: key, claim: rec, base: stored, claimedAt: req.Now}, nil
+}
+
+// decidePending decides req against a claim of key pending in memory, and
+// returns outcome 0 when there is none.
+func (db *DB) decidePending(key []byte, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.decidePendingLocked(key, req)
+}
+
+func (db *DB) decidePendingLocked(key []byte, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
+	p := db.pending[string(key)]
+	if p == nil {
+		return 0, nil
+	}
+	// A pending claim is run by this live process: never taken over.
+	if outcome, rec := interceptor.Decide(p, req, db.claimant); outcome == interceptor.OutcomeMismatch {
+		return outcome, rec
+	}
+	return interceptor.OutcomeInFlight, p
+}
+
+// release forgets the pending claim of key, if it is still claim.
+func (db *DB) release(key []byte, claim *interceptor.Record) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.pending[string(key)] == claim {
+		delete(db.pending, string(key))
+	}
+}
+
+// read returns the stored record of key, under a read transaction.
+func (db *DB) read(key []byte) (stored *interceptor.Record, err error) {
+	err = db.bolt.View(func(tx *bolt.Tx) error {
+		stored, err = getRecord(tx, key)
+		return err
+	})
+	return stored, err
+}
+
+// putClaim writes the new claim rec of key over stored, the record it
+// replaces (nil when none), keeping the expiry index in step.
+func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
+	if stored != nil && !stored.Expiry.Equal(rec.Expiry) {
+		if err := tx.Bucket(bucketRecordExpiry).Delete(expiryKey(stored.Expiry, key)); err != nil {
+			return err
+		}
+	}
+	if err := tx.Bucket(bucketRecordExpiry).Put(expiryKey(rec.Expiry, key), nil); err != nil {
+		return err
+	}
+	return putRecord(tx, key, rec)
 }
 
 // Claimant is who this opening of the file claims as: exclusive, since the
@@ -68,29 +159,26 @@ func (db *DB) Claimant() interceptor.Claimant { return db.claimant }
 
 // Renew stores claim with its later lease if it is still the stored claim.
 func (db *DB) Renew(ctx context.Context, rk interceptor.RecordKey, claim *interceptor.Record) error {
-	return db.replaceClaim(rk, claim)
+	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, recordKey(rk), claim) })
 }
 
 // Complete stores done if the stored record is still its claim.
 func (db *DB) Complete(ctx context.Context, rk interceptor.RecordKey, done *interceptor.Record) error {
-	return db.replaceClaim(rk, done)
+	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, recordKey(rk), done) })
 }
 
-// replaceClaim writes r over the stored record, in one transaction, if
-// CheckClaim allows it. The record's expiry never changes after the first
-// claim, so the expiry index stays as it is.
-func (db *DB) replaceClaim(rk interceptor.RecordKey, r *interceptor.Record) error {
-	key := recordKey(rk)
-	return db.update(func(tx *bolt.Tx) error {
-		stored, err := getRecord(tx, key)
-		if err != nil {
-			return err
-		}
-		if err := interceptor.CheckClaim(stored, r); err != nil {
-			return err
-		}
-		return putRecord(tx, key, r)
-	})
+// replaceClaim writes r over the stored record of key if CheckClaim allows
+// it. The record's expiry never changes after the first claim, so the
+// expiry index stays as it is.
+func replaceClaim(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
+	stored, err := getRecord(tx, key)
+	if err != nil {
+		return err
+	}
+	if err := interceptor.CheckClaim(stored, r); err != nil {
+		return err
+	}
+	return putRecord(tx, key, r)
 }
 
 // Sweep deletes the records that expired by now and returns how many. It
@@ -103,7 +191,7 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		scanned, deleted, err := db.sweepBatchOnce(now)
+		scanned, deleted, err := db.sweepBatchOnce(ctx, now)
 		total += deleted
 		if err != nil || scanned < db.sweepBatch {
 			return total, err
@@ -114,8 +202,8 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 // sweepBatchOnce deletes up to one batch of expired index entries and the
 // records they point to, in one transaction. It collects the batch before
 // deleting: a bbolt cursor skips keys when deleted under.
-func (db *DB) sweepBatchOnce(now time.Time) (scanned, deleted int, err error) {
-	err = db.update(func(tx *bolt.Tx) error {
+func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, deleted int, err error) {
+	err = db.update(ctx, func(tx *bolt.Tx) error {
 		scanned, deleted = 0, 0 // in case the batch runs again
 		records, index := tx.Bucket(bucketRecords), tx.Bucket(bucketRecordExpiry)
 		var batch [][]byte

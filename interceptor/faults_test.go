@@ -37,6 +37,31 @@ func (s *faultyStore) Claim(ctx context.Context, req interceptor.ClaimRequest) (
 	return s.DB.Claim(ctx, req)
 }
 
+func (s *faultyStore) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+	if s.failClaim.Load() {
+		return 0, nil, nil, errInjected
+	}
+	outcome, rec, tx, err := s.DB.ClaimTx(ctx, req, durable)
+	if tx != nil {
+		tx = &faultyTx{Tx: tx, store: s}
+	}
+	return outcome, rec, tx, err
+}
+
+// faultyTx fails its commit when the store's completions fail.
+type faultyTx struct {
+	interceptor.Tx
+	store *faultyStore
+}
+
+func (t *faultyTx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bool) error {
+	if t.store.failComplete.Load() {
+		t.Tx.Rollback()
+		return errInjected
+	}
+	return t.Tx.Commit(ctx, done, keepWrites)
+}
+
 func (s *faultyStore) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
 	s.renewals.Add(1)
 	if s.failRenew.Load() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"google.golang.org/grpc"
@@ -28,12 +29,14 @@ func UnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterce
 		panic(fmt.Sprintf("interceptor: need 0 < lease < ttl, got lease %v, ttl %v", o.lease, o.ttl))
 	}
 	i := &idempotency{store: store, opts: o, fingerprinter: newFingerprinter(o.exclude)}
+	i.txStore, _ = store.(TxStore)
 	i.scheme = i.fingerprinter.scheme()
 	return i.intercept
 }
 
 type idempotency struct {
 	store         Store
+	txStore       TxStore // store, if it is one; nil otherwise
 	opts          *options
 	fingerprinter fingerprinter
 	scheme        string
@@ -54,12 +57,16 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		return handler(ctx, req)
 	}
 
-	outcome, rec, now, err := i.claim(ctx, *rk, fp, obs)
+	outcome, rec, tx, now, err := i.claim(ctx, *rk, fp, obs)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
 		}
-		return nil, status.Errorf(codes.Unavailable, "idempotency store unavailable, the request was not run: %v", err)
+		obs.Err = err
+		return nil, status.Error(codes.Unavailable, "idempotency store unavailable, the request was not run; retry with the same key")
+	}
+	if tx != nil {
+		defer tx.Rollback() // a handler that panics releases its claim
 	}
 	obs.Outcome, obs.Attempt = outcome, rec.Attempt
 	i.opts.observer.Claimed(ctx, *obs)
@@ -77,14 +84,15 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	case OutcomeMismatch:
 		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
 	}
-	return i.run(ctx, req, handler, *rk, rec, obs)
+	return i.run(ctx, req, handler, *rk, rec, tx, obs)
 }
 
-// claim claims rk. With WithInFlightWait, a request that finds the same
-// request in flight waits for it to finish and claims again, up to the wait
-// and the caller's deadline. A run in this process wakes its waiters when
-// it ends; one in another process sharing the store is polled, backing off.
-func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, obs *Observation) (Outcome, *Record, time.Time, error) {
+// claim claims rk, through ClaimTx when the store is a TxStore. With
+// WithInFlightWait, a request that finds the same request in flight waits
+// for it to finish and claims again, up to the wait and the caller's
+// deadline. A run in this process wakes its waiters when it ends; one in
+// another process sharing the store is polled, backing off.
+func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, obs *Observation) (Outcome, *Record, Tx, time.Time, error) {
 	var giveUp, poll *time.Timer // made on the first wait
 	pollEvery := 10 * time.Millisecond
 	defer func() {
@@ -95,13 +103,22 @@ func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, o
 	}()
 	for {
 		now := i.opts.now()
+		req := ClaimRequest{Key: rk, Fingerprint: fp, Scheme: i.scheme, Now: now, Lease: i.opts.lease, TTL: i.opts.ttl}
 		start := time.Now()
-		outcome, rec, err := i.store.Claim(ctx, ClaimRequest{
-			Key: rk, Fingerprint: fp, Scheme: i.scheme, Now: now, Lease: i.opts.lease, TTL: i.opts.ttl,
-		})
+		var (
+			outcome Outcome
+			rec     *Record
+			tx      Tx
+			err     error
+		)
+		if i.txStore != nil {
+			outcome, rec, tx, err = i.txStore.ClaimTx(ctx, req, !i.opts.transactional[obs.FullMethod])
+		} else {
+			outcome, rec, err = i.store.Claim(ctx, req)
+		}
 		obs.Store += time.Since(start)
 		if err != nil || outcome != OutcomeInFlight || i.opts.inFlightWait <= 0 {
-			return outcome, rec, now, err
+			return outcome, rec, tx, now, err
 		}
 		if giveUp == nil {
 			giveUp, poll = time.NewTimer(i.opts.inFlightWait), time.NewTimer(pollEvery)
@@ -118,9 +135,9 @@ func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, o
 		case <-done:
 		case <-pollC:
 		case <-giveUp.C:
-			return outcome, rec, now, nil
+			return outcome, rec, nil, now, nil
 		case <-ctx.Done():
-			return 0, nil, now, ctx.Err()
+			return 0, nil, nil, now, ctx.Err()
 		}
 	}
 }
@@ -162,15 +179,26 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (*Re
 	return &RecordKey{Scope: scope, Key: key}, fp, nil
 }
 
-// run runs the handler under the claim rec, stores its result and returns it.
-// The handler's header and trailer metadata are held back until the result is
-// stored, so that a superseded attempt sends nothing of its own.
-func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, claim *Record, obs *Observation) (any, error) {
+// run runs the handler under claim, stores its result and returns it. With
+// a Tx, the handler's writes commit together with the result, and only
+// with a response: an error's writes are discarded, since no answer names
+// them. The handler's header and trailer metadata are held back until the
+// result is stored, so that a superseded attempt sends nothing of its own.
+func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, claim *Record, tx Tx, obs *Observation) (any, error) {
 	capture := &capturingStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 	hctx := grpc.NewContextWithServerTransportStream(context.WithValue(ctx, attemptKey{}, claim.Attempt), capture)
-	stopRenewing := i.renewWhileRunning(ctx, rk, *claim)
+	// A claim that is not durable lives no longer than this process's run
+	// of it: there is no lease to renew.
+	durable := tx == nil || !i.opts.transactional[obs.FullMethod]
+	stopRenewing := func() {}
+	if tx != nil {
+		hctx = tx.Context(hctx)
+	}
+	if durable {
+		stopRenewing = i.renewWhileRunning(ctx, rk, *claim, obs.FullMethod)
+	}
 	flight := i.flights.begin(rk)
-	defer i.flights.end(rk, flight) // after Complete: waiters find the result
+	defer i.flights.end(rk, flight) // after the commit: waiters find the result
 	start := time.Now()
 	resp, herr := handler(hctx, req)
 	obs.Handler = time.Since(start)
@@ -179,8 +207,8 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	header, trailer := capture.metadata()
 	result, err := newResult(resp, herr, header, trailer)
 	if err != nil {
-		// Nothing can be stored; the record stays in flight and a retry takes
-		// it over once the lease ends.
+		// Nothing can be stored; a durable claim stays in flight and a retry
+		// takes it over once the lease ends.
 		return nil, status.Errorf(codes.Internal, "idempotency: %v", err)
 	}
 	if size := result.size(); size > i.opts.maxResult {
@@ -191,14 +219,23 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
 	defer cancel()
 	start = time.Now()
-	err = i.store.Complete(cctx, rk, claim.Completed(result))
+	if tx != nil {
+		err = tx.Commit(cctx, claim.Completed(result), result.Status == nil)
+	} else {
+		err = i.store.Complete(cctx, rk, claim.Completed(result))
+	}
 	obs.Store += time.Since(start)
-	if err != nil {
-		if errors.Is(err, ErrSuperseded) {
-			return nil, errSuperseded(rk.Key, claim.Attempt)
-		}
+	switch {
+	case errors.Is(err, ErrSuperseded):
+		return nil, errSuperseded(rk.Key, claim.Attempt)
+	case err != nil && durable:
+		obs.Err = err
 		return nil, status.Errorf(codes.Unavailable,
-			"idempotency store failed to save the result of attempt %d; retry with the same key: %v", claim.Attempt, err)
+			"idempotency store failed to save the result of attempt %d; retry with the same key", claim.Attempt)
+	case err != nil:
+		obs.Err = err
+		return nil, status.Error(codes.Unavailable,
+			"idempotency store failed to save the request's writes and result, so none were kept; retry with the same key")
 	}
 	if err := sendMetadata(ctx, result, nil); err != nil {
 		return nil, err
@@ -213,9 +250,10 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 // that a slow but live worker is never taken over: only a dead one, whose
 // renewals stopped, is. It stops when the returned func is called, which
 // waits for it, or when a renewal finds the claim superseded. A renewal that
-// fails otherwise is tried again at the next tick; if they all fail, the
-// lease runs out and a takeover supersedes this attempt, as if it had died.
-func (i *idempotency) renewWhileRunning(ctx context.Context, rk RecordKey, claim Record) (stop func()) {
+// fails otherwise is logged and tried again at the next tick; if they all
+// fail, the lease runs out and a takeover supersedes this attempt, as if it
+// had died.
+func (i *idempotency) renewWhileRunning(ctx context.Context, rk RecordKey, claim Record, method string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -229,8 +267,12 @@ func (i *idempotency) renewWhileRunning(ctx context.Context, rk RecordKey, claim
 			case <-tick.C:
 			}
 			claim.LeaseExpiry = i.opts.now().Add(i.opts.lease)
-			if err := i.store.Renew(ctx, rk, &claim); errors.Is(err, ErrSuperseded) {
+			switch err := i.store.Renew(ctx, rk, &claim); {
+			case errors.Is(err, ErrSuperseded):
 				return
+			case err != nil && ctx.Err() == nil:
+				i.opts.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: lease renewal failed; will retry at the next tick",
+					slog.String("method", method), slog.Uint64("attempt", claim.Attempt), slog.Any("err", err))
 			}
 		}
 	}()

@@ -17,9 +17,8 @@ import (
 // and CheckClaim hold the rules, so a backend only has to run them inside
 // one transaction of its own.
 //
-// A backend whose own data lives beside the records (a SQL database, say)
-// can go further and commit the handler's writes in the completion's
-// transaction; the interface leaves that to the backend.
+// A backend whose own data lives beside the records can go further and
+// commit the handler's writes in the completion's transaction: see TxStore.
 type Store interface {
 	// Claim decides req against the record stored for req.Key, atomically:
 	// it reads the record, calls Decide with the store's Claimant, and, when
@@ -37,6 +36,49 @@ type Store interface {
 	// provided CheckClaim finds that claim still stored; otherwise it returns
 	// ErrSuperseded and writes nothing.
 	Complete(ctx context.Context, key RecordKey, done *Record) error
+}
+
+// TxStore is a Store whose records live beside the handlers' own data, so
+// that a handler's writes and the completion of its record commit in one
+// transaction: both or neither. A crash at any point then leaves no write
+// that no key's answer names.
+//
+// The interceptor uses it, when the store implements it, for every request
+// it claims. The handler's context carries the Tx; the backend's own
+// repositories find it there (each backend says how) and write through it.
+// A handler that writes nothing through it behaves as with a plain Store.
+type TxStore interface {
+	Store
+
+	// ClaimTx decides req as Claim does. When the outcome is Claimed, it
+	// returns the Tx that the handler's writes join and that completes the
+	// claim. With durable, the claim is committed before ClaimTx returns,
+	// as Claim's is. Without it (a transactional method, whose only effects
+	// are writes through the Tx), the claim need only keep concurrent
+	// duplicates out until the Tx ends: it becomes durable together with
+	// the handler's writes and the completion, or never.
+	ClaimTx(ctx context.Context, req ClaimRequest, durable bool) (Outcome, *Record, Tx, error)
+}
+
+// Tx is a unit of work of a TxStore: the handler's writes and the
+// completion of one claim, committed together. Exactly one of Commit and
+// Rollback ends it; Rollback after Commit does nothing.
+type Tx interface {
+	// Context returns parent carrying the Tx, for the handler: writes made
+	// through the store's repositories with it join the Tx.
+	Context(parent context.Context) context.Context
+
+	// Commit stores done, the completed form of the claim, and, when
+	// keepWrites is true, the writes the handler made through the Tx, in
+	// one transaction, provided CheckClaim finds the claim still the stored
+	// one (ErrSuperseded otherwise). If any of it fails, none of it is
+	// stored, a claim that was not durable is released, and the error is
+	// returned.
+	Commit(ctx context.Context, done *Record, keepWrites bool) error
+
+	// Rollback discards the handler's writes and releases a claim that was
+	// not durable; a durable claim stays in flight, for the lease rule.
+	Rollback()
 }
 
 // ErrSuperseded is returned by Store.Renew and Store.Complete when the claim
@@ -67,7 +109,7 @@ type ClaimRequest struct {
 // Outcome is what a claim decided.
 type Outcome int
 
-// The outcomes of a claim, as in the table of SPEC section 4.
+// The outcomes of a claim, as in the README's idempotency contract.
 const (
 	// OutcomeFresh: no live record; the caller runs the handler.
 	OutcomeFresh Outcome = iota + 1

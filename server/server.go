@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -20,18 +21,32 @@ import (
 
 // IntentStore keeps payment intents, each owned by one principal. An intent
 // of another owner is reported as absent.
+//
+// Under the idempotency interceptor, the context of a handler may carry a
+// unit of work of the store's backend; a store writes through it, so that
+// the handler's writes commit together with its answer.
 type IntentStore interface {
-	// CreateIntent stores a new intent.
+	// CreateIntent stores a new intent; ErrExists if its id is taken.
 	CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error
-	// GetIntent returns the intent, or nil when owner has none with that id.
+	// GetIntent returns the intent; ErrNotFound when owner has none with
+	// that id.
 	GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error)
 	// UpdateIntent applies update atomically, stores the intent if update
-	// reports a change, and returns it as stored; nil when absent.
+	// reports a change, and returns it as stored; ErrNotFound when absent.
 	UpdateIntent(ctx context.Context, owner, id string, update func(*paymentsv1.PaymentIntent) bool) (*paymentsv1.PaymentIntent, error)
-	// ListIntents returns up to limit intents in creation order after the
-	// cursor after, and the next page's cursor (nil on the last page).
+	// ListIntents returns up to limit (at least 1) intents in creation
+	// order after the cursor after, and the next page's cursor (nil on the
+	// last page).
 	ListIntents(ctx context.Context, owner string, after []byte, limit int) ([]*paymentsv1.PaymentIntent, []byte, error)
 }
+
+// Errors of an IntentStore, matched with errors.Is.
+var (
+	// ErrNotFound is returned when the owner has no intent with the id.
+	ErrNotFound = errors.New("payment intent not found")
+	// ErrExists is returned when a new intent's id is taken.
+	ErrExists = errors.New("payment intent already exists")
+)
 
 // Page sizes of ListPaymentIntents.
 const (
@@ -80,7 +95,7 @@ func (s *Server) CreatePaymentIntent(ctx context.Context, req *paymentsv1.Create
 		ExpireTime: timestamppb.New(now.Add(expiresIn)),
 	}
 	if err := s.store.CreateIntent(ctx, owner, pi); err != nil {
-		return nil, storeError(err)
+		return nil, storeError(err, "") // ErrExists too: a fresh id from the CSPRNG cannot be taken
 	}
 	return &paymentsv1.CreatePaymentIntentResponse{PaymentIntent: pi}, nil
 }
@@ -96,10 +111,7 @@ func (s *Server) GetPaymentIntent(ctx context.Context, req *paymentsv1.GetPaymen
 	}
 	pi, err := s.store.GetIntent(ctx, owner, req.Id)
 	if err != nil {
-		return nil, storeError(err)
-	}
-	if pi == nil {
-		return nil, errNotFound(req.Id)
+		return nil, storeError(err, req.Id)
 	}
 	return &paymentsv1.GetPaymentIntentResponse{PaymentIntent: expired(pi, s.now())}, nil
 }
@@ -128,10 +140,7 @@ func (s *Server) CancelPaymentIntent(ctx context.Context, req *paymentsv1.Cancel
 		return true
 	})
 	if err != nil {
-		return nil, storeError(err)
-	}
-	if pi == nil {
-		return nil, errNotFound(req.Id)
+		return nil, storeError(err, req.Id)
 	}
 	return &paymentsv1.CancelPaymentIntentResponse{PaymentIntent: pi}, nil
 }
@@ -152,7 +161,7 @@ func (s *Server) ListPaymentIntents(ctx context.Context, req *paymentsv1.ListPay
 	}
 	page, next, err := s.store.ListIntents(ctx, owner, after, size)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, storeError(err, "")
 	}
 	now := s.now()
 	resp := &paymentsv1.ListPaymentIntentsResponse{PaymentIntents: make([]*paymentsv1.PaymentIntent, len(page))}
@@ -203,10 +212,25 @@ func principal(ctx context.Context) (string, error) {
 	return p, nil
 }
 
-func errNotFound(id string) error {
-	return status.Errorf(codes.NotFound, "payment intent %s not found", id)
+// storeError is the answer to err, an IntentStore's error about intent id:
+// NOT_FOUND for ErrNotFound, otherwise UNAVAILABLE with a plain message.
+// The store's own text stays out of the answer but in the error, for the
+// server's log.
+func storeError(err error, id string) error {
+	if errors.Is(err, ErrNotFound) {
+		return status.Errorf(codes.NotFound, "payment intent %s not found", id)
+	}
+	return &storageError{cause: err}
 }
 
-func storeError(err error) error {
-	return status.Errorf(codes.Unavailable, "storage: %v", err)
+// storageError is a storage failure: its status for the caller, its cause
+// for the log (errors.Unwrap).
+type storageError struct{ cause error }
+
+func (e *storageError) Error() string { return "payment intent storage: " + e.cause.Error() }
+func (e *storageError) Unwrap() error { return e.cause }
+
+// GRPCStatus is what the caller is told.
+func (e *storageError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, "payment intent storage is unavailable; try again")
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/internal/testclock"
@@ -27,8 +28,12 @@ func newServer(t *testing.T) (*server.Server, *testclock.Clock) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	intents, err := boltintents.New(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := testclock.New()
-	return server.New(db, c.Now), c
+	return server.New(intents, c.Now), c
 }
 
 func as(principal string) context.Context {

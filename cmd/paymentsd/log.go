@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -36,8 +37,8 @@ func (o observer) Finished(ctx context.Context, obs interceptor.Observation) {
 }
 
 // logRPC writes one line per call: method, idempotency outcome and attempt,
-// status code and duration. It logs no metadata and no principal, so
-// neither a credential nor a key's owner.
+// status code, duration and, for a storage failure, its cause. It logs no
+// metadata and no principal, so neither a credential nor a key's owner.
 func logRPC(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
@@ -50,6 +51,14 @@ func logRPC(logger *slog.Logger) grpc.UnaryServerInterceptor {
 		}
 		if slot.Outcome != 0 {
 			attrs = append(attrs, slog.String("idempotency", slot.Outcome.String()), slog.Uint64("attempt", slot.Attempt))
+		}
+		// The cause of a failure the caller was told of only by its code.
+		var wrapped interface{ Unwrap() error }
+		switch {
+		case slot.Err != nil:
+			attrs = append(attrs, slog.String("err", slot.Err.Error()))
+		case errors.As(err, &wrapped):
+			attrs = append(attrs, slog.String("err", err.Error()))
 		}
 		logger.LogAttrs(ctx, slog.LevelInfo, "rpc", attrs...)
 		return resp, err

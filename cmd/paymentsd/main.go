@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
@@ -130,12 +131,15 @@ func (m *Main) ParseFlags(args []string) error {
 		return fmt.Errorf("--sweep-interval must be positive, got %v", c.SweepInterval)
 	case c.InFlightWait < 0:
 		return fmt.Errorf("--in-flight-wait must not be negative, got %v", c.InFlightWait)
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
 	}
 	return nil
 }
 
-// Run opens the data file, starts serving and returns; the server runs
-// until Close.
+// Run binds its addresses, opens the data file, starts serving and
+// returns; the server runs until Close. Addresses come first, so that a
+// bad one leaves no data file behind.
 func (m *Main) Run(ctx context.Context) (err error) {
 	keys := auth.Dev()
 	if m.Config.APIKeysPath != "" {
@@ -143,10 +147,28 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	var metricsListener net.Listener
+	defer func() {
+		if err != nil && m.listener != nil {
+			m.listener.Close()
+		}
+		if err != nil && metricsListener != nil {
+			metricsListener.Close()
+		}
+	}()
+	if m.listener, err = net.Listen("tcp", m.Config.Listen); err != nil {
+		return err
+	}
+	if m.Config.MetricsListen != "" {
+		if metricsListener, err = net.Listen("tcp", m.Config.MetricsListen); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
 	if m.db, err = boltstore.Open(m.Config.DBPath, nil); err != nil {
 		return err
 	}
-	if m.listener, err = net.Listen("tcp", m.Config.Listen); err != nil {
+	intents, err := boltintents.New(ctx, m.db)
+	if err != nil {
 		m.db.Close()
 		return err
 	}
@@ -170,20 +192,22 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName, interceptor.KeyOptional),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyIgnored),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_ListPaymentIntents_FullMethodName, interceptor.KeyIgnored),
+			// Their only effect is the intent they write through the store.
+			interceptor.WithTransactional(
+				paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName,
+				paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName,
+			),
 			interceptor.WithObserver(observer{m.metrics}),
+			interceptor.WithLogger(m.Logger),
 		))
 	}
 	m.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...))
-	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db, nil))
+	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(intents, nil))
 	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
 	reflection.Register(m.grpc)
 	if m.metrics != nil {
 		m.metrics.GRPC.InitializeMetrics(m.grpc)
-		if err := m.serveMetrics(); err != nil {
-			m.listener.Close()
-			m.db.Close()
-			return err
-		}
+		m.serveMetrics(metricsListener)
 	}
 
 	if keys.IsDev() {
@@ -198,16 +222,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			m.Logger.Error("serve", "err", err)
 		}
 	})
-	m.wg.Go(func() { m.sweep(ctx) })
+	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db, m.Config.SweepInterval, m.swept) })
 	return nil
 }
 
-// serveMetrics serves /metrics on MetricsListen.
-func (m *Main) serveMetrics() error {
-	lis, err := net.Listen("tcp", m.Config.MetricsListen)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
+// serveMetrics serves /metrics on lis.
+func (m *Main) serveMetrics(lis net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.metrics.Handler())
 	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -217,31 +237,20 @@ func (m *Main) serveMetrics() error {
 			m.Logger.Error("serve metrics", "err", err)
 		}
 	})
-	return nil
 }
 
 // Addr is the address paymentsd listens on, once Run has returned.
 func (m *Main) Addr() string { return m.listener.Addr().String() }
 
-// sweep deletes expired idempotency records every SweepInterval until ctx ends.
-func (m *Main) sweep(ctx context.Context) {
-	t := time.NewTicker(m.Config.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			n, err := m.db.Sweep(ctx, time.Now())
-			if err != nil && ctx.Err() == nil {
-				m.Logger.Error("sweep expired idempotency records", "err", err)
-			}
-			if n > 0 {
-				m.Logger.Info("swept expired idempotency records", "count", n)
-				if m.metrics != nil {
-					m.metrics.Swept(n)
-				}
-			}
+// swept reports a sweep of expired idempotency records.
+func (m *Main) swept(n int, err error) {
+	if err != nil {
+		m.Logger.Error("sweep expired idempotency records", "err", err)
+	}
+	if n > 0 {
+		m.Logger.Info("swept expired idempotency records", "count", n)
+		if m.metrics != nil {
+			m.metrics.Swept(n)
 		}
 	}
 }

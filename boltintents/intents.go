@@ -1,0 +1,216 @@
+// Package boltintents keeps paymentsd's payment intents in buckets of their
+// own in the bbolt file of a boltstore.DB, written through its group
+// commit. Inside a handler under the idempotency interceptor, its writes
+// join the completion of the request's record: intent and answer commit
+// together, or neither does.
+package boltintents
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/server"
+)
+
+// Intents live in two buckets: intents maps an id to its owner and the
+// intent's encoding; intents_by_owner lists each owner's ids in creation
+// order, for paging.
+var (
+	bucketIntents = []byte("intents")
+	bucketByOwner = []byte("intents_by_owner")
+)
+
+// errChanged is a compare-and-set that lost: the intent changed between
+// its read and its write.
+var errChanged = errors.New("payment intent changed while it was being updated")
+
+// Store is a server.IntentStore in a boltstore.DB.
+type Store struct {
+	db *boltstore.DB
+}
+
+var _ server.IntentStore = (*Store)(nil)
+
+// New returns the intents kept in db, creating their buckets if needed.
+func New(ctx context.Context, db *boltstore.DB) (*Store, error) {
+	err := db.Update(ctx, func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketIntents, bucketByOwner} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("intents: create buckets: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+// CreateIntent stores a new intent owned by owner; server.ErrExists if its
+// id is taken. Inside a boltstore.Tx the write is staged, and a taken id
+// fails the Tx when it commits.
+func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error {
+	v, err := encodeIntent(owner, pi)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(ctx, func(tx *bolt.Tx) error {
+		intents := tx.Bucket(bucketIntents)
+		if intents.Get([]byte(pi.Id)) != nil {
+			return fmt.Errorf("create intent %s: %w", pi.Id, server.ErrExists)
+		}
+		if err := intents.Put([]byte(pi.Id), v); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketByOwner).Put(ownerIndexKey(owner, pi), nil)
+	})
+}
+
+// GetIntent returns owner's intent id; server.ErrNotFound when there is
+// none: another owner's intent is as absent as a missing one.
+func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error) {
+	pi, _, err := s.read(ctx, owner, id)
+	return pi, err
+}
+
+// UpdateIntent applies update to owner's intent id and stores it if update
+// reports a change, with a compare-and-set on the stored bytes: a
+// concurrent change makes it read and apply update again. Inside a
+// boltstore.Tx the write is staged, and a concurrent change fails the Tx
+// when it commits.
+func (s *Store) UpdateIntent(ctx context.Context, owner, id string, update func(*paymentsv1.PaymentIntent) bool) (*paymentsv1.PaymentIntent, error) {
+	for {
+		pi, before, err := s.read(ctx, owner, id)
+		if err != nil || !update(pi) {
+			return pi, err
+		}
+		v, err := encodeIntent(owner, pi)
+		if err != nil {
+			return nil, err
+		}
+		err = s.db.Update(ctx, func(tx *bolt.Tx) error {
+			intents := tx.Bucket(bucketIntents)
+			if !bytes.Equal(intents.Get([]byte(id)), before) {
+				return fmt.Errorf("update intent %s: %w", id, errChanged)
+			}
+			return intents.Put([]byte(id), v)
+		})
+		if !errors.Is(err, errChanged) {
+			return pi, err
+		}
+	}
+}
+
+// ListIntents returns up to limit of owner's intents in creation order,
+// starting after the cursor after (nil for the first page), and the cursor
+// of the next page, nil when there is none. A cursor is opaque; one that
+// names no intent still lists from where it would sort.
+func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, limit int) ([]*paymentsv1.PaymentIntent, []byte, error) {
+	if limit <= 0 {
+		return nil, nil, fmt.Errorf("list intents: limit %d, want at least 1", limit)
+	}
+	var (
+		page []*paymentsv1.PaymentIntent
+		next []byte
+	)
+	prefix := ownerPrefix(owner)
+	err := s.db.View(ctx, func(tx *bolt.Tx) error {
+		page, next = nil, nil
+		c := tx.Bucket(bucketByOwner).Cursor()
+		k, _ := c.Seek(append(prefix[:len(prefix):len(prefix)], after...))
+		if after != nil && k != nil && bytes.Equal(k[len(prefix):], after) {
+			k, _ = c.Next()
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if len(page) == limit {
+				next = ownerCursor(page[len(page)-1])
+				return nil
+			}
+			if len(k) < len(prefix)+8 {
+				return fmt.Errorf("intent index key %x is too short", k)
+			}
+			id := string(k[len(prefix)+8:])
+			pi, _, err := getIntent(tx, owner, id)
+			if errors.Is(err, server.ErrNotFound) {
+				return fmt.Errorf("intent index names %s, which is missing", id)
+			}
+			if err != nil {
+				return err
+			}
+			page = append(page, pi)
+		}
+		return nil
+	})
+	return page, next, err
+}
+
+// read returns owner's intent id and its stored bytes.
+func (s *Store) read(ctx context.Context, owner, id string) (pi *paymentsv1.PaymentIntent, raw []byte, err error) {
+	err = s.db.View(ctx, func(tx *bolt.Tx) error {
+		pi, raw, err = getIntent(tx, owner, id)
+		if errors.Is(err, server.ErrNotFound) {
+			return nil // an answer, not a failure of the storage
+		}
+		return err
+	})
+	if err == nil && pi == nil {
+		err = fmt.Errorf("intent %s: %w", id, server.ErrNotFound)
+	}
+	return pi, raw, err
+}
+
+// ownerPrefix starts the index keys of owner's intents: its length, then
+// owner, so that no owner's keys run into another's.
+func ownerPrefix(owner string) []byte {
+	return append(binary.AppendUvarint(nil, uint64(len(owner))), owner...)
+}
+
+// ownerIndexKey orders an owner's intents by creation time, then id.
+func ownerIndexKey(owner string, pi *paymentsv1.PaymentIntent) []byte {
+	return append(ownerPrefix(owner), ownerCursor(pi)...)
+}
+
+func ownerCursor(pi *paymentsv1.PaymentIntent) []byte {
+	c := binary.BigEndian.AppendUint64(nil, uint64(pi.GetCreateTime().AsTime().UnixNano()))
+	return append(c, pi.Id...)
+}
+
+// getIntent returns owner's intent id and a copy of its stored bytes, or
+// server.ErrNotFound.
+func getIntent(tx *bolt.Tx, owner, id string) (*paymentsv1.PaymentIntent, []byte, error) {
+	v := tx.Bucket(bucketIntents).Get([]byte(id))
+	if v == nil {
+		return nil, nil, server.ErrNotFound
+	}
+	n, w := binary.Uvarint(v)
+	if w <= 0 || uint64(len(v)-w) < n {
+		return nil, nil, fmt.Errorf("intent %s: corrupt owner", id)
+	}
+	if string(v[w:w+int(n)]) != owner {
+		return nil, nil, server.ErrNotFound
+	}
+	pi := new(paymentsv1.PaymentIntent)
+	if err := proto.Unmarshal(v[w+int(n):], pi); err != nil {
+		return nil, nil, fmt.Errorf("intent %s: %w", id, err)
+	}
+	return pi, bytes.Clone(v), nil
+}
+
+// encodeIntent is the stored form of pi: its owner, then its deterministic
+// encoding.
+func encodeIntent(owner string, pi *paymentsv1.PaymentIntent) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(pi)
+	if err != nil {
+		return nil, fmt.Errorf("encode intent %s: %w", pi.Id, err)
+	}
+	return append(ownerPrefix(owner), b...), nil
+}

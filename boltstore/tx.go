@@ -1,0 +1,140 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// ErrTxDone is returned by Update for a write to a Tx that has ended.
+var ErrTxDone = errors.New("boltstore: write to a unit of work that has ended")
+
+type txKey struct{}
+
+// Tx is the unit of work of one claim: the writes its handler stages
+// through Update, committed with the claim's result in one transaction of
+// the group commit. It is an interceptor.Tx.
+type Tx struct {
+	db    *DB
+	key   []byte
+	claim *interceptor.Record
+	// durable is true when the claim was committed before the handler ran.
+	// Otherwise it is pending in memory, and base is the stored record it
+	// replaces (nil when none), as read at claimedAt.
+	durable   bool
+	base      *interceptor.Record
+	claimedAt time.Time
+
+	mu     sync.Mutex
+	writes []func(*bolt.Tx) error
+	failed error // the first failure of a read or write made through t
+	ended  bool
+}
+
+var _ interceptor.Tx = (*Tx)(nil)
+
+// Context returns parent carrying t: Update with it joins t.
+func (t *Tx) Context(parent context.Context) context.Context {
+	return context.WithValue(parent, txKey{}, t)
+}
+
+func (t *Tx) stage(fn func(*bolt.Tx) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return ErrTxDone
+	}
+	t.writes = append(t.writes, fn)
+	return nil
+}
+
+func (t *Tx) fail(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.failed == nil {
+		t.failed = err
+	}
+}
+
+// end marks t ended and returns its writes and failure; ok is false if it
+// had ended.
+func (t *Tx) end() (writes []func(*bolt.Tx) error, failed error, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return nil, nil, false
+	}
+	t.ended = true
+	return t.writes, t.failed, true
+}
+
+// Commit stores done and, with keepWrites, the staged writes, in one write
+// of the group commit, if the claim still stands and no read or write made
+// through t failed. A pending claim is released once the commit has ended,
+// either way: committed, its record answers for it; failed, the key is
+// free to run afresh.
+func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bool) error {
+	writes, failed, ok := t.end()
+	if !ok {
+		return ErrTxDone
+	}
+	if !t.durable {
+		defer t.db.release(t.key, t.claim)
+	}
+	if failed != nil {
+		return fmt.Errorf("boltstore: the handler's storage failed, so its result was not stored: %w", failed)
+	}
+	if !keepWrites {
+		writes = nil
+	}
+	return t.db.update(ctx, func(tx *bolt.Tx) error {
+		stored, err := getRecord(tx, t.key)
+		if err != nil {
+			return err
+		}
+		if t.durable {
+			if err := interceptor.CheckClaim(stored, t.claim); err != nil {
+				return err
+			}
+		} else if !t.stillClaimable(stored) {
+			return interceptor.ErrSuperseded
+		}
+		for _, fn := range writes {
+			if err := fn(tx); err != nil {
+				return err
+			}
+		}
+		if t.durable {
+			return putRecord(tx, t.key, done)
+		}
+		return putClaim(tx, t.key, stored, done)
+	})
+}
+
+// stillClaimable reports whether stored is what the pending claim was
+// decided on: the same record, or nothing where an expired record was
+// swept since.
+func (t *Tx) stillClaimable(stored *interceptor.Record) bool {
+	switch {
+	case stored == nil:
+		return t.base == nil || !t.claimedAt.Before(t.base.Expiry)
+	case t.base == nil:
+		return false
+	default:
+		return stored.Attempt == t.base.Attempt && stored.Token == t.base.Token && stored.State == t.base.State
+	}
+}
+
+// Rollback discards the staged writes and releases a pending claim; a
+// durable claim stays in flight. After Commit it does nothing.
+func (t *Tx) Rollback() {
+	if _, _, ok := t.end(); ok && !t.durable {
+		t.db.release(t.key, t.claim)
+	}
+}
