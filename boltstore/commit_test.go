@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -99,5 +100,52 @@ func TestUpdate_AfterClose_ErrClosed(t *testing.T) {
 	db.Close()
 	if err := db.Update(context.Background(), put("x")); !errors.Is(err, ErrClosed) {
 		t.Errorf("update after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestUpdate_PanickingWrite_FailsAloneProcessLives(t *testing.T) {
+	db := openTest(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 20)
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = db.Update(context.Background(), func(tx *bolt.Tx) error {
+				if i == 7 {
+					put("doomed")(tx)
+					panic("write bug")
+				}
+				return put(fmt.Sprint(i))(tx)
+			})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i == 7 {
+			if err == nil || !strings.Contains(err.Error(), "write bug") {
+				t.Errorf("panicking write: %v, want an error naming the panic", err)
+			}
+			continue
+		}
+		if err != nil || !has(t, db, fmt.Sprint(i)) {
+			t.Errorf("write %d beside the panic: %v, stored %t; want committed", i, err, has(t, db, fmt.Sprint(i)))
+		}
+	}
+	if has(t, db, "doomed") {
+		t.Error("the panicking write's put was committed")
+	}
+	if err := db.Update(context.Background(), put("after")); err != nil {
+		t.Errorf("write after the panic: %v", err)
+	}
+}
+
+func TestUpdate_CanceledContext_WritesNothing(t *testing.T) {
+	db := openTest(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := db.Update(ctx, put("x")); !errors.Is(err, context.Canceled) {
+		t.Errorf("Update with a canceled context: %v, want context.Canceled", err)
+	}
+	if has(t, db, "x") {
+		t.Error("a canceled Update wrote")
 	}
 }

@@ -56,22 +56,26 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 		return db.claimInMemory(req, key)
 	}
 
-	var outcome interceptor.Outcome
-	var rec *interceptor.Record
+	var (
+		outcome interceptor.Outcome
+		rec     *interceptor.Record
+		mine    *interceptor.Record // the claim this write made, if it made one
+	)
 	err = db.update(ctx, func(tx *bolt.Tx) error {
 		stored, err := getRecord(tx, key)
 		if err != nil {
 			return err
 		}
-		if outcome, rec = db.decidePending(key, req); outcome != 0 {
+		outcome, rec = db.decideDurable(key, req, stored, mine)
+		if mine = nil; !outcome.Claimed() {
 			return nil
 		}
-		outcome, rec = interceptor.Decide(stored, req, db.claimant)
-		if !outcome.Claimed() {
-			return nil
-		}
+		mine = rec
 		return putClaim(tx, key, stored, rec)
 	})
+	if mine != nil {
+		db.release(key, mine) // committed and readable now, or failed
+	}
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -101,12 +105,24 @@ func (db *DB) claimInMemory(req interceptor.ClaimRequest, key []byte) (intercept
 	return outcome, rec, &Tx{db: db, key: key, claim: rec, base: stored, claimedAt: req.Now}, nil
 }
 
-// decidePending decides req against a claim of key pending in memory, and
-// returns outcome 0 when there is none.
-func (db *DB) decidePending(key []byte, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
+// decideDurable decides a durable claim of key inside the committer's
+// transaction, on stored and the claims pending in memory. A claim it makes
+// is pending too until its commit ends (earlier, mine: this write's own from
+// a run of its batch that was rolled back), so that a transactional claim,
+// which reads only what is committed, cannot also be fresh meanwhile.
+func (db *DB) decideDurable(key []byte, req interceptor.ClaimRequest, stored, mine *interceptor.Record) (interceptor.Outcome, *interceptor.Record) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	return db.decidePendingLocked(key, req)
+	if p := db.pending[string(key)]; p != nil && p != mine {
+		return db.decidePendingLocked(key, req)
+	}
+	outcome, rec := interceptor.Decide(stored, req, db.claimant)
+	if outcome.Claimed() {
+		db.pending[string(key)] = rec
+	} else if mine != nil {
+		delete(db.pending, string(key))
+	}
+	return outcome, rec
 }
 
 func (db *DB) decidePendingLocked(key []byte, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {

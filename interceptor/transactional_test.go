@@ -1,0 +1,204 @@
+package interceptor_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+const unaryCall = "/grpc.testing.TestService/UnaryCall"
+
+var bucketOrders = []byte("orders")
+
+// writeOrder makes the handler write its payload through the store, as a
+// repository would, and then answer with err if not nil.
+func (h *harness) writeOrder(t *testing.T, err error) {
+	t.Helper()
+	if uerr := h.db.Update(context.Background(), func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketOrders)
+		return err
+	}); uerr != nil {
+		t.Fatal(uerr)
+	}
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		body := req.GetPayload().GetBody()
+		if werr := h.db.Update(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketOrders).Put(body, body) }); werr != nil {
+			return nil, werr
+		}
+		if err != nil {
+			return nil, err
+		}
+		return echo(ctx, req)
+	}
+}
+
+// hasOrder reports whether the order named body was stored.
+func (h *harness) hasOrder(body string) bool {
+	found := false
+	h.db.View(context.Background(), func(tx *bolt.Tx) error {
+		found = tx.Bucket(bucketOrders).Get([]byte(body)) != nil
+		return nil
+	})
+	return found
+}
+
+func TestTransactional_FreshRequestIsOneCommit_OtherMethodsTwo(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []interceptor.Option
+		want uint64
+	}{
+		{"transactional", []interceptor.Option{interceptor.WithTransactional(unaryCall)}, 1},
+		{"durable claim", nil, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, tc.opts...)
+			h.writeOrder(t, nil)
+			for i := range 5 {
+				before := h.db.Commits()
+				body := string(rune('a' + i))
+				if a := h.send("tok", body, payload(body)); a.err != nil {
+					t.Fatal(a.err)
+				}
+				if got := h.db.Commits() - before; got != tc.want {
+					t.Errorf("request %d: %d commits, want %d", i, got, tc.want)
+				}
+				if !h.hasOrder(body) {
+					t.Errorf("order %s was not stored with its answer", body)
+				}
+			}
+		})
+	}
+}
+
+func TestTransactional_DuplicateWhileRunning_InUseThenReplay(t *testing.T) {
+	h := start(t, interceptor.WithTransactional(unaryCall))
+	running, release := h.service.blockFirstAttempt()
+	first := make(chan call, 1)
+	go func() { first <- h.send("tok", "k", payload("x")) }()
+	<-running
+	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+	wantReason(t, h.send("tok", "k", payload("other")).err, codes.FailedPrecondition, interceptor.ReasonKeyReused)
+	close(release)
+	if a := <-first; a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a := h.send("tok", "k", payload("x")); a.err != nil || !a.replayed() {
+		t.Errorf("after the first finished: replayed %t, %v; want the replay", a.replayed(), a.err)
+	}
+	h.wantCalls(t, 1)
+}
+
+func TestTransactional_WaitingDuplicatesGetTheReplay(t *testing.T) {
+	h := start(t, interceptor.WithTransactional(unaryCall), interceptor.WithInFlightWait(time.Minute))
+	running, release := h.service.blockFirstAttempt()
+	first := make(chan call, 1)
+	go func() { first <- h.send("tok", "k", payload("x")) }()
+	<-running
+	var wg sync.WaitGroup
+	waiters := make(chan call, 8)
+	for range cap(waiters) {
+		wg.Go(func() { waiters <- h.send("tok", "k", payload("x")) })
+	}
+	time.Sleep(50 * time.Millisecond) // let them start waiting; they are fine either way
+	close(release)
+	wg.Wait()
+	close(waiters)
+	for a := range waiters {
+		if a.err != nil || !a.replayed() {
+			t.Errorf("waiter: replayed %t, %v; want the replay", a.replayed(), a.err)
+		}
+	}
+	if a := <-first; a.err != nil {
+		t.Fatal(a.err)
+	}
+	h.wantCalls(t, 1)
+}
+
+func TestTransactional_HandlerError_StoredAndReplayedItsWritesDiscarded(t *testing.T) {
+	for _, transactional := range []bool{true, false} {
+		var opts []interceptor.Option
+		if transactional {
+			opts = append(opts, interceptor.WithTransactional(unaryCall))
+		}
+		h := start(t, opts...)
+		h.writeOrder(t, status.Error(codes.InvalidArgument, "bad order"))
+		for range 2 {
+			if a := h.send("tok", "k", payload("o1")); status.Code(a.err) != codes.InvalidArgument {
+				t.Fatalf("transactional %t: %v, want the handler's INVALID_ARGUMENT", transactional, a.err)
+			}
+		}
+		h.wantCalls(t, 1)
+		if h.hasOrder("o1") {
+			t.Errorf("transactional %t: the order of an answer that is an error was stored", transactional)
+		}
+	}
+}
+
+func TestTransactional_FailedWrite_UnavailableNothingStoredKeyRunsFresh(t *testing.T) {
+	h := start(t, interceptor.WithTransactional(unaryCall))
+	h.writeOrder(t, nil)
+	fail := true
+	inner := h.service.handler
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		if fail {
+			h.db.Update(ctx, func(tx *bolt.Tx) error { return errInjected })
+		}
+		return inner(ctx, req)
+	}
+	a := h.send("tok", "k", payload("o1"))
+	if status.Code(a.err) != codes.Unavailable || a.replayed() {
+		t.Fatalf("failed write: %v, want UNAVAILABLE", a.err)
+	}
+	if h.hasOrder("o1") {
+		t.Error("the order of a failed commit was stored")
+	}
+	fail = false
+	if a := h.send("tok", "k", payload("o1")); a.err != nil || a.replayed() {
+		t.Fatalf("retry: replayed %t, %v; want a fresh run that succeeds", a.replayed(), a.err)
+	}
+	if !h.hasOrder("o1") {
+		t.Error("the retry's order was not stored")
+	}
+	h.wantCalls(t, 2)
+}
+
+func TestRenewal_FailureIsLogged(t *testing.T) {
+	const lease = 90 * time.Millisecond
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&lockedBuffer{mu: &mu, b: &buf}, nil))
+	h, fs := startFaulty(t, interceptor.WithLease(lease), interceptor.WithClock(time.Now), interceptor.WithLogger(logger))
+	fs.failRenew.Store(true)
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		time.Sleep(2 * lease)
+		return echo(ctx, req)
+	}
+	h.send("tok", "k", payload("x")) // superseded or not: the log is what counts
+	mu.Lock()
+	defer mu.Unlock()
+	if !bytes.Contains(buf.Bytes(), []byte("lease renewal failed")) || !bytes.Contains(buf.Bytes(), []byte(errInjected.Error())) {
+		t.Errorf("log = %q, want the failed renewal and its cause", buf.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
