@@ -41,6 +41,14 @@ var _ server.IntentStore = (*Store)(nil)
 
 // New returns the intents kept in db, creating their buckets if needed.
 func New(ctx context.Context, db *boltstore.DB) (*Store, error) {
+	exist := false
+	db.View(ctx, func(tx *bolt.Tx) error {
+		exist = tx.Bucket(bucketIntents) != nil && tx.Bucket(bucketByOwner) != nil
+		return nil
+	})
+	if exist { // no write, so that opening a file costs no commit
+		return &Store{db: db}, nil
+	}
 	err := db.Update(ctx, func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketIntents, bucketByOwner} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {

@@ -36,15 +36,30 @@
 // Header and trailer metadata the handler sets, SendHeader included, are
 // held back and sent once the result is stored.
 //
+// # Transactions
+//
+// With a store that is a TxStore, the handler's context carries a Tx: the
+// writes the handler makes through the store's repositories join it, and
+// commit in the same transaction as the completion of its record, both or
+// neither, so a crash never leaves data that no key's answer names. The
+// writes of a handler whose answer is an error are discarded. A failure of
+// that transaction is not a result: nothing is stored and the caller gets
+// UNAVAILABLE. Methods declared WithTransactional, whose only effects are
+// such writes, have a claim that is not durable before the handler runs:
+// nothing outside the store happened, so a crash loses nothing, and claim,
+// writes and result take one commit. A retry after a failure runs them
+// afresh.
+//
 // # Failures
 //
 // While the handler runs, its lease is renewed every third of a lease, so
 // only a dead worker is ever taken over. A store used by one process at a
 // time (Claimant.Exclusive) takes over claims left by an earlier process at
-// once. When the result cannot be stored, the caller gets UNAVAILABLE and
-// the record stays in flight, to be taken over by a retry after the lease:
-// a call that ran is never forgotten. Results larger than WithMaxResultSize
-// are replaced by a stored INTERNAL error.
+// once. When the result of a method with a durable claim cannot be stored,
+// the caller gets UNAVAILABLE and the record stays in flight, to be taken
+// over by a retry after the lease: a call that ran is never forgotten.
+// Results larger than WithMaxResultSize are replaced by a stored INTERNAL
+// error.
 //
 // # Fingerprints
 //
