@@ -43,7 +43,10 @@ var principalPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 // LoadFile reads API keys from path: one "<principal> sha256:<hex>" per line,
 // the hex being the SHA-256 of the token (`printf %s "$TOKEN" | sha256sum`).
 // Blank lines and lines starting with # are skipped. The file holds no
-// token, so leaking it gives no access.
+// token, so leaking it gives no access. A principal may have several lines,
+// so that it can roll its token without downtime; a hash listed twice is
+// refused, naming both lines, since its token would belong to one of them
+// silently.
 func LoadFile(path string) (*Keys, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -51,7 +54,7 @@ func LoadFile(path string) (*Keys, error) {
 	}
 	defer f.Close()
 	k := &Keys{keys: []key{}}
-	seen := map[string]bool{}
+	seen := map[[sha256.Size]byte]int{} // hash to its line
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
@@ -70,12 +73,12 @@ func LoadFile(path string) (*Keys, error) {
 		if err != nil || len(sum) != sha256.Size {
 			return nil, fmt.Errorf("api keys: %s:%d: the hash must be 64 hex digits", path, line)
 		}
-		if seen[principal] {
-			return nil, fmt.Errorf("api keys: %s:%d: principal %q listed twice", path, line, principal)
-		}
-		seen[principal] = true
 		kk := key{principal: principal}
 		copy(kk.hash[:], sum)
+		if first, ok := seen[kk.hash]; ok {
+			return nil, fmt.Errorf("api keys: %s:%d: this hash is already listed on line %d; one token must belong to one principal", path, line, first)
+		}
+		seen[kk.hash] = line
 		k.keys = append(k.keys, kk)
 	}
 	if err := sc.Err(); err != nil {

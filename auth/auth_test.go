@@ -50,7 +50,7 @@ func TestLoadFile_RejectsBadFiles(t *testing.T) {
 		"raw token":        "alice a-secret\n",
 		"short hash":       "alice sha256:abcd\n",
 		"bad principal":    "al/ice " + hash("x") + "\n",
-		"duplicate":        "alice " + hash("x") + "\nalice " + hash("y") + "\n",
+		"same line twice":  "alice " + hash("x") + "\nalice " + hash("x") + "\n",
 		"empty":            "# nothing\n",
 		"three fields":     "alice " + hash("x") + " extra\n",
 		"non-hex":          "alice sha256:" + strings.Repeat("z", 64) + "\n",
@@ -62,6 +62,26 @@ func TestLoadFile_RejectsBadFiles(t *testing.T) {
 	}
 	if _, err := auth.LoadFile(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("missing file: loaded, want an error")
+	}
+}
+
+func TestLoadFile_OneHashUnderTwoPrincipals_RefusedNamingBothLines(t *testing.T) {
+	path := writeKeys(t, "alice "+hash("shared")+"\n# rotated\nbob "+hash("shared")+"\n")
+	_, err := auth.LoadFile(path)
+	if err == nil || !strings.Contains(err.Error(), path+":3") || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("LoadFile = %v, want an error naming %s:3 and line 1", err, path)
+	}
+}
+
+func TestLoadFile_SeveralHashesForOnePrincipal_TokenRotation(t *testing.T) {
+	keys, err := auth.LoadFile(writeKeys(t, "alice "+hash("old")+"\nalice "+hash("new")+"\nbob "+hash("b")+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for token, want := range map[string]string{"old": "alice", "new": "alice", "b": "bob"} {
+		if got, ok := keys.Authenticate(token); !ok || got != want {
+			t.Errorf("Authenticate(%q) = %q, %t; want %q", token, got, ok, want)
+		}
 	}
 }
 
