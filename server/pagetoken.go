@@ -1,21 +1,26 @@
 package server
 
 import (
-	"bytes"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 )
 
-// A page token is opaque to clients: base64url of a version byte, the first
-// 8 bytes of SHA-256 of the owner, and the store's cursor. The owner hash
-// makes a token useless to anyone else: another principal's token is
-// rejected rather than silently read as a position in the caller's list.
+// A page token is opaque to clients: base64url (unpadded, canonical) of a
+// version byte, the store's cursor, and a tag: the first 8 bytes of SHA-256
+// over the owner and the cursor. The tag makes a token useless to anyone
+// else, and any change to it, down to one character appended, is rejected
+// rather than silently read as a position in the caller's list.
 
-const pageTokenVersion = 1
+const pageTokenVersion = 2
+
+const tagSize = 8
+
+var pageTokenEncoding = base64.RawURLEncoding.Strict()
 
 func encodePageToken(owner string, cursor []byte) string {
-	b := append([]byte{pageTokenVersion}, ownerTag(owner)...)
-	return base64.RawURLEncoding.EncodeToString(append(b, cursor...))
+	b := append([]byte{pageTokenVersion}, cursor...)
+	return pageTokenEncoding.EncodeToString(append(b, pageTag(owner, cursor)...))
 }
 
 // decodePageToken returns the cursor in token, nil for the empty token.
@@ -23,16 +28,24 @@ func decodePageToken(owner, token string) ([]byte, error) {
 	if token == "" {
 		return nil, nil
 	}
-	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) <= 9 || b[0] != pageTokenVersion || !bytes.Equal(b[1:9], ownerTag(owner)) {
-		var v violations
-		v.add("page_token", "is not a page token of this caller's list; pass next_page_token unchanged")
-		return nil, v.err()
+	b, err := pageTokenEncoding.DecodeString(token)
+	if err == nil && len(b) > 1+tagSize && b[0] == pageTokenVersion &&
+		pageTokenEncoding.EncodeToString(b) == token { // one spelling per token
+		cursor, tag := b[1:len(b)-tagSize], b[len(b)-tagSize:]
+		if subtle.ConstantTimeCompare(tag, pageTag(owner, cursor)) == 1 {
+			return cursor, nil
+		}
 	}
-	return b[9:], nil
+	var v violations
+	v.add("page_token", "is not a page token of this caller's list; pass next_page_token unchanged")
+	return nil, v.err()
 }
 
-func ownerTag(owner string) []byte {
-	sum := sha256.Sum256([]byte(owner))
-	return sum[:8]
+// pageTag binds a cursor to its owner.
+func pageTag(owner string, cursor []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte{byte(len(owner) >> 8), byte(len(owner))})
+	h.Write([]byte(owner))
+	h.Write(cursor)
+	return h.Sum(nil)[:tagSize]
 }
