@@ -33,6 +33,12 @@ func rawCall(t *testing.T, addr, method string, msg proto.Message, headers ...st
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rawBytesCall(t, addr, method, body, headers...)
+}
+
+// rawBytesCall is rawCall with a request body of any bytes.
+func rawBytesCall(t *testing.T, addr, method string, body []byte, headers ...string) (codes.Code, string) {
+	t.Helper()
 	frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
 	req, err := http.NewRequest("POST", "http://"+addr+method, bytes.NewReader(append(frame, body...)))
 	if err != nil {
@@ -216,6 +222,19 @@ func TestE2E_BadInput(t *testing.T) {
 		}
 	}
 
+	// Requests that do not decode are the caller's fault, and use up no key.
+	for what, body := range map[string][]byte{
+		"invalid UTF-8 in a string": protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "evm:\xff"),
+		"not a message":             {0xff, 0xff, 0xff, 0xff},
+		"truncated field":           {0x0a, 0x10, 'e', 'v'},
+	} {
+		code, text := rawBytesCall(t, d.addr, paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, body,
+			"authorization", "Bearer "+token, interceptor.KeyHeader, key)
+		if code != codes.InvalidArgument || !strings.Contains(text, "CreatePaymentIntentRequest") {
+			t.Errorf("request body %s: %v %q, want INVALID_ARGUMENT naming the request type", what, code, text)
+		}
+	}
+
 	// Nothing of the above created an intent or claimed the reusable key.
 	if got := d.list(t, token); len(got) != 1 || got[0].Id != id || got[0].State != paymentsv1.State_STATE_CREATED {
 		t.Errorf("after the bad input: %v, want only the setup intent, still created", got)
@@ -231,6 +250,17 @@ func TestE2E_BadInput(t *testing.T) {
 	for _, size := range []int32{0, 1 << 30} {
 		if _, err := d.client.ListPaymentIntents(withCreds(token, ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: size}); err != nil {
 			t.Errorf("page_size %d: %v", size, err)
+		}
+	}
+	// A real page token with one character appended is another token.
+	page, err := d.client.ListPaymentIntents(withCreds(token, ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1})
+	if err != nil || page.NextPageToken == "" {
+		t.Fatalf("first page: %v, token %q", err, page.GetNextPageToken())
+	}
+	for _, tok := range []string{page.NextPageToken + "A", page.NextPageToken + "_", page.NextPageToken[1:]} {
+		_, err := d.client.ListPaymentIntents(withCreds(token, ""), &paymentsv1.ListPaymentIntentsRequest{PageToken: tok})
+		if got := badRequestFields(err); status.Code(err) != codes.InvalidArgument || len(got) != 1 || got[0] != "page_token" {
+			t.Errorf("page token %q: %v, want INVALID_ARGUMENT on page_token", tok, err)
 		}
 	}
 }

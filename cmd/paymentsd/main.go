@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/boltintents"
@@ -173,7 +174,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 
-	var interceptors []grpc.UnaryServerInterceptor
+	codec := newRequestCodec(protoreflect.FullName(paymentsv1.PaymentIntentService_ServiceDesc.ServiceName))
+	interceptors := []grpc.UnaryServerInterceptor{codec.rejectUndecodable}
 	if m.Config.MetricsListen != "" {
 		m.metrics = metrics.New()
 		interceptors = append(interceptors, m.metrics.GRPC.UnaryServerInterceptor())
@@ -201,7 +203,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			interceptor.WithLogger(m.Logger),
 		))
 	}
-	m.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...))
+	m.grpc = grpc.NewServer(grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...))
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(intents, nil))
 	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
 	reflection.Register(m.grpc)
