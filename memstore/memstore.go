@@ -31,8 +31,12 @@ func New() *Store {
 	}
 }
 
-// Claim decides req under the store's lock.
+// Claim decides req under the store's lock. A ctx already done decides
+// nothing and writes nothing.
 func (s *Store) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	outcome, rec := interceptor.Decide(s.records[req.Key], req, s.claimant)
@@ -44,15 +48,20 @@ func (s *Store) Claim(ctx context.Context, req interceptor.ClaimRequest) (interc
 
 // Renew stores the renewed claim if it is still the stored one.
 func (s *Store) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
-	return s.replace(key, claim)
+	return s.replace(ctx, key, claim)
 }
 
 // Complete stores the completed claim if it is still the stored one.
 func (s *Store) Complete(ctx context.Context, key interceptor.RecordKey, done *interceptor.Record) error {
-	return s.replace(key, done)
+	return s.replace(ctx, key, done)
 }
 
-func (s *Store) replace(key interceptor.RecordKey, r *interceptor.Record) error {
+// replace writes r over the stored claim it renews or completes; a ctx
+// already done writes nothing.
+func (s *Store) replace(ctx context.Context, key interceptor.RecordKey, r *interceptor.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := interceptor.CheckClaim(s.records[key], r); err != nil {

@@ -10,6 +10,9 @@
 //			return db
 //		})
 //	}
+//
+// A store that is also an interceptor.TxStore is tested for atomic
+// completion too; for any other store those tests are skipped.
 package storetest
 
 import (
@@ -78,6 +81,23 @@ func RunTests(t *testing.T, open Opener) {
 		{"Claim_SameKeyOtherScope_IsIsolated", testScopes},
 		{"Sweep_DeletesExpiredKeepsLive", testSweep},
 		{"Reopen_KeepsRecords", testReopen},
+
+		// A call whose context is already done fails and writes nothing.
+		{"Claim_CanceledContext_WritesNothing", testClaimCanceled},
+		{"Renew_CanceledContext_LeavesLease", testRenewCanceled},
+		{"Complete_CanceledContext_LeavesInFlight", testCompleteCanceled},
+		{"ClaimTx_CanceledContext_WritesNothing", testClaimTxCanceled},
+
+		// Atomic completion: run when the store is an interceptor.TxStore.
+		{"ClaimTx_NonDurable_HoldsKeyUntilCommit", testTxHoldsKey},
+		{"ClaimTx_Concurrent_ExactlyOneFresh", testTxConcurrent},
+		{"ClaimTx_NonDurableRollback_FreesKey", testTxRollbackFrees},
+		{"ClaimTx_NonDurable_StoredOnlyByCommit", testTxStoredOnlyByCommit},
+		{"ClaimTx_Durable_StoredBeforeCommit", testTxDurableStored},
+		{"Commit_Durable_StoresResult", testTxDurableCommit},
+		{"Commit_AfterTakeover_IsSupersededAndStoresNothing", testTxSuperseded},
+		{"Rollback_Durable_StaysInFlight", testTxDurableRollback},
+		{"Commit_AfterCommitOrRollback_IsRefused", testTxEnded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
@@ -92,6 +112,23 @@ func openStore(t *testing.T, open Opener, dir string) Store {
 }
 
 func newStore(t *testing.T, open Opener) Store { return openStore(t, open, t.TempDir()) }
+
+// asTxStore returns s as an interceptor.TxStore, or skips the test.
+func asTxStore(t *testing.T, s Store) interceptor.TxStore {
+	t.Helper()
+	ts, ok := s.(interceptor.TxStore)
+	if !ok {
+		t.Skip("store is not an interceptor.TxStore")
+	}
+	return ts
+}
+
+// canceled is a context that is already done.
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
 
 func fingerprint(s string) interceptor.Fingerprint { return sha256.Sum256([]byte(s)) }
 
@@ -117,6 +154,38 @@ func claim(t *testing.T, s Store, req interceptor.ClaimRequest, want interceptor
 		t.Fatalf("Claim(%q) returned no record", req.Key.Key)
 	}
 	return rec
+}
+
+// claimTx claims req through ClaimTx and checks the outcome. A claimed
+// outcome returns its Tx, rolled back when the test ends unless it ended
+// before (Rollback after Commit does nothing); any other returns no Tx.
+func claimTx(t *testing.T, s interceptor.TxStore, req interceptor.ClaimRequest, durable bool, want interceptor.Outcome) (*interceptor.Record, interceptor.Tx) {
+	t.Helper()
+	got, rec, tx, err := s.ClaimTx(context.Background(), req, durable)
+	if tx != nil {
+		t.Cleanup(tx.Rollback)
+	}
+	if err != nil {
+		t.Fatalf("ClaimTx(%q at %v, durable %t): %v", req.Key.Key, req.Now, durable, err)
+	}
+	if got != want {
+		t.Fatalf("ClaimTx(%q at %v, durable %t) = %v, want %v", req.Key.Key, req.Now, durable, got, want)
+	}
+	if rec == nil {
+		t.Fatalf("ClaimTx(%q) returned no record", req.Key.Key)
+	}
+	if got.Claimed() != (tx != nil) {
+		t.Fatalf("ClaimTx(%q) = %v with Tx %v, want a Tx exactly when claimed", req.Key.Key, got, tx)
+	}
+	return rec, tx
+}
+
+// commit commits tx with claim completed as result, keeping its writes.
+func commit(t *testing.T, tx interceptor.Tx, claim *interceptor.Record, result *interceptor.Result) {
+	t.Helper()
+	if err := tx.Commit(context.Background(), claim.Completed(result), true); err != nil {
+		t.Fatalf("Commit(attempt %d): %v", claim.Attempt, err)
+	}
 }
 
 // sampleResult is a result with every part a store must keep.
@@ -447,5 +516,357 @@ func testReopen(t *testing.T, open Opener) {
 	}
 	if n, err := s.Sweep(context.Background(), t0.Add(ttl)); err != nil || n != 2 {
 		t.Errorf("Sweep after reopen = %d, %v; want 2, nil (the expiry index must persist too)", n, err)
+	}
+}
+
+func testClaimCanceled(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	req := request("k", "body", t0)
+	if got, _, err := s.Claim(canceled(), req); err == nil {
+		t.Fatalf("Claim(canceled context) = %v, nil; want an error", got)
+	}
+	if rec := claim(t, s, req, interceptor.OutcomeFresh); rec.Attempt != 1 {
+		t.Errorf("claim after a canceled claim: attempt %d, want 1", rec.Attempt)
+	}
+	// A canceled claim that would take over takes nothing over either.
+	if got, _, err := s.Claim(canceled(), request("k", "body", t0.Add(lease))); err == nil {
+		t.Fatalf("Claim(canceled context, lease expired) = %v, nil; want an error", got)
+	}
+	if rec := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover); rec.Attempt != 2 {
+		t.Errorf("takeover after a canceled takeover: attempt %d, want 2", rec.Attempt)
+	}
+}
+
+func testRenewCanceled(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	req := request("k", "body", t0)
+	rec := claim(t, s, req, interceptor.OutcomeFresh)
+	renewed := *rec
+	renewed.LeaseExpiry = t0.Add(3 * lease)
+	if err := s.Renew(canceled(), req.Key, &renewed); err == nil {
+		t.Fatal("Renew(canceled context) = nil, want an error")
+	}
+	// Between the old lease's expiry and the new one's, the old lease decides.
+	got := claim(t, s, request("k", "body", t0.Add(2*lease)), interceptor.OutcomeTakeover)
+	if got.Attempt != 2 {
+		t.Errorf("takeover after a canceled renewal: attempt %d, want 2", got.Attempt)
+	}
+}
+
+func testCompleteCanceled(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	req := request("k", "body", t0)
+	rec := claim(t, s, req, interceptor.OutcomeFresh)
+	if err := s.Complete(canceled(), req.Key, rec.Completed(sampleResult(t, "lost"))); err == nil {
+		t.Fatal("Complete(canceled context) = nil, want an error")
+	}
+	got := claim(t, s, request("k", "body", t0.Add(time.Second)), interceptor.OutcomeInFlight)
+	if got.State != interceptor.StateInFlight || got.Result != nil {
+		t.Errorf("after a canceled completion: state %v, result %v; want in flight, no result", got.State, got.Result)
+	}
+	// The claim still stands: a live completion stores its result.
+	complete(t, s, req, rec, sampleResult(t, "kept"))
+	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "kept"))
+}
+
+func testClaimTxCanceled(t *testing.T, open Opener) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%t", durable), func(t *testing.T) {
+			s := newStore(t, open)
+			ts := asTxStore(t, s)
+			req := request("k", "body", t0)
+			got, _, tx, err := ts.ClaimTx(canceled(), req, durable)
+			if tx != nil {
+				t.Cleanup(tx.Rollback)
+				t.Errorf("ClaimTx(canceled context) returned a Tx, want none")
+			}
+			if err == nil {
+				t.Fatalf("ClaimTx(canceled context) = %v, nil; want an error", got)
+			}
+			// Neither a stored claim nor one held until a Tx ends.
+			if rec := claim(t, s, req, interceptor.OutcomeFresh); rec.Attempt != 1 {
+				t.Errorf("claim after a canceled ClaimTx: attempt %d, want 1", rec.Attempt)
+			}
+		})
+	}
+}
+
+func testTxHoldsKey(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	ts := asTxStore(t, s)
+	req := request("k", "body", t0)
+	first, tx := claimTx(t, ts, req, false, interceptor.OutcomeFresh)
+	if first.Attempt != 1 || first.State != interceptor.StateInFlight {
+		t.Errorf("ClaimTx: attempt %d state %v, want 1, in flight", first.Attempt, first.State)
+	}
+	// While the Tx is open, the key is held against every kind of claim.
+	at := request("k", "body", t0.Add(time.Second))
+	claim(t, s, at, interceptor.OutcomeInFlight)
+	claimTx(t, ts, at, false, interceptor.OutcomeInFlight)
+	claimTx(t, ts, at, true, interceptor.OutcomeInFlight)
+	other := request("k", "other body", t0.Add(time.Second))
+	if rec := claim(t, s, other, interceptor.OutcomeMismatch); rec.Fingerprint != req.Fingerprint {
+		t.Errorf("mismatch reports fingerprint %v, want the claimed %v", rec.Fingerprint, req.Fingerprint)
+	}
+	claimTx(t, ts, other, false, interceptor.OutcomeMismatch)
+
+	commit(t, tx, first, sampleResult(t, "one"))
+	rec := claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay)
+	if rec.State != interceptor.StateCompleted || rec.Attempt != 1 || rec.Token != first.Token {
+		t.Errorf("replayed record: state %v attempt %d same token %t, want completed, 1, true", rec.State, rec.Attempt, rec.Token == first.Token)
+	}
+	sameResult(t, rec.Result, sampleResult(t, "one"))
+	rec, _ = claimTx(t, ts, request("k", "body", t0.Add(time.Hour)), false, interceptor.OutcomeReplay)
+	sameResult(t, rec.Result, sampleResult(t, "one"))
+}
+
+func testTxConcurrent(t *testing.T, open Opener) {
+	// Durable and pending claims of one key race each other too: requests
+	// of a transactional method and of another method can share a key.
+	for _, tc := range []struct {
+		name   string
+		bodies int
+	}{
+		{"SameRequest", 1},
+		{"TwoRequests", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t, open)
+			ts := asTxStore(t, s)
+			const rounds, n = 5, 100
+			for round := range rounds {
+				key := fmt.Sprintf("k-%d", round)
+				var wg sync.WaitGroup
+				type claimed struct {
+					body    string
+					durable bool
+					outcome interceptor.Outcome
+					tx      interceptor.Tx
+				}
+				results := make(chan claimed, n)
+				for i := range n {
+					wg.Go(func() {
+						body := fmt.Sprintf("body-%d", i%tc.bodies)
+						durable := i%2 == 0
+						got, _, tx, err := ts.ClaimTx(context.Background(), request(key, body, t0), durable)
+						if err != nil {
+							t.Error(err)
+						}
+						results <- claimed{body, durable, got, tx}
+					})
+				}
+				wg.Wait()
+				close(results)
+				var all []claimed
+				fresh := map[string]bool{} // the bodies that claimed
+				var winners []string
+				for r := range results {
+					all = append(all, r)
+					if r.tx != nil {
+						r.tx.Rollback()
+					}
+					if r.outcome == interceptor.OutcomeFresh {
+						fresh[r.body] = true
+						winners = append(winners, fmt.Sprintf("%s durable=%t", r.body, r.durable))
+					}
+				}
+				counts := map[string]int{}
+				wrong := 0
+				for _, r := range all {
+					counts[r.outcome.String()]++
+					want := interceptor.OutcomeMismatch
+					if fresh[r.body] {
+						want = interceptor.OutcomeInFlight
+					}
+					if r.outcome != interceptor.OutcomeFresh && r.outcome != want {
+						wrong++
+					}
+				}
+				if counts["fresh"] != 1 || wrong != 0 {
+					t.Errorf("round %d: %d concurrent ClaimTx of %d request(s), half durable: %v, fresh %v; want 1 fresh, the rest in flight for its request and mismatch for another", round, n, tc.bodies, counts, winners)
+				}
+			}
+		})
+	}
+}
+
+func testTxRollbackFrees(t *testing.T, open Opener) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ts, ok := s.(interceptor.TxStore)
+	if !ok {
+		s.Close()
+		t.Skip("store is not an interceptor.TxStore")
+	}
+	req := request("k", "body", t0)
+	_, tx := claimTx(t, ts, req, false, interceptor.OutcomeFresh)
+	tx.Rollback()
+	rec, tx := claimTx(t, ts, req, false, interceptor.OutcomeFresh)
+	if rec.Attempt != 1 {
+		t.Errorf("ClaimTx after a rolled-back claim: attempt %d, want 1", rec.Attempt)
+	}
+	tx.Rollback()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openStore(t, open, dir)
+	if rec := claim(t, s, req, interceptor.OutcomeFresh); rec.Attempt != 1 {
+		t.Errorf("claim after rollbacks and a reopen: attempt %d, want 1", rec.Attempt)
+	}
+}
+
+func testTxStoredOnlyByCommit(t *testing.T, open Opener) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ts, ok := s.(interceptor.TxStore)
+	if !ok {
+		s.Close()
+		t.Skip("store is not an interceptor.TxStore")
+	}
+	committed := request("committed", "body", t0)
+	rec, tx := claimTx(t, ts, committed, false, interceptor.OutcomeFresh)
+	commit(t, tx, rec, sampleResult(t, "kept"))
+	rolledBack := request("rolled-back", "body", t0)
+	_, tx = claimTx(t, ts, rolledBack, false, interceptor.OutcomeFresh)
+	tx.Rollback()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openStore(t, open, dir)
+	sameResult(t, claim(t, s, request("committed", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "kept"))
+	if rec := claim(t, s, rolledBack, interceptor.OutcomeFresh); rec.Attempt != 1 {
+		t.Errorf("claim of a rolled-back key after a reopen: attempt %d, want 1", rec.Attempt)
+	}
+	if n, err := s.Sweep(context.Background(), t0.Add(ttl)); err != nil || n != 2 {
+		t.Errorf("Sweep after reopen = %d, %v; want 2, nil (a committed claim must be in the expiry index too)", n, err)
+	}
+}
+
+func testTxDurableStored(t *testing.T, open Opener) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ts, ok := s.(interceptor.TxStore)
+	if !ok {
+		s.Close()
+		t.Skip("store is not an interceptor.TxStore")
+	}
+	req := request("k", "body", t0)
+	first, _ := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
+	// The Tx stays open: the claim is stored already, not by its end.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openStore(t, open, dir)
+	if s.Claimant().Exclusive {
+		// The earlier opening's claim is an orphan: taken over at once.
+		rec := claim(t, s, req, interceptor.OutcomeTakeover)
+		if rec.Attempt != 2 {
+			t.Errorf("takeover of the durable claim after reopen: attempt %d, want 2", rec.Attempt)
+		}
+	} else {
+		rec := claim(t, s, req, interceptor.OutcomeInFlight)
+		if rec.Attempt != 1 || rec.Token != first.Token {
+			t.Errorf("durable claim after reopen: attempt %d same token %t, want 1, true", rec.Attempt, rec.Token == first.Token)
+		}
+	}
+}
+
+func testTxDurableCommit(t *testing.T, open Opener) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ts, ok := s.(interceptor.TxStore)
+	if !ok {
+		s.Close()
+		t.Skip("store is not an interceptor.TxStore")
+	}
+	req := request("k", "body", t0)
+	rec, tx := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
+	commit(t, tx, rec, sampleResult(t, "one"))
+	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "one"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openStore(t, open, dir)
+	got := claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay)
+	if got.Attempt != 1 || got.Token != rec.Token {
+		t.Errorf("replay after reopen: attempt %d same token %t, want 1, true", got.Attempt, got.Token == rec.Token)
+	}
+	sameResult(t, got.Result, sampleResult(t, "one"))
+}
+
+func testTxSuperseded(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	ts := asTxStore(t, s)
+	req := request("k", "body", t0)
+	first, tx := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
+	second := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover)
+	if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "stale")), true); !errors.Is(err, interceptor.ErrSuperseded) {
+		t.Fatalf("Commit(attempt 1 after takeover) = %v, want ErrSuperseded", err)
+	}
+	// Nothing of attempt 1 was stored: attempt 2 is in flight, and its
+	// result is the one that replays.
+	rec := claim(t, s, request("k", "body", t0.Add(lease+time.Second)), interceptor.OutcomeInFlight)
+	if rec.Attempt != 2 || rec.Token != second.Token || rec.Result != nil {
+		t.Errorf("after a superseded Commit: attempt %d same token %t result %v, want 2, true, none", rec.Attempt, rec.Token == second.Token, rec.Result)
+	}
+	complete(t, s, req, second, sampleResult(t, "current"))
+	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "current"))
+}
+
+func testTxDurableRollback(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	ts := asTxStore(t, s)
+	first, tx := claimTx(t, ts, request("k", "body", t0), true, interceptor.OutcomeFresh)
+	tx.Rollback()
+	rec := claim(t, s, request("k", "body", t0.Add(lease-time.Millisecond)), interceptor.OutcomeInFlight)
+	if rec.Attempt != 1 || rec.Token != first.Token {
+		t.Errorf("after Rollback: attempt %d same token %t, want the claim still in flight: 1, true", rec.Attempt, rec.Token == first.Token)
+	}
+	if rec := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover); rec.Attempt != 2 {
+		t.Errorf("takeover after the lease: attempt %d, want 2", rec.Attempt)
+	}
+}
+
+func testTxEnded(t *testing.T, open Opener) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CommitTwice/durable=%t", durable), func(t *testing.T) {
+			s := newStore(t, open)
+			ts := asTxStore(t, s)
+			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, interceptor.OutcomeFresh)
+			commit(t, tx, rec, sampleResult(t, "one"))
+			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "two")), true); err == nil {
+				t.Error("second Commit = nil, want an error")
+			}
+			tx.Rollback() // after Commit: does nothing
+			got := claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay)
+			if got.Attempt != 1 {
+				t.Errorf("replay: attempt %d, want 1", got.Attempt)
+			}
+			sameResult(t, got.Result, sampleResult(t, "one"))
+		})
+		t.Run(fmt.Sprintf("CommitAfterRollback/durable=%t", durable), func(t *testing.T) {
+			s := newStore(t, open)
+			ts := asTxStore(t, s)
+			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, interceptor.OutcomeFresh)
+			tx.Rollback()
+			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "late")), true); err == nil {
+				t.Error("Commit after Rollback = nil, want an error")
+			}
+			if durable {
+				// The claim stays in flight, as Rollback left it.
+				got := claim(t, s, request("k", "body", t0.Add(time.Second)), interceptor.OutcomeInFlight)
+				if got.Attempt != 1 || got.Token != rec.Token || got.Result != nil {
+					t.Errorf("after Commit after Rollback: attempt %d same token %t result %v, want 1, true, none", got.Attempt, got.Token == rec.Token, got.Result)
+				}
+				return
+			}
+			if got := claim(t, s, request("k", "body", t0.Add(time.Second)), interceptor.OutcomeFresh); got.Attempt != 1 {
+				t.Errorf("claim after Commit after Rollback: attempt %d, want 1", got.Attempt)
+			}
+		})
 	}
 }
