@@ -25,8 +25,6 @@ import (
 // version and `make crashtest` a long one:
 //
 //	PAYMENTSD_CRASH_ROUNDS   kill -9 rounds (default 20)
-//	PAYMENTSD_CRASH_EXPIRY   if set, wait for the orphan intents to expire
-//	                         and check that they read as canceled (about 65s)
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return v
@@ -41,6 +39,11 @@ type crashRecord struct {
 	id     string
 }
 
+// TestCrash_KillNineNeverDuplicatesOrLoses kills paymentsd with SIGKILL under
+// load, round after round, and retries every key whose answer the crash hid.
+// An intent commits together with its key's answer, so a crash leaves either
+// both or neither: every stored intent must be the one its key answered with,
+// and no key may have two.
 func TestCrash_KillNineNeverDuplicatesOrLoses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
@@ -136,8 +139,7 @@ func TestCrash_KillNineNeverDuplicatesOrLoses(t *testing.T) {
 					mu.Lock()
 					next++
 					key := fmt.Sprintf("crash-%d-%d", round, next)
-					body := seedRequest(strconv.Itoa(next))
-					body.ExpiresInSeconds = 60
+					body := seedRequest(strconv.Itoa(next)) // the amount names the key
 					keys[key] = &crashRecord{body: body}
 					mu.Unlock()
 					requests.Add(1)
@@ -178,60 +180,47 @@ func TestCrash_KillNineNeverDuplicatesOrLoses(t *testing.T) {
 	for _, k := range all {
 		finish(d, k)
 	}
+	// Every stored intent must be its key's answer: the amount tells the
+	// key, so an intent no answer names is either an orphan (its key's run
+	// stored it but was never answered) or a key's second intent.
+	keyOf := map[string]string{} // amount → key
 	returned := map[string]bool{}
-	for _, k := range keys {
-		returned[k.id] = true
+	for k, r := range keys {
+		keyOf[r.body.Amount] = k
+		returned[r.id] = true
 	}
 	intents := listAll(t, d, token)
-	var orphans []*paymentsv1.PaymentIntent
+	stored := map[string]bool{}
+	byKey := map[string][]string{}
+	var orphans []string
 	for _, pi := range intents {
+		stored[pi.Id] = true
+		byKey[keyOf[pi.Amount]] = append(byKey[keyOf[pi.Amount]], pi.Id)
 		if !returned[pi.Id] {
-			orphans = append(orphans, pi)
+			orphans = append(orphans, fmt.Sprintf("%s (amount %s, key %q)", pi.Id, pi.Amount, keyOf[pi.Amount]))
 		}
 	}
-	if len(intents) != len(keys)+len(orphans) {
-		t.Errorf("%d intents for %d keys and %d orphans", len(intents), len(keys), len(orphans))
+	if len(orphans) > 0 {
+		t.Errorf("%d orphan intents, named by no key's answer; want 0:\n%s", len(orphans), strings.Join(orphans, "\n"))
+	}
+	for k, ids := range byKey {
+		if len(ids) > 1 {
+			t.Errorf("key %q has %d intents %v; want 1", k, len(ids), ids)
+		}
+	}
+	for k, r := range keys {
+		if !stored[r.id] {
+			t.Errorf("key %s was answered with intent %s, which is not stored", k, r.id)
+		}
+	}
+	if len(intents) != len(keys) {
+		t.Errorf("%d intents stored for %d keys; want one each", len(intents), len(keys))
 	}
 	for _, l := range append(logs, d.stderr()) {
 		takeovers += strings.Count(l, `"idempotency":"takeover"`)
 	}
 	t.Logf("crash test: %d rounds, %d keys, %d requests, %d retries of earlier keys after restarts, %d takeovers, %d orphan intents",
 		rounds, len(keys), requests.Load(), replays, takeovers, len(orphans))
-
-	// Orphans expire a minute after creation; a long run outlives the
-	// first ones, which must then read as canceled by the system.
-	for _, pi := range orphans {
-		expired := pi.State == paymentsv1.State_STATE_CANCELED &&
-			pi.CancellationReason == paymentsv1.CancellationReason_CANCELLATION_REASON_EXPIRED &&
-			pi.CancelTime.AsTime().Equal(pi.ExpireTime.AsTime())
-		if pi.ExpireTime.AsTime().Sub(pi.CreateTime.AsTime()) != time.Minute ||
-			(pi.State != paymentsv1.State_STATE_CREATED && !expired) {
-			t.Errorf("orphan %s: %v, want created, or canceled by expiry, a minute after creation", pi.Id, pi)
-		}
-	}
-	if os.Getenv("PAYMENTSD_CRASH_EXPIRY") == "" || len(orphans) == 0 {
-		return
-	}
-	latest := time.Time{}
-	for _, pi := range orphans {
-		if at := pi.ExpireTime.AsTime(); at.After(latest) {
-			latest = at
-		}
-	}
-	t.Logf("waiting %v for %d orphans to expire", time.Until(latest).Round(time.Second), len(orphans))
-	time.Sleep(time.Until(latest) + time.Second)
-	canceled := 0
-	for _, pi := range listAll(t, d, token) {
-		if returned[pi.Id] {
-			continue
-		}
-		if pi.State != paymentsv1.State_STATE_CANCELED || pi.CancellationReason != paymentsv1.CancellationReason_CANCELLATION_REASON_EXPIRED {
-			t.Errorf("orphan %s after expiry: %v %v, want canceled by expiry", pi.Id, pi.State, pi.CancellationReason)
-			continue
-		}
-		canceled++
-	}
-	t.Logf("%d of %d orphan intents canceled by expiry", canceled, len(orphans))
 }
 
 // listAll pages through every intent of token's principal.
