@@ -22,7 +22,10 @@ var _ interceptor.TxStore = (*DB)(nil)
 // earlier process are orphans, taken over by the first retry without
 // waiting for their lease.
 func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
-	outcome, rec, _, err := db.claim(ctx, req, true)
+	outcome, rec, tx, err := db.claim(ctx, req, true)
+	if tx != nil {
+		db.release(tx.key, tx.claim) // no Tx will end it: the lease rule alone applies
+	}
 	return outcome, rec, err
 }
 
@@ -32,6 +35,12 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 // else can claim the key meanwhile, and a crash loses only a run whose
 // writes were never committed. Its claim, the handler's writes and the
 // result then take one commit.
+//
+// A durable claim is held in memory too until its Tx ends: while this
+// process runs its handler, the claim is in flight however late its lease,
+// since this process knows the handler is alive. A slow disk that delays
+// renewals cannot get a live worker taken over; only a claim whose process
+// ended (an orphan) or whose Tx ended without a result is.
 func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, durable)
 	if tx == nil {
@@ -73,16 +82,16 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 		mine = rec
 		return putClaim(tx, key, stored, rec)
 	})
-	if mine != nil {
-		db.release(key, mine) // committed and readable now, or failed
-	}
 	if err != nil {
+		if mine != nil {
+			db.release(key, mine)
+		}
 		return 0, nil, nil, err
 	}
 	if !outcome.Claimed() {
 		return outcome, rec, nil, nil
 	}
-	return outcome, rec, &Tx{db: db, key: key, claim: rec, durable: true}, nil
+	return outcome, rec, &Tx{db: db, key: key, claim: rec, durable: true}, nil // pending until it ends
 }
 
 // claimInMemory claims key for a transactional method: decided on the
@@ -174,8 +183,17 @@ func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
 func (db *DB) Claimant() interceptor.Claimant { return db.claimant }
 
 // Renew stores claim with its later lease if it is still the stored claim.
+// A claim whose Tx this process still runs needs no renewal (see ClaimTx):
+// Renew then writes nothing, so that a slow disk delays no renewal.
 func (db *DB) Renew(ctx context.Context, rk interceptor.RecordKey, claim *interceptor.Record) error {
-	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, recordKey(rk), claim) })
+	key := recordKey(rk)
+	db.mu.Lock()
+	p := db.pending[string(key)]
+	db.mu.Unlock()
+	if p != nil && p.Attempt == claim.Attempt && p.Token == claim.Token {
+		return nil
+	}
+	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, key, claim) })
 }
 
 // Complete stores done if the stored record is still its claim.

@@ -76,17 +76,16 @@ func (t *Tx) end() (writes []func(*bolt.Tx) error, failed error, ok bool) {
 
 // Commit stores done and, with keepWrites, the staged writes, in one write
 // of the group commit, if the claim still stands and no read or write made
-// through t failed. A pending claim is released once the commit has ended,
-// either way: committed, its record answers for it; failed, the key is
-// free to run afresh.
+// through t failed. The claim is released from memory once the commit has
+// ended, either way: committed, its record answers for it; failed, a claim
+// that was not durable leaves the key free to run afresh, a durable one
+// stays in flight under the lease rule.
 func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bool) error {
 	writes, failed, ok := t.end()
 	if !ok {
 		return ErrTxDone
 	}
-	if !t.durable {
-		defer t.db.release(t.key, t.claim)
-	}
+	defer t.db.release(t.key, t.claim)
 	if failed != nil {
 		return fmt.Errorf("boltstore: the handler's storage failed, so its result was not stored: %w", failed)
 	}
@@ -131,10 +130,11 @@ func (t *Tx) stillClaimable(stored *interceptor.Record) bool {
 	}
 }
 
-// Rollback discards the staged writes and releases a pending claim; a
-// durable claim stays in flight. After Commit it does nothing.
+// Rollback discards the staged writes and releases the claim from memory:
+// one that was not durable is gone, a durable one stays in flight under the
+// lease rule. After Commit it does nothing.
 func (t *Tx) Rollback() {
-	if _, _, ok := t.end(); ok && !t.durable {
+	if _, _, ok := t.end(); ok {
 		t.db.release(t.key, t.claim)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/memstore"
 )
 
 // faultyStore is the real bbolt store with failures switched on by the test,
@@ -122,10 +123,23 @@ func TestFault_CompleteFails_RecordStaysInFlightUntilTakeover(t *testing.T) {
 	h.wantCalls(t, 2)
 }
 
-func TestFault_RenewFails_LeaseRunsOutAndAttemptIsSuperseded(t *testing.T) {
+// renewFailing is a store shared by processes (memstore: the lease rule
+// alone decides) whose renewals fail.
+type renewFailing struct {
+	*memstore.Store
+	renewals atomic.Int64
+}
+
+func (s *renewFailing) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+	s.renewals.Add(1)
+	return errInjected
+}
+
+func TestFault_SharedStoreRenewFails_LeaseRunsOutAndAttemptIsSuperseded(t *testing.T) {
 	const lease = 150 * time.Millisecond
-	h, fs := startFaulty(t, interceptor.WithLease(lease), interceptor.WithClock(time.Now))
-	fs.failRenew.Store(true)
+	fs := &renewFailing{Store: memstore.New()}
+	h := startWith(t, func(*boltstore.DB) interceptor.Store { return fs },
+		interceptor.WithLease(lease), interceptor.WithClock(time.Now))
 	running, release := h.service.blockFirstAttempt()
 	first := make(chan call, 1)
 	go func() { first <- h.send("tok", "k", payload("x")) }()

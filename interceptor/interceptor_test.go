@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/memstore"
 )
@@ -160,8 +161,30 @@ func TestConcurrentDuplicates_HandlerRunsOnce(t *testing.T) {
 	h.wantCalls(t, 1)
 }
 
-func TestTakeover_SupersededAttemptIsRefused(t *testing.T) {
+func TestTakeover_ExclusiveStore_LiveWorkerIsNeverTakenOver(t *testing.T) {
+	// The bbolt store is this process's alone: it knows its worker is alive,
+	// however long past its lease it runs.
 	h := start(t, interceptor.WithLease(10*time.Second))
+	running, release := h.service.blockFirstAttempt()
+	first := make(chan call, 1)
+	go func() { first <- h.send("tok", "k", payload("x")) }()
+	<-running
+	h.clock.Advance(time.Hour)
+	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+	close(release)
+	if a := <-first; a.err != nil {
+		t.Fatalf("the live worker: %v, want its result", a.err)
+	}
+	if a := h.send("tok", "k", payload("x")); a.err != nil || !a.replayed() {
+		t.Errorf("retry: replayed %t, %v; want the worker's result", a.replayed(), a.err)
+	}
+	h.wantCalls(t, 1)
+}
+
+func TestTakeover_SharedStore_SupersededAttemptIsRefused(t *testing.T) {
+	// A store shared by processes cannot tell a slow worker from a dead one:
+	// the lease decides.
+	h := startWith(t, func(*boltstore.DB) interceptor.Store { return memstore.New() }, interceptor.WithLease(10*time.Second))
 	firstRunning, releaseFirst := make(chan struct{}), make(chan struct{})
 	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 		attempt, _ := interceptor.AttemptFromContext(ctx)

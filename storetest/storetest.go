@@ -95,7 +95,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"ClaimTx_NonDurable_StoredOnlyByCommit", testTxStoredOnlyByCommit},
 		{"ClaimTx_Durable_StoredBeforeCommit", testTxDurableStored},
 		{"Commit_Durable_StoresResult", testTxDurableCommit},
-		{"Commit_AfterTakeover_IsSupersededAndStoresNothing", testTxSuperseded},
+		{"Commit_AfterTakeover_IsSupersededAndStoresNothing_ExclusiveNeverTakesOverALiveTx", testTxSuperseded},
 		{"Rollback_Durable_StaysInFlight", testTxDurableRollback},
 		{"Commit_AfterCommitOrRollback_IsRefused", testTxEnded},
 	}
@@ -803,6 +803,16 @@ func testTxSuperseded(t *testing.T, open Opener) {
 	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
 	first, tx := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
+	if s.Claimant().Exclusive {
+		// The store is this process's alone, and this process still runs the
+		// claim's Tx: its worker is alive, however late its lease.
+		claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeInFlight)
+		if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "live")), true); err != nil {
+			t.Fatalf("Commit(live attempt past its lease) = %v, want it stored", err)
+		}
+		sameResult(t, claim(t, s, request("k", "body", t0.Add(2*time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "live"))
+		return
+	}
 	second := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover)
 	if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "stale")), true); !errors.Is(err, interceptor.ErrSuperseded) {
 		t.Fatalf("Commit(attempt 1 after takeover) = %v, want ErrSuperseded", err)
