@@ -53,6 +53,7 @@ func echo(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleRes
 }
 
 type harness struct {
+	addr    string
 	client  testgrpc.TestServiceClient
 	service *testService
 	db      *boltstore.DB
@@ -85,7 +86,8 @@ func startWith(t *testing.T, wrap func(*boltstore.DB) interceptor.Store, opts ..
 		t.Fatal(err)
 	}
 	go srv.Serve(lis)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	h.addr = lis.Addr().String()
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,4 +156,18 @@ func wantReason(t *testing.T, err error, code codes.Code, reason string) *status
 	}
 	t.Fatalf("no ErrorInfo in %v", st.Details())
 	return nil
+}
+
+// newRetryingClient is a client of h's server through the client
+// interceptor, for UnaryCall.
+func newRetryingClient(t *testing.T, h *harness, opts ...interceptor.ClientOption) testgrpc.TestServiceClient {
+	t.Helper()
+	opts = append([]interceptor.ClientOption{interceptor.WithClientMethods(testgrpc.TestService_UnaryCall_FullMethodName)}, opts...)
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(interceptor.UnaryClientInterceptor(opts...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return testgrpc.NewTestServiceClient(conn)
 }

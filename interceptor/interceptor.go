@@ -73,7 +73,8 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 
 	// Every answer about a record says when it is forgotten: until then a
 	// retry with this key is safe. Truncated to the second, so never late.
-	if err := grpc.SetHeader(ctx, metadata.Pairs(ExpiresAtHeader, rec.Expiry.UTC().Format(time.RFC3339))); err != nil {
+	// A caller that has gone gets no header; its claim still runs.
+	if err := grpc.SetHeader(ctx, metadata.Pairs(ExpiresAtHeader, rec.Expiry.UTC().Format(time.RFC3339))); err != nil && ctx.Err() == nil {
 		return nil, status.Errorf(codes.Internal, "idempotency: set header: %v", err)
 	}
 	switch outcome {
@@ -185,8 +186,13 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (*Re
 // them. The handler's header and trailer metadata are held back until the
 // result is stored, so that a superseded attempt sends nothing of its own.
 func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, claim *Record, tx Tx, obs *Observation) (any, error) {
+	// Once claimed, the handler runs to its end even if the caller has gone
+	// (its deadline passed, it hung up), bounded by the server's own limit:
+	// the retry then finds the result instead of a key locked for a lease.
+	hctx, cancelHandler := context.WithTimeout(context.WithoutCancel(ctx), i.opts.handlerTimeout)
+	defer cancelHandler()
 	capture := &capturingStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
-	hctx := grpc.NewContextWithServerTransportStream(context.WithValue(ctx, attemptKey{}, claim.Attempt), capture)
+	hctx = grpc.NewContextWithServerTransportStream(context.WithValue(hctx, attemptKey{}, claim.Attempt), capture)
 	// A claim that is not durable lives no longer than this process's run
 	// of it: there is no lease to renew.
 	durable := tx == nil || !i.opts.transactional[obs.FullMethod]
@@ -333,15 +339,15 @@ func (r *Result) size() int {
 }
 
 // sendMetadata sets the result's header, joined with extra, and trailer on
-// the call.
+// the call; for a caller that has gone, it sets what it can.
 func sendMetadata(ctx context.Context, r *Result, extra metadata.MD) error {
 	if header := metadata.Join(r.Header, extra); len(header) > 0 {
-		if err := grpc.SetHeader(ctx, header); err != nil {
+		if err := grpc.SetHeader(ctx, header); err != nil && ctx.Err() == nil {
 			return status.Errorf(codes.Internal, "idempotency: set header: %v", err)
 		}
 	}
 	if len(r.Trailer) > 0 {
-		if err := grpc.SetTrailer(ctx, r.Trailer); err != nil {
+		if err := grpc.SetTrailer(ctx, r.Trailer); err != nil && ctx.Err() == nil {
 			return status.Errorf(codes.Internal, "idempotency: set trailer: %v", err)
 		}
 	}

@@ -73,18 +73,19 @@ func (noObserver) Finished(context.Context, Observation) {}
 type Option func(*options)
 
 type options struct {
-	lease         time.Duration
-	ttl           time.Duration
-	policies      map[string]KeyPolicy
-	defaultPolicy KeyPolicy
-	scope         ScopeFunc
-	now           func() time.Time
-	observer      Observer
-	maxResult     int
-	exclude       []protoreflect.FullName
-	inFlightWait  time.Duration
-	transactional map[string]bool
-	logger        *slog.Logger
+	lease          time.Duration
+	ttl            time.Duration
+	policies       map[string]KeyPolicy
+	defaultPolicy  KeyPolicy
+	scope          ScopeFunc
+	now            func() time.Time
+	observer       Observer
+	maxResult      int
+	exclude        []protoreflect.FullName
+	inFlightWait   time.Duration
+	transactional  map[string]bool
+	logger         *slog.Logger
+	handlerTimeout time.Duration
 }
 
 // Defaults of the options.
@@ -93,20 +94,23 @@ const (
 	DefaultTTL   = 24 * time.Hour
 	// DefaultMaxResultSize is four times gRPC's default message size limit.
 	DefaultMaxResultSize = 16 << 20
+	// DefaultHandlerTimeout bounds a handler whose caller has gone.
+	DefaultHandlerTimeout = 30 * time.Second
 )
 
 func evaluateOptions(opts []Option) *options {
 	o := &options{
-		lease:         DefaultLease,
-		ttl:           DefaultTTL,
-		policies:      map[string]KeyPolicy{},
-		defaultPolicy: KeyOptional,
-		scope:         BearerScope,
-		now:           time.Now,
-		observer:      noObserver{},
-		maxResult:     DefaultMaxResultSize,
-		transactional: map[string]bool{},
-		logger:        slog.Default(),
+		lease:          DefaultLease,
+		ttl:            DefaultTTL,
+		policies:       map[string]KeyPolicy{},
+		defaultPolicy:  KeyOptional,
+		scope:          BearerScope,
+		now:            time.Now,
+		observer:       noObserver{},
+		maxResult:      DefaultMaxResultSize,
+		transactional:  map[string]bool{},
+		logger:         slog.Default(),
+		handlerTimeout: DefaultHandlerTimeout,
 	}
 	for _, opt := range opts {
 		opt(o)
@@ -179,6 +183,14 @@ func WithTransactional(fullMethods ...string) Option {
 		}
 	}
 }
+
+// WithHandlerTimeout bounds how long a claimed handler runs. A handler's
+// context is not canceled when its caller goes away (a client deadline, a
+// dropped connection): once claimed, the request runs to its end and its
+// result is stored, so that the retry replays it instead of finding the key
+// in flight. d is the server's own limit on that. Default
+// DefaultHandlerTimeout.
+func WithHandlerTimeout(d time.Duration) Option { return func(o *options) { o.handlerTimeout = d } }
 
 // WithLogger sets where problems that reach no caller are logged, such as a
 // lease renewal that failed. Default slog.Default().

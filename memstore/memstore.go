@@ -67,7 +67,8 @@ func (s *Store) replace(ctx context.Context, key interceptor.RecordKey, r *inter
 	if err := interceptor.CheckClaim(s.records[key], r); err != nil {
 		return err
 	}
-	s.records[key] = r
+	stored := *r // the caller may change its record afterwards, as a renewing worker does
+	s.records[key] = &stored
 	return nil
 }
 

@@ -65,15 +65,16 @@ func main() {
 
 // Config is paymentsd's configuration, one field per flag.
 type Config struct {
-	Listen        string
-	DBPath        string
-	Lease         time.Duration
-	TTL           time.Duration
-	APIKeysPath   string
-	SweepInterval time.Duration
-	ShutdownGrace time.Duration
-	InFlightWait  time.Duration
-	MetricsListen string
+	Listen         string
+	DBPath         string
+	Lease          time.Duration
+	TTL            time.Duration
+	APIKeysPath    string
+	SweepInterval  time.Duration
+	ShutdownGrace  time.Duration
+	InFlightWait   time.Duration
+	HandlerTimeout time.Duration
+	MetricsListen  string
 }
 
 // Main is the program: ParseFlags, then Run, then Close. Tests run it in
@@ -95,12 +96,13 @@ type Main struct {
 func NewMain(w io.Writer) *Main {
 	return &Main{
 		Config: Config{
-			Listen:        "localhost:50051",
-			DBPath:        filepath.Join("data", "paymentsd.db"),
-			Lease:         interceptor.DefaultLease,
-			TTL:           interceptor.DefaultTTL,
-			SweepInterval: time.Minute,
-			ShutdownGrace: 30 * time.Second,
+			Listen:         "localhost:50051",
+			DBPath:         filepath.Join("data", "paymentsd.db"),
+			Lease:          interceptor.DefaultLease,
+			TTL:            interceptor.DefaultTTL,
+			SweepInterval:  time.Minute,
+			ShutdownGrace:  30 * time.Second,
+			HandlerTimeout: interceptor.DefaultHandlerTimeout,
 		},
 		Logger: slog.New(slog.NewJSONHandler(w, nil)),
 	}
@@ -118,6 +120,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired idempotency records are deleted")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for calls in progress")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "address to serve Prometheus metrics on, at /metrics; empty serves none")
+	fs.DurationVar(&c.HandlerTimeout, "handler-timeout", c.HandlerTimeout, "how long a claimed request may run; it runs to its end even if its caller has gone, so that the retry finds its result")
 	fs.DurationVar(&c.InFlightWait, "in-flight-wait", c.InFlightWait, "how long a duplicate of a request in flight waits for its result instead of getting ABORTED; 0 answers at once")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -132,6 +135,8 @@ func (m *Main) ParseFlags(args []string) error {
 		return fmt.Errorf("--sweep-interval must be positive, got %v", c.SweepInterval)
 	case c.InFlightWait < 0:
 		return fmt.Errorf("--in-flight-wait must not be negative, got %v", c.InFlightWait)
+	case c.HandlerTimeout <= 0:
+		return fmt.Errorf("--handler-timeout must be positive, got %v", c.HandlerTimeout)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
 	}
@@ -190,6 +195,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			interceptor.WithLease(m.Config.Lease),
 			interceptor.WithTTL(m.Config.TTL),
 			interceptor.WithInFlightWait(m.Config.InFlightWait),
+			interceptor.WithHandlerTimeout(m.Config.HandlerTimeout),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, interceptor.KeyRequired),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName, interceptor.KeyOptional),
 			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyIgnored),
