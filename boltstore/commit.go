@@ -3,7 +3,6 @@ package boltstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -69,6 +68,11 @@ func (db *DB) commitLoop() {
 	defer close(db.committerDone)
 	batch := make([]*write, 0, maxBatch)
 	for {
+		select { // quit first: once closing, take no new batch however busy the queue
+		case <-db.quit:
+			return
+		default:
+		}
 		select {
 		case w := <-db.queue:
 			batch = append(batch[:0], w)
@@ -91,9 +95,18 @@ func (db *DB) commitLoop() {
 // commit runs batch in one transaction. When a write fails, it alone is
 // dropped and answered, and the rest run again in a new transaction.
 func (db *DB) commit(batch []*write) {
+	// A damaged file takes no more writes: bbolt may panic again as it
+	// rolls a failed commit back, leaving its write lock held, and every
+	// later write would hang on it.
+	if err := db.health.damagedErr(); err != nil {
+		for _, w := range batch {
+			w.done <- err
+		}
+		return
+	}
 	for len(batch) > 0 {
 		failed := -1
-		err := db.bolt.Update(func(tx *bolt.Tx) error {
+		err := db.updateBolt(func(tx *bolt.Tx) error {
 			for i, w := range batch {
 				if err := w.run(tx); err != nil {
 					failed = i
@@ -103,7 +116,15 @@ func (db *DB) commit(batch []*write) {
 			return nil
 		})
 		db.commits.Add(1)
+		if errors.Is(err, ErrDamaged) {
+			db.health.damage(err)
+			for _, w := range batch {
+				w.done <- err
+			}
+			return
+		}
 		if failed < 0 {
+			db.health.committed(err) // the commit's own outcome: the disk's health
 			for _, w := range batch {
 				w.done <- err // nil, or the commit's own failure for everyone
 			}
@@ -116,14 +137,27 @@ func (db *DB) commit(batch []*write) {
 
 // run runs the write's function, turning a panic into its error, so that
 // one bad write neither kills the process nor fails its batch (bbolt's
-// DB.Batch guards the same way).
+// DB.Batch guards the same way). bbolt's own panics, on a damaged page,
+// are an ErrDamaged.
 func (w *write) run(tx *bolt.Tx) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("boltstore: write panicked: %v", p)
+			err = recovered(p)
 		}
 	}()
 	return w.fn(tx)
+}
+
+// updateBolt is bbolt's Update, with a panic while it commits (bbolt
+// asserts on damaged pages as it spills them) turned into an ErrDamaged.
+// bbolt rolls the transaction back as the panic passes.
+func (db *DB) updateBolt(fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = asDamaged(p)
+		}
+	}()
+	return db.bolt.Update(fn)
 }
 
 // Commits is how many write transactions the DB has committed or tried:

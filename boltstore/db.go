@@ -70,6 +70,7 @@ type DB struct {
 	committerDone chan struct{}
 	closeOnce     sync.Once
 	commits       atomic.Uint64
+	health        health
 }
 
 // Open opens or creates the data file at path, mode 0600, creating its
@@ -83,20 +84,48 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags})
+	if err := checkFileSize(path); err != nil {
+		return nil, refuse(path, err)
+	}
+	b, err := openBolt(path, lockTimeout)
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, refuse(path, err)
 	}
 	db, err := New(b, opts)
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, refuse(path, err)
 	}
 	db.ownsBolt = true
 	return db, nil
+}
+
+// openBolt opens path with bbolt, which panics on some damaged files (an
+// invalid freelist page, say).
+func openBolt(path string, lockTimeout time.Duration) (b *bolt.DB, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = asDamaged(p)
+		}
+	}()
+	b, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags})
+	if err != nil && !errors.Is(err, berrors.ErrTimeout) && !errors.Is(err, os.ErrPermission) {
+		err = &damaged{cause: err} // a meta page bbolt rejects
+	}
+	return b, err
+}
+
+// refuse is Open's error for a file that cannot be opened, saying what to
+// do when it is damaged.
+func refuse(path string, err error) error {
+	if errors.Is(err, ErrDamaged) {
+		return fmt.Errorf("open %s: %w. It cannot be trusted, so nothing is served from it: restore it from a backup, "+
+			"or move it aside to start empty; `go run go.etcd.io/bbolt/cmd/bbolt@v1.5.0 check %s` lists what is wrong", path, err, path)
+	}
+	return fmt.Errorf("open %s: %w", path, err)
 }
 
 // New keeps records in b, an open bbolt database, beside the embedder's own
@@ -112,6 +141,10 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 	}
 	if _, loaded := inUse.LoadOrStore(b, true); loaded {
 		return nil, ErrInUse
+	}
+	if err := check(b); err != nil {
+		inUse.Delete(b)
+		return nil, err
 	}
 	err := b.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketRecords, bucketRecordExpiry} {
@@ -150,6 +183,10 @@ func newProcessID() string {
 
 // Close stops the committer and, if Open opened it, closes the file.
 // Writes in progress finish first; later ones fail with ErrClosed.
+//
+// A file found damaged is not closed cleanly: bbolt may hold its write lock
+// for good after a panic, so its Close would never return. The process is
+// expected to exit, which releases the file.
 func (db *DB) Close() error {
 	err := ErrClosed
 	db.closeOnce.Do(func() {
@@ -157,11 +194,26 @@ func (db *DB) Close() error {
 		<-db.committerDone
 		inUse.Delete(db.bolt)
 		err = nil
-		if db.ownsBolt {
+		if damaged := db.health.damagedErr(); damaged != nil {
+			err = fmt.Errorf("not closed: %w", damaged)
+		} else if db.ownsBolt {
 			err = db.bolt.Close()
 		}
 	})
 	return err
+}
+
+// view is bbolt's View, with its panics on damaged pages turned into an
+// ErrDamaged that Health reports from then on.
+func (db *DB) view(fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if err = recovered(p); errors.Is(err, ErrDamaged) {
+				db.health.damage(err)
+			}
+		}
+	}()
+	return db.bolt.View(fn)
 }
 
 // Path is the data file's path.
@@ -174,9 +226,10 @@ func (db *DB) Bolt() *bolt.DB { return db.bolt }
 
 // View runs fn in a read transaction, which never waits for writers. When
 // ctx carries a Tx of this DB, an error of fn fails that Tx as an error of
-// Update would: a handler whose storage failed has no answer to store.
+// Update would: a handler whose storage failed has no answer to store. A
+// damaged page, on which bbolt panics, is an ErrDamaged.
 func (db *DB) View(ctx context.Context, fn func(*bolt.Tx) error) error {
-	err := db.bolt.View(fn)
+	err := db.view(fn)
 	if err != nil {
 		if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
 			t.fail(err)
@@ -208,13 +261,21 @@ func joinParts(parts ...[]byte) []byte {
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // Check verifies the file's structure (page links, freelist, key order) and
-// returns the first problem found, for tests and operators after a crash.
-func (db *DB) Check() error {
-	return db.bolt.View(func(tx *bolt.Tx) error {
+// returns what is wrong, an ErrDamaged, for tests and operators. Open and
+// New run it before serving from a file.
+func (db *DB) Check() error { return check(db.bolt) }
+
+func check(b *bolt.DB) error {
+	return b.View(func(tx *bolt.Tx) error {
 		var errs []error
-		for err := range tx.Check() {
-			errs = append(errs, err)
+		for err := range tx.Check() { // recovers bbolt's panics itself
+			if len(errs) < 10 {
+				errs = append(errs, err)
+			}
 		}
-		return errors.Join(errs...)
+		if len(errs) > 0 {
+			return &damaged{cause: errors.Join(errs...)}
+		}
+		return nil
 	})
 }

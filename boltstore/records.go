@@ -157,7 +157,7 @@ func (db *DB) release(key []byte, claim *interceptor.Record) {
 
 // read returns the stored record of key, under a read transaction.
 func (db *DB) read(key []byte) (stored *interceptor.Record, err error) {
-	err = db.bolt.View(func(tx *bolt.Tx) error {
+	err = db.view(func(tx *bolt.Tx) error {
 		stored, err = getRecord(tx, key)
 		return err
 	})

@@ -63,6 +63,9 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 			return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
 		}
 		obs.Err = err
+		if status.Code(err) == codes.DataLoss {
+			return nil, status.Error(codes.DataLoss, "idempotency store found its data damaged; the request was not run")
+		}
 		return nil, status.Error(codes.Unavailable, "idempotency store unavailable, the request was not run; retry with the same key")
 	}
 	if tx != nil {
@@ -234,6 +237,9 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	switch {
 	case errors.Is(err, ErrSuperseded):
 		return nil, errSuperseded(rk.Key, claim.Attempt)
+	case status.Code(err) == codes.DataLoss:
+		obs.Err = err
+		return nil, status.Errorf(codes.DataLoss, "idempotency store found its data damaged; the result of attempt %d was not stored", claim.Attempt)
 	case err != nil && durable:
 		obs.Err = err
 		return nil, status.Errorf(codes.Unavailable,

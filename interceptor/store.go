@@ -81,6 +81,11 @@ type Tx interface {
 	Rollback()
 }
 
+// A store error whose gRPC code (status.Code) is DATA_LOSS means the
+// store found its data damaged: the interceptor answers DATA_LOSS. Every
+// other store error is answered UNAVAILABLE. Either way the caller is told
+// a plain message, and the error itself goes to the Observer.
+
 // ErrSuperseded is returned by Store.Renew and Store.Complete when the claim
 // is no longer the stored one: a takeover started a newer attempt, or the
 // record expired and was replaced.

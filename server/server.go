@@ -224,7 +224,8 @@ func storeError(err error, id string) error {
 }
 
 // storageError is a storage failure: its status for the caller, its cause
-// for the log (errors.Unwrap).
+// for the log (errors.Unwrap). A cause whose gRPC code is DATA_LOSS (the
+// store found its data damaged) is answered DATA_LOSS.
 type storageError struct{ cause error }
 
 func (e *storageError) Error() string { return "payment intent storage: " + e.cause.Error() }
@@ -232,5 +233,8 @@ func (e *storageError) Unwrap() error { return e.cause }
 
 // GRPCStatus is what the caller is told.
 func (e *storageError) GRPCStatus() *status.Status {
+	if status.Code(e.cause) == codes.DataLoss {
+		return status.New(codes.DataLoss, "payment intent storage found its data damaged")
+	}
 	return status.New(codes.Unavailable, "payment intent storage is unavailable; try again")
 }

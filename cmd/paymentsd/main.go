@@ -86,6 +86,7 @@ type Main struct {
 	db       *boltstore.DB
 	grpc     *grpc.Server
 	listener net.Listener
+	health   *health.Server
 	metrics  *metrics.Metrics // nil without --metrics-listen
 	http     *http.Server     // serves the metrics
 	stop     context.CancelFunc
@@ -211,7 +212,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.grpc = grpc.NewServer(grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...))
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(intents, nil))
-	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
+	m.health = health.NewServer()
+	healthpb.RegisterHealthServer(m.grpc, m.health)
 	reflection.Register(m.grpc)
 	if m.metrics != nil {
 		m.metrics.GRPC.InitializeMetrics(m.grpc)
@@ -231,7 +233,46 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	})
 	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db, m.Config.SweepInterval, m.swept) })
+	m.wg.Go(func() { m.watchHealth(ctx) })
 	return nil
+}
+
+// healthInterval is how often the store's health is looked at, and a
+// store whose commits failed is probed.
+const healthInterval = time.Second
+
+// watchHealth reports the store's health on grpc.health.v1, for every
+// service and the server as a whole: NOT_SERVING while the data file is
+// damaged or its commits fail, so that a load balancer drains the
+// instance, and SERVING again once a probe commits.
+func (m *Main) watchHealth(ctx context.Context) {
+	t := time.NewTicker(healthInterval)
+	defer t.Stop()
+	var last error
+	for {
+		err := m.db.Health()
+		if err != nil && !errors.Is(err, boltstore.ErrDamaged) {
+			err = m.db.Probe(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if (err == nil) != (last == nil) {
+			if err != nil {
+				m.Logger.Error("store unhealthy: reporting NOT_SERVING", "err", err)
+				m.health.Shutdown() // every service NOT_SERVING
+			} else {
+				m.Logger.Info("store healthy again: reporting SERVING")
+				m.health.Resume()
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // serveMetrics serves /metrics on lis.
@@ -264,12 +305,16 @@ func (m *Main) swept(n int, err error) {
 }
 
 // Close stops accepting calls, waits up to ShutdownGrace for those in
-// progress, and closes the data file.
+// progress, and closes the data file. Calls still running after the grace
+// are cut off: their callers get UNAVAILABLE, a transactional call's claim
+// is dropped with its writes, another's is left to the orphan rule. Close
+// then returns within the grace plus the commit in progress, if any.
 func (m *Main) Close() error {
 	if m.grpc == nil {
 		return nil
 	}
-	m.Logger.Info("shutting down")
+	m.Logger.Info("shutting down", "grace", m.Config.ShutdownGrace.String())
+	m.health.Shutdown() // drain: load balancers stop sending
 	timer := time.AfterFunc(m.Config.ShutdownGrace, m.grpc.Stop)
 	defer timer.Stop()
 	m.grpc.GracefulStop()

@@ -1,0 +1,173 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrDamaged is returned when the data file is damaged: by Open, which
+// refuses a file it cannot fully trust, and by any call that meets a
+// damaged page while serving (Health reports it from then on). Its gRPC
+// code is DATA_LOSS.
+var ErrDamaged = errors.New("data file is damaged")
+
+// damaged is an ErrDamaged with its cause.
+type damaged struct{ cause error }
+
+func (e *damaged) Error() string   { return ErrDamaged.Error() + ": " + e.cause.Error() }
+func (e *damaged) Unwrap() []error { return []error{ErrDamaged, e.cause} }
+func (e *damaged) GRPCStatus() *status.Status {
+	return status.New(codes.DataLoss, "stored data is damaged; the request was not run")
+}
+
+// asDamaged turns what bbolt panicked with, on a page that is not what it
+// should be, into an ErrDamaged.
+func asDamaged(panicked any) error {
+	return &damaged{cause: fmt.Errorf("bbolt: %v", panicked)}
+}
+
+// recovered is the error for what a function called by bbolt, or bbolt
+// itself, panicked with. Call it from the deferred function that recovered
+// p: a panic raised in bbolt's code (an assertion, or a fault reading a
+// page of garbage) means a damaged file; any other is the caller's bug.
+func recovered(p any) error {
+	if panickedIn("go.etcd.io/bbolt.", "go.etcd.io/bbolt/") {
+		return asDamaged(p)
+	}
+	return fmt.Errorf("boltstore: panic: %v", p)
+}
+
+// panickedIn reports whether the goroutine's panic in progress was raised
+// by a function whose name starts with one of prefixes. It looks at the
+// frames below runtime.gopanic, skipping the runtime's own (a fault's
+// sigpanic).
+func panickedIn(prefixes ...string) bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
+	below := false
+	for {
+		f, more := frames.Next()
+		switch {
+		case f.Function == "runtime.gopanic":
+			below = true
+		case below && !strings.HasPrefix(f.Function, "runtime."):
+			for _, p := range prefixes {
+				if strings.HasPrefix(f.Function, p) {
+					return true
+				}
+			}
+			return false
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// The layout of a bbolt meta page (go.etcd.io/bbolt/internal/common): a
+// 16-byte page header, then magic, version, page size, flags (4 bytes
+// each), root bucket page and sequence, freelist page, high-water page,
+// transaction id (8 bytes each), and a FNV-64a checksum of what precedes
+// it. Integers are in the machine's order, little-endian on the platforms
+// this runs on.
+const (
+	metaMagic      = 0xED0CDAED
+	metaVersion    = 2
+	pageHeaderSize = 16
+	metaSize       = 64
+	metaSumOffset  = 56
+)
+
+type meta struct {
+	pageSize              uint32
+	root, freelist, pages uint64
+	txid                  uint64
+}
+
+// checkFileSize refuses a file that is shorter than its meta page says:
+// bbolt would map pages past its end and die of SIGBUS on the first read
+// of one. A missing or empty file is new, and fine.
+func checkFileSize(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil || info.Size() == 0 {
+		return err
+	}
+	m0, err0 := readMeta(f, 0)
+	var m1 meta
+	err1 := errors.New("no second meta page")
+	if err0 == nil {
+		m1, err1 = readMeta(f, int64(m0.pageSize))
+	} else {
+		// The first page is damaged: look for the second at the usual sizes.
+		for _, size := range []int64{4096, 8192, 16384, 65536} {
+			if m1, err1 = readMeta(f, size); err1 == nil {
+				break
+			}
+		}
+	}
+	var m meta
+	switch {
+	case err0 != nil && err1 != nil:
+		return &damaged{cause: fmt.Errorf("both meta pages are invalid (%v; %v)", err0, err1)}
+	case err0 != nil || (err1 == nil && m1.txid > m0.txid):
+		m = m1
+	default:
+		m = m0
+	}
+	want := int64(m.pages) * int64(m.pageSize)
+	if info.Size() < want {
+		return &damaged{cause: fmt.Errorf("the file is %d bytes but its meta page says %d pages of %d bytes (%d bytes): it was truncated",
+			info.Size(), m.pages, m.pageSize, want)}
+	}
+	if m.root >= m.pages || m.freelist >= m.pages {
+		return &damaged{cause: fmt.Errorf("the meta page names page %d or %d, past the file's %d pages", m.root, m.freelist, m.pages)}
+	}
+	return nil
+}
+
+// readMeta reads and validates the meta page at off.
+func readMeta(f *os.File, off int64) (meta, error) {
+	b := make([]byte, pageHeaderSize+metaSize)
+	if _, err := f.ReadAt(b, off); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = fmt.Errorf("meta page at %d is past the end of the file", off)
+		}
+		return meta{}, err
+	}
+	b = b[pageHeaderSize:]
+	le := binary.LittleEndian
+	h := fnv.New64a()
+	h.Write(b[:metaSumOffset])
+	switch {
+	case le.Uint32(b[0:]) != metaMagic:
+		return meta{}, fmt.Errorf("meta page at %d: not a bbolt meta page", off)
+	case le.Uint32(b[4:]) != metaVersion:
+		return meta{}, fmt.Errorf("meta page at %d: version %d", off, le.Uint32(b[4:]))
+	case le.Uint64(b[metaSumOffset:]) != h.Sum64():
+		return meta{}, fmt.Errorf("meta page at %d: checksum mismatch", off)
+	}
+	return meta{
+		pageSize: le.Uint32(b[8:]),
+		root:     le.Uint64(b[16:]),
+		freelist: le.Uint64(b[32:]),
+		pages:    le.Uint64(b[40:]),
+		txid:     le.Uint64(b[48:]),
+	}, nil
+}

@@ -1,0 +1,207 @@
+package boltstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+const pageSize = 4096
+
+// makeFile writes a data file of at least 16 MiB: idempotency records and
+// an embedder's bucket of 1 KiB values, as a busy server's would be.
+func makeFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	for i := range 2000 {
+		req := interceptor.ClaimRequest{
+			Key:         interceptor.RecordKey{Scope: "s", Key: fmt.Sprint("k", i)},
+			Fingerprint: sha256.Sum256([]byte{byte(i)}), Scheme: interceptor.FingerprintScheme,
+			Now: now, Lease: time.Minute, TTL: time.Hour,
+		}
+		if _, _, err := db.Claim(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	value := make([]byte, 1024)
+	for batch := range 20 {
+		err := db.Update(ctx, func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+			if err != nil {
+				return err
+			}
+			for i := range 1000 {
+				rand.Read(value)
+				if err := b.Put(fmt.Appendf(nil, "order-%d-%d", batch, i), value); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(path); err != nil || info.Size() < 16<<20 {
+		t.Fatalf("data file: %v, %v; want at least 16 MiB", info.Size(), err)
+	}
+	return path
+}
+
+// zeroPages writes n zero pages from page first, through a file descriptor
+// of its own, as dd would.
+func zeroPages(t *testing.T, path string, first, n int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, n*pageSize), first*pageSize); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// usedSize is how much of the file bbolt uses: its high-water mark. The
+// file is longer, since bbolt grows it ahead of need; cutting only that
+// slack loses nothing.
+func usedSize(t *testing.T, path string) int64 {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var size int64
+	db.View(func(tx *bolt.Tx) error {
+		size = tx.Size()
+		return nil
+	})
+	return size
+}
+
+func pages(t *testing.T, path string) int64 {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size() / pageSize
+}
+
+func TestOpen_DamagedFile_RefusedNamingFileAndRemedy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, path string)
+		want   string
+	}{
+		{"zeroed pages in the middle", func(t *testing.T, path string) {
+			zeroPages(t, path, pages(t, path)/2, 16)
+		}, ""},
+		{"truncated to half", func(t *testing.T, path string) {
+			os.Truncate(path, usedSize(t, path)/2)
+		}, "truncated"},
+		{"truncated by 10%", func(t *testing.T, path string) {
+			os.Truncate(path, usedSize(t, path)*9/10)
+		}, "truncated"},
+		{"both meta pages zeroed", func(t *testing.T, path string) {
+			zeroPages(t, path, 0, 2)
+		}, "meta"},
+		{"every page after the metas zeroed", func(t *testing.T, path string) {
+			zeroPages(t, path, 2, pages(t, path)-2)
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := makeFile(t)
+			tc.damage(t, path)
+			db, err := boltstore.Open(path, nil)
+			if err == nil {
+				db.Close()
+				t.Fatal("a damaged file was opened")
+			}
+			msg := err.Error()
+			if !errors.Is(err, boltstore.ErrDamaged) || !strings.Contains(msg, path) ||
+				!strings.Contains(msg, "backup") || !strings.Contains(msg, "check") || !strings.Contains(msg, tc.want) {
+				t.Errorf("Open = %v\nwant ErrDamaged naming %s, %q, a backup and the check", err, path, tc.want)
+			}
+		})
+	}
+}
+
+// Pages damaged under a running store: reads and writes that meet them
+// fail with DATA_LOSS, Health reports the damage, and the process lives on.
+func TestServing_DamagedPages_ErrorsNotPanicsHealthReportsIt(t *testing.T) {
+	path := makeFile(t)
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Health(); err != nil {
+		t.Fatalf("Health before the damage: %v", err)
+	}
+	zeroPages(t, path, 2, pages(t, path)-2) // the mapping is shared: the store sees it at once
+
+	ctx := context.Background()
+	read := db.View(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("orders")).ForEach(func(k, v []byte) error { return nil })
+	})
+	if !errors.Is(read, boltstore.ErrDamaged) || status.Code(read) != codes.DataLoss {
+		t.Errorf("read over damaged pages: %v (code %v), want ErrDamaged, DATA_LOSS", read, status.Code(read))
+	}
+	_, _, claim := db.Claim(ctx, interceptor.ClaimRequest{
+		Key: interceptor.RecordKey{Scope: "s", Key: "k7"}, Fingerprint: sha256.Sum256([]byte{7}),
+		Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
+	})
+	if status.Code(claim) != codes.DataLoss {
+		t.Errorf("claim of a record on a damaged page: %v, want DATA_LOSS", claim)
+	}
+	if err := db.Health(); !errors.Is(err, boltstore.ErrDamaged) {
+		t.Errorf("Health after the damage: %v, want ErrDamaged", err)
+	}
+	if err := db.Probe(ctx); !errors.Is(err, boltstore.ErrDamaged) {
+		t.Errorf("Probe of a damaged store: %v, want ErrDamaged", err)
+	}
+}
+
+func TestView_PanicOfTheCallersOwn_IsAnErrorNotDamage(t *testing.T) {
+	db, err := boltstore.Open(filepath.Join(t.TempDir(), "paymentsd.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.View(context.Background(), func(tx *bolt.Tx) error {
+		var m map[string]int
+		m["x"] = 1 // a bug of the caller's
+		return nil
+	})
+	if err == nil || errors.Is(err, boltstore.ErrDamaged) {
+		t.Errorf("View whose function panics: %v, want an error that is not ErrDamaged", err)
+	}
+	if err := db.Health(); err != nil {
+		t.Errorf("Health after a caller's panic: %v, want healthy", err)
+	}
+}

@@ -1,0 +1,99 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// health is what the DB knows of its file: damaged for good once a damaged
+// page was met, failing while commits fail (a full or failing disk).
+type health struct {
+	mu      sync.Mutex
+	damaged error
+	failing error
+}
+
+func (h *health) damage(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.damaged == nil {
+		h.damaged = err
+	}
+}
+
+// committed records how a commit of the file ended.
+func (h *health) committed(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failing = err
+}
+
+func (h *health) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.damaged != nil {
+		return h.damaged
+	}
+	return h.failing
+}
+
+func (h *health) damagedErr() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.damaged
+}
+
+// Health returns nil while the DB can serve: an ErrDamaged once it met a
+// damaged page (until the file is checked and reopened), or the error of
+// the last commit while commits fail. A load balancer should drain an
+// instance whose store is unhealthy.
+func (db *DB) Health() error { return db.health.err() }
+
+// probeSize is what Probe writes beside the data file: room for a commit
+// that grows the file by a few pages.
+const probeSize = 64 << 10
+
+// Probe learns whether commits work again after they failed, and Health
+// then reflects its outcome. It writes probeSize bytes to a scratch file
+// beside the data file and syncs them, since a commit that only reuses the
+// file's free pages can succeed on a full disk on which the next one that
+// grows the file fails; then it commits an empty transaction. It does
+// nothing once the file is known to be damaged.
+func (db *DB) Probe(ctx context.Context) error {
+	if err := db.health.damagedErr(); err != nil {
+		return err
+	}
+	if err := probeDisk(db.Path() + ".probe"); err != nil {
+		db.health.committed(err)
+		return err
+	}
+	err := db.update(ctx, func(*bolt.Tx) error { return nil })
+	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return db.Health()
+}
+
+func probeDisk(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("probe the disk: %w", err)
+	}
+	defer os.Remove(path)
+	_, err = f.Write(make([]byte, probeSize))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("probe the disk: %w", err)
+	}
+	return nil
+}
