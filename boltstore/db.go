@@ -111,7 +111,12 @@ func openBolt(path string, lockTimeout time.Duration) (b *bolt.DB, err error) {
 			err = asDamaged(p)
 		}
 	}()
-	b, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags})
+	// The freelist is synced with every commit: bbolt rebuilds an unsynced
+	// one at open in goroutines of its own, where a damaged page's panic
+	// cannot be recovered. It is kept in a hash map, as etcd does, so that
+	// allocating from a large one stays cheap.
+	b, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags,
+		FreelistType: bolt.FreelistMapType})
 	if err != nil && !errors.Is(err, berrors.ErrTimeout) && !errors.Is(err, os.ErrPermission) {
 		err = &damaged{cause: err} // a meta page bbolt rejects
 	}

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -54,15 +55,15 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 		return 0, nil, nil, err
 	}
 	key := recordKey(req.Key)
-	stored, err := db.read(key)
+	if !durable {
+		return db.claimInMemory(req, key)
+	}
+	_, stored, err := db.read(key)
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	if outcome, rec := interceptor.Decide(stored, req, db.claimant); !outcome.Claimed() {
 		return outcome, rec, nil, nil
-	}
-	if !durable {
-		return db.claimInMemory(req, key)
 	}
 
 	var (
@@ -95,14 +96,15 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 }
 
 // claimInMemory claims key for a transactional method: decided on the
-// stored record and the claims pending in memory, and held in memory.
+// claims pending in memory and the stored record, read under the same lock
+// so that no pending claim commits in between, and held in memory.
 func (db *DB) claimInMemory(req interceptor.ClaimRequest, key []byte) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if outcome, rec := db.decidePendingLocked(key, req); outcome != 0 {
 		return outcome, rec, nil, nil
 	}
-	stored, err := db.read(key) // again: a pending claim may have committed since
+	raw, stored, err := db.read(key)
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -111,7 +113,7 @@ func (db *DB) claimInMemory(req interceptor.ClaimRequest, key []byte) (intercept
 		return outcome, rec, nil, nil
 	}
 	db.pending[string(key)] = rec
-	return outcome, rec, &Tx{db: db, key: key, claim: rec, base: stored, claimedAt: req.Now}, nil
+	return outcome, rec, &Tx{db: db, key: key, claim: rec, base: stored, baseRaw: raw, claimedAt: req.Now}, nil
 }
 
 // decideDurable decides a durable claim of key inside the committer's
@@ -155,27 +157,44 @@ func (db *DB) release(key []byte, claim *interceptor.Record) {
 	}
 }
 
-// read returns the stored record of key, under a read transaction.
-func (db *DB) read(key []byte) (stored *interceptor.Record, err error) {
+// read returns the stored record of key and its encoding, under a read
+// transaction.
+func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err error) {
 	err = db.view(func(tx *bolt.Tx) error {
-		stored, err = getRecord(tx, key)
-		return err
+		raw = bytes.Clone(tx.Bucket(bucketRecords).Get(key))
+		return nil
 	})
-	return stored, err
+	if err != nil || raw == nil {
+		return nil, nil, err
+	}
+	stored = new(interceptor.Record)
+	if err := stored.UnmarshalBinary(raw); err != nil {
+		return nil, nil, fmt.Errorf("record %x: %w", key, err)
+	}
+	return raw, stored, nil
 }
 
 // putClaim writes the new claim rec of key over stored, the record it
 // replaces (nil when none), keeping the expiry index in step.
 func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
-	if stored != nil && !stored.Expiry.Equal(rec.Expiry) {
+	v, err := rec.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	return putClaimRaw(tx, key, stored, rec.Expiry, v)
+}
+
+// putClaimRaw is putClaim of a record already encoded as v.
+func putClaimRaw(tx *bolt.Tx, key []byte, stored *interceptor.Record, expiry time.Time, v []byte) error {
+	if stored != nil && !stored.Expiry.Equal(expiry) {
 		if err := tx.Bucket(bucketRecordExpiry).Delete(expiryKey(stored.Expiry, key)); err != nil {
 			return err
 		}
 	}
-	if err := tx.Bucket(bucketRecordExpiry).Put(expiryKey(rec.Expiry, key), nil); err != nil {
+	if err := tx.Bucket(bucketRecordExpiry).Put(expiryKey(expiry, key), nil); err != nil {
 		return err
 	}
-	return putRecord(tx, key, rec)
+	return tx.Bucket(bucketRecords).Put(key, v)
 }
 
 // Claimant is who this opening of the file claims as: exclusive, since the

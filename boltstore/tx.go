@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ type Tx struct {
 	// replaces (nil when none), as read at claimedAt.
 	durable   bool
 	base      *interceptor.Record
+	baseRaw   []byte // base's encoding
 	claimedAt time.Time
 
 	mu     sync.Mutex
@@ -92,17 +94,14 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 	if !keepWrites {
 		writes = nil
 	}
+	v, err := done.MarshalBinary() // here, not in the committer, which every write waits for
+	if err != nil {
+		return err
+	}
 	return t.db.update(ctx, func(tx *bolt.Tx) error {
-		stored, err := getRecord(tx, t.key)
+		prior, err := t.stillClaimed(tx)
 		if err != nil {
 			return err
-		}
-		if t.durable {
-			if err := interceptor.CheckClaim(stored, t.claim); err != nil {
-				return err
-			}
-		} else if !t.stillClaimable(stored) {
-			return interceptor.ErrSuperseded
 		}
 		for _, fn := range writes {
 			if err := fn(tx); err != nil {
@@ -110,23 +109,32 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 			}
 		}
 		if t.durable {
-			return putRecord(tx, t.key, done)
+			return tx.Bucket(bucketRecords).Put(t.key, v)
 		}
-		return putClaim(tx, t.key, stored, done)
+		return putClaimRaw(tx, t.key, prior, done.Expiry, v)
 	})
 }
 
-// stillClaimable reports whether stored is what the pending claim was
-// decided on: the same record, or nothing where an expired record was
-// swept since.
-func (t *Tx) stillClaimable(stored *interceptor.Record) bool {
-	switch {
-	case stored == nil:
-		return t.base == nil || !t.claimedAt.Before(t.base.Expiry)
-	case t.base == nil:
-		return false
+// stillClaimed returns ErrSuperseded unless the claim still stands in tx.
+// A durable claim must be the stored record (CheckClaim). A pending one
+// must find the record it was decided on, byte for byte, or nothing where
+// that record had expired and was swept since; it returns the record its
+// commit replaces.
+func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *interceptor.Record, err error) {
+	if t.durable {
+		stored, err := getRecord(tx, t.key)
+		if err != nil {
+			return nil, err
+		}
+		return stored, interceptor.CheckClaim(stored, t.claim)
+	}
+	switch cur := tx.Bucket(bucketRecords).Get(t.key); {
+	case bytes.Equal(cur, t.baseRaw):
+		return t.base, nil
+	case cur == nil && t.base != nil && !t.claimedAt.Before(t.base.Expiry):
+		return nil, nil // swept, with its index entry
 	default:
-		return stored.Attempt == t.base.Attempt && stored.Token == t.base.Token && stored.State == t.base.State
+		return nil, interceptor.ErrSuperseded
 	}
 }
 

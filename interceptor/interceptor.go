@@ -206,8 +206,10 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	if durable {
 		stopRenewing = i.renewWhileRunning(ctx, rk, *claim, obs.FullMethod)
 	}
-	flight := i.flights.begin(rk)
-	defer i.flights.end(rk, flight) // after the commit: waiters find the result
+	if i.opts.inFlightWait > 0 { // else no duplicate waits for this run
+		flight := i.flights.begin(rk)
+		defer i.flights.end(rk, flight) // after the commit: waiters find the result
+	}
 	start := time.Now()
 	resp, herr := handler(hctx, req)
 	obs.Handler = time.Since(start)
