@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -55,15 +56,18 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 		return 0, nil, nil, err
 	}
 	key := recordKey(req.Key)
-	if !durable {
-		return db.claimInMemory(req, key)
-	}
-	_, stored, err := db.read(key)
+	// Retries that only read (replays, mismatches, requests in flight) are
+	// decided on a read transaction, with no lock and no write.
+	released := db.releasedOf(key)
+	raw, stored, err := db.read(key)
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	if outcome, rec := interceptor.Decide(stored, req, db.claimant); !outcome.Claimed() {
 		return outcome, rec, nil, nil
+	}
+	if !durable {
+		return db.claimInMemory(req, key, raw, stored, released)
 	}
 
 	var (
@@ -96,17 +100,22 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 }
 
 // claimInMemory claims key for a transactional method: decided on the
-// claims pending in memory and the stored record, read under the same lock
-// so that no pending claim commits in between, and held in memory.
-func (db *DB) claimInMemory(req interceptor.ClaimRequest, key []byte) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+// claims pending in memory and the stored record, and held in memory. raw
+// and stored are the record as read without the lock, when the count of
+// released claims of key's slot was released.
+func (db *DB) claimInMemory(req interceptor.ClaimRequest, key, raw []byte, stored *interceptor.Record, released uint64) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if outcome, rec := db.decidePendingLocked(key, req); outcome != 0 {
 		return outcome, rec, nil, nil
 	}
-	raw, stored, err := db.read(key)
-	if err != nil {
-		return 0, nil, nil, err
+	// A record changes only as a claim of it ends and leaves pending. If one
+	// of this slot's did since the read, read again, under the lock.
+	if db.releasedOf(key) != released {
+		var err error
+		if raw, stored, err = db.read(key); err != nil {
+			return 0, nil, nil, err
+		}
 	}
 	outcome, rec := interceptor.Decide(stored, req, db.claimant)
 	if !outcome.Claimed() {
@@ -131,7 +140,7 @@ func (db *DB) decideDurable(key []byte, req interceptor.ClaimRequest, stored, mi
 	if outcome.Claimed() {
 		db.pending[string(key)] = rec
 	} else if mine != nil {
-		delete(db.pending, string(key))
+		db.forgetLocked(key)
 	}
 	return outcome, rec
 }
@@ -153,24 +162,42 @@ func (db *DB) release(key []byte, claim *interceptor.Record) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.pending[string(key)] == claim {
-		delete(db.pending, string(key))
+		db.forgetLocked(key)
 	}
+}
+
+// forgetLocked removes key's pending claim and counts it released.
+func (db *DB) forgetLocked(key []byte) {
+	delete(db.pending, string(key))
+	db.released[maphash.Bytes(releaseSeed, key)%uint64(len(db.released))].Add(1)
+}
+
+// releaseSeed hashes keys to their slot of DB.released.
+var releaseSeed = maphash.MakeSeed()
+
+// releasedOf is how many claims of key's slot have been released.
+func (db *DB) releasedOf(key []byte) uint64 {
+	return db.released[maphash.Bytes(releaseSeed, key)%uint64(len(db.released))].Load()
 }
 
 // read returns the stored record of key and its encoding, under a read
 // transaction.
 func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err error) {
 	err = db.view(func(tx *bolt.Tx) error {
-		raw = bytes.Clone(tx.Bucket(bucketRecords).Get(key))
+		v := tx.Bucket(bucketRecords).Get(key)
+		if stored, raw = db.decoded.get(key, v); stored == nil {
+			raw = bytes.Clone(v)
+		}
 		return nil
 	})
-	if err != nil || raw == nil {
-		return nil, nil, err
+	if err != nil || raw == nil || stored != nil {
+		return raw, stored, err
 	}
 	stored = new(interceptor.Record)
 	if err := stored.UnmarshalBinary(raw); err != nil {
 		return nil, nil, fmt.Errorf("record %x: %w", key, err)
 	}
+	db.decoded.put(key, raw, stored)
 	return raw, stored, nil
 }
 

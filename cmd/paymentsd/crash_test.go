@@ -125,6 +125,12 @@ func TestCrash_KillNineNeverDuplicatesOrLoses(t *testing.T) {
 		}
 		replays += len(old)
 
+		// Every third round the disk is slow (fsyncs delayed 20 ms by
+		// strace), so that the kill lands in the middle of commits more often.
+		if round%3 == 2 {
+			slowFsync(t, d, 20*time.Millisecond)
+		}
+
 		// Load with fresh keys, then kill -9 at a random moment.
 		stop := make(chan struct{})
 		var wg sync.WaitGroup

@@ -1,0 +1,66 @@
+package boltstore
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// decodedCap bounds the decoded records kept: about a megabyte per
+// thousand records of a kilobyte.
+const decodedCap = 4096
+
+// decoded keeps records as they were last decoded, by key, with the
+// encoding they were decoded from. A read that finds the same bytes stored
+// reuses the record instead of decoding it again: retries of one key, the
+// hot path of a replay, then cost a lookup and a comparison. Entries are
+// checked against the stored bytes on every use, so they are never stale.
+type decoded struct {
+	m sync.Map // string(key) -> *decodedRecord
+	n atomic.Int64
+}
+
+type decodedRecord struct {
+	raw []byte
+	rec *interceptor.Record
+}
+
+// get returns the record decoded from stored, the bytes stored for key now,
+// if it is kept, and the kept copy of those bytes. The record is a copy of
+// the kept one's fields, so that callers may change them; its Result is
+// shared, and is never changed.
+func (d *decoded) get(key, stored []byte) (*interceptor.Record, []byte) {
+	v, ok := d.m.Load(string(key))
+	if !ok {
+		return nil, nil
+	}
+	e := v.(*decodedRecord)
+	if !bytes.Equal(e.raw, stored) {
+		return nil, nil
+	}
+	r := *e.rec
+	return &r, e.raw
+}
+
+// put keeps rec, decoded from raw (which the caller no longer changes).
+func (d *decoded) put(key, raw []byte, rec *interceptor.Record) {
+	if rec.State != interceptor.StateCompleted {
+		return // claims in flight change; results do not
+	}
+	kept := *rec
+	if _, loaded := d.m.Swap(string(key), &decodedRecord{raw: raw, rec: &kept}); loaded {
+		return
+	}
+	if d.n.Add(1) <= decodedCap {
+		return
+	}
+	// Full: forget an arbitrary entry or so.
+	d.m.Range(func(k, _ any) bool {
+		if _, ok := d.m.LoadAndDelete(k); ok {
+			d.n.Add(-1)
+		}
+		return d.n.Load() > decodedCap
+	})
+}
