@@ -144,7 +144,7 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 				return nil
 			}
 			if len(k) < len(prefix)+8 {
-				return fmt.Errorf("intent index key %x is too short", k)
+				return fmt.Errorf("an intent index key of %d bytes is too short", len(k))
 			}
 			id := string(k[len(prefix)+8:])
 			pi, _, err := getIntent(tx, owner, id)

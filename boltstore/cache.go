@@ -8,9 +8,12 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 )
 
-// decodedCap bounds the decoded records kept: about a megabyte per
-// thousand records of a kilobyte.
-const decodedCap = 4096
+// Bounds of the decoded records kept: how many, and how large one may be.
+// Results can be megabytes; those are decoded on each read.
+const (
+	decodedCap     = 4096
+	decodedMaxSize = 16 << 10
+)
 
 // decoded keeps records as they were last decoded, by key, with the
 // encoding they were decoded from. A read that finds the same bytes stored
@@ -46,7 +49,7 @@ func (d *decoded) get(key, stored []byte) (*interceptor.Record, []byte) {
 
 // put keeps rec, decoded from raw (which the caller no longer changes).
 func (d *decoded) put(key, raw []byte, rec *interceptor.Record) {
-	if rec.State != interceptor.StateCompleted {
+	if rec.State != interceptor.StateCompleted || len(raw) > decodedMaxSize {
 		return // claims in flight change; results do not
 	}
 	kept := *rec

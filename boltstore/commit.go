@@ -3,7 +3,7 @@ package boltstore
 import (
 	"context"
 	"errors"
-	"slices"
+	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -66,6 +66,7 @@ func (db *DB) update(ctx context.Context, fn func(*bolt.Tx) error) error {
 // commitLoop is the committer goroutine; it ends when quit is closed.
 func (db *DB) commitLoop() {
 	defer close(db.committerDone)
+	defer guardFaults()() // this goroutine runs every write transaction
 	batch := make([]*write, 0, maxBatch)
 	for {
 		select { // quit first: once closing, take no new batch however busy the queue
@@ -106,7 +107,9 @@ func (db *DB) commit(batch []*write) {
 	}
 	for len(batch) > 0 {
 		failed := -1
+		var txid int
 		err := db.updateBolt(func(tx *bolt.Tx) error {
+			txid = tx.ID()
 			for i, w := range batch {
 				if err := w.run(tx); err != nil {
 					failed = i
@@ -116,7 +119,10 @@ func (db *DB) commit(batch []*write) {
 			return nil
 		})
 		db.commits.Add(1)
-		if errors.Is(err, ErrDamaged) {
+		if err != nil && failed < 0 {
+			db.checkFailedCommit(txid, err)
+		}
+		if d := (*damaged)(nil); errors.As(err, &d) && d.latch {
 			db.health.damage(err)
 			for _, w := range batch {
 				w.done <- err
@@ -130,8 +136,29 @@ func (db *DB) commit(batch []*write) {
 			}
 			return
 		}
+		// The writes before the failed one ran well: they commit together,
+		// again; the ones after it form the next batch. Each write then runs
+		// at most twice, however many of the batch fail.
 		batch[failed].done <- err
-		batch = slices.Delete(batch, failed, failed+1)
+		db.commit(batch[:failed])
+		batch = batch[failed+1:]
+	}
+}
+
+// checkFailedCommit looks at the file after the commit of transaction txid
+// failed. If bbolt wrote its meta page before the failure (an fsync that
+// failed after it), the transaction is visible through the mapping though
+// its caller was told it failed and it may not be on disk: nothing read
+// from the file can be trusted any more, until a restart reads what the
+// disk holds.
+func (db *DB) checkFailedCommit(txid int, failure error) {
+	var visible int
+	if err := db.bolt.View(func(tx *bolt.Tx) error { visible = tx.ID(); return nil }); err != nil {
+		return
+	}
+	if visible >= txid {
+		db.health.poison(&damaged{latch: true, cause: fmt.Errorf(
+			"transaction %d failed (%v) after its meta page was written, so whether it is on disk is unknown; restart to read what the disk holds", txid, failure)})
 	}
 }
 

@@ -71,8 +71,9 @@ func TestCommit_FailedWriteRollsBackAloneAndTheRestCommit(t *testing.T) {
 	if !has(t, db, "a") || !has(t, db, "c") || has(t, db, "bad") {
 		t.Errorf("after the batch: a %t, c %t, bad %t; want a and c only", has(t, db, "a"), has(t, db, "c"), has(t, db, "bad"))
 	}
-	if got := db.Commits() - before; got != 2 || runs != 1 {
-		t.Errorf("%d commits, failing write ran %d times; want 2 and 1", got, runs)
+	// The batch, then the writes before the failed one, then those after it.
+	if got := db.Commits() - before; got != 3 || runs != 1 {
+		t.Errorf("%d commits, failing write ran %d times; want 3 and 1", got, runs)
 	}
 }
 
@@ -147,5 +148,46 @@ func TestUpdate_CanceledContext_WritesNothing(t *testing.T) {
 	}
 	if has(t, db, "x") {
 		t.Error("a canceled Update wrote")
+	}
+}
+
+func TestCommit_ManyFailingWrites_EachRunsAtMostTwice(t *testing.T) {
+	db := openTest(t)
+	var batch []*write
+	runs := make([]int, 100)
+	for i := range runs {
+		batch = append(batch, &write{fn: func(tx *bolt.Tx) error {
+			runs[i]++
+			if i%2 == 1 {
+				return errors.New("conflict")
+			}
+			return put(fmt.Sprint(i))(tx)
+		}, done: make(chan error, 1)})
+	}
+	writes := slices.Clone(batch)
+	db.commit(batch)
+	for i, w := range writes {
+		if err := <-w.done; (err != nil) != (i%2 == 1) {
+			t.Errorf("write %d: %v", i, err)
+		}
+		if runs[i] > 2 {
+			t.Errorf("write %d ran %d times, want at most 2", i, runs[i])
+		}
+	}
+}
+
+func TestUpdate_MisusedBucket_IsTheCallersErrorNotDamage(t *testing.T) {
+	db := openTest(t)
+	err := db.Update(context.Background(), func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("no such bucket")).Put([]byte("k"), []byte("v"))
+	})
+	if err == nil || errors.Is(err, ErrDamaged) {
+		t.Errorf("Put on a bucket that does not exist: %v, want an error that is not ErrDamaged", err)
+	}
+	if err := db.Health(); err != nil {
+		t.Errorf("Health after a caller's misuse: %v, want healthy", err)
+	}
+	if err := db.Update(context.Background(), put("after")); err != nil {
+		t.Errorf("write after the misuse: %v", err)
 	}
 }

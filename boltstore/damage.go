@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -20,8 +22,12 @@ import (
 // code is DATA_LOSS.
 var ErrDamaged = errors.New("data file is damaged")
 
-// damaged is an ErrDamaged with its cause.
-type damaged struct{ cause error }
+// damaged is an ErrDamaged with its cause. A damaged file (latch) takes no
+// more writes; a damaged record fails the calls about it alone.
+type damaged struct {
+	cause error
+	latch bool
+}
 
 func (e *damaged) Error() string   { return ErrDamaged.Error() + ": " + e.cause.Error() }
 func (e *damaged) Unwrap() []error { return []error{ErrDamaged, e.cause} }
@@ -32,18 +38,39 @@ func (e *damaged) GRPCStatus() *status.Status {
 // asDamaged turns what bbolt panicked with, on a page that is not what it
 // should be, into an ErrDamaged.
 func asDamaged(panicked any) error {
-	return &damaged{cause: fmt.Errorf("bbolt: %v", panicked)}
+	return &damaged{cause: fmt.Errorf("bbolt: %v", panicked), latch: true}
 }
 
 // recovered is the error for what a function called by bbolt, or bbolt
 // itself, panicked with. Call it from the deferred function that recovered
-// p: a panic raised in bbolt's code (an assertion, or a fault reading a
-// page of garbage) means a damaged file; any other is the caller's bug.
+// p: a panic raised in bbolt's code (an assertion, an index out of range,
+// a fault reading a page of garbage) means a damaged file; any other, and
+// bbolt's own complaints of misuse (a nil *Bucket of a bucket that does not
+// exist, Commit inside Update), are the caller's bug.
 func recovered(p any) error {
-	if panickedIn("go.etcd.io/bbolt.", "go.etcd.io/bbolt/") {
+	msg := fmt.Sprint(p)
+	misuse := strings.Contains(msg, "nil pointer dereference") || strings.Contains(msg, "managed tx")
+	if !misuse && panickedIn("go.etcd.io/bbolt.", "go.etcd.io/bbolt/") {
 		return asDamaged(p)
 	}
 	return fmt.Errorf("boltstore: panic: %v", p)
+}
+
+// guardFaults makes a memory fault of the calling goroutine, such as bbolt
+// reading through a page id of garbage past its mapping, a panic that can
+// be recovered instead of a crash. Use: defer guardFaults()().
+func guardFaults() (restore func()) {
+	old := debug.SetPanicOnFault(true)
+	return func() { debug.SetPanicOnFault(old) }
+}
+
+// recordError is the error for the stored record of key that does not
+// decode: DATA_LOSS for the calls about that record. Key bytes are the
+// caller's principal and idempotency key, which never reach a log, so the
+// record is named by a hash of them.
+func recordError(key []byte, err error) error {
+	sum := sha256.Sum256(key)
+	return &damaged{cause: fmt.Errorf("record %x: %w", sum[:6], err)}
 }
 
 // panickedIn reports whether the goroutine's panic in progress was raised
@@ -85,6 +112,7 @@ const (
 	pageHeaderSize = 16
 	metaSize       = 64
 	metaSumOffset  = 56
+	noFreelist     = ^uint64(0) // of a file whose freelist is not synced
 )
 
 type meta struct {
@@ -116,7 +144,7 @@ func checkFileSize(path string) error {
 		m1, err1 = readMeta(f, int64(m0.pageSize))
 	} else {
 		// The first page is damaged: look for the second at the usual sizes.
-		for _, size := range []int64{4096, 8192, 16384, 65536} {
+		for size := int64(1024); size <= 16<<20; size *= 2 { // as bbolt looks
 			if m1, err1 = readMeta(f, size); err1 == nil {
 				break
 			}
@@ -136,7 +164,7 @@ func checkFileSize(path string) error {
 		return &damaged{cause: fmt.Errorf("the file is %d bytes but its meta page says %d pages of %d bytes (%d bytes): it was truncated",
 			info.Size(), m.pages, m.pageSize, want)}
 	}
-	if m.root >= m.pages || m.freelist >= m.pages {
+	if m.root >= m.pages || (m.freelist >= m.pages && m.freelist != noFreelist) {
 		return &damaged{cause: fmt.Errorf("the meta page names page %d or %d, past the file's %d pages", m.root, m.freelist, m.pages)}
 	}
 	return nil

@@ -122,8 +122,8 @@ func openBolt(path string, lockTimeout time.Duration) (b *bolt.DB, err error) {
 	// allocating from a large one stays cheap.
 	b, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags,
 		FreelistType: bolt.FreelistMapType})
-	if err != nil && !errors.Is(err, berrors.ErrTimeout) && !errors.Is(err, os.ErrPermission) {
-		err = &damaged{cause: err} // a meta page bbolt rejects
+	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
+		err = &damaged{cause: err, latch: true} // meta pages bbolt rejects; other errors are the system's
 	}
 	return b, err
 }
@@ -216,6 +216,10 @@ func (db *DB) Close() error {
 // view is bbolt's View, with its panics on damaged pages turned into an
 // ErrDamaged that Health reports from then on.
 func (db *DB) view(fn func(*bolt.Tx) error) (err error) {
+	if err := db.health.readsRefused(); err != nil {
+		return err
+	}
+	defer guardFaults()()
 	defer func() {
 		if p := recover(); p != nil {
 			if err = recovered(p); errors.Is(err, ErrDamaged) {
@@ -278,14 +282,21 @@ func (db *DB) Check() error { return check(db.bolt) }
 func check(b *bolt.DB) error {
 	return b.View(func(tx *bolt.Tx) error {
 		var errs []error
-		for err := range tx.Check() { // recovers bbolt's panics itself
+		for err := range tx.Check(bolt.WithKVStringer(redacted{})) { // recovers bbolt's panics itself
 			if len(errs) < 10 {
 				errs = append(errs, err)
 			}
 		}
 		if len(errs) > 0 {
-			return &damaged{cause: errors.Join(errs...)}
+			return &damaged{cause: errors.Join(errs...), latch: true}
 		}
 		return nil
 	})
 }
+
+// redacted keeps keys and values, principals and idempotency keys among
+// them, out of the check's messages, which reach logs.
+type redacted struct{}
+
+func (redacted) KeyToString([]byte) string   { return "<key>" }
+func (redacted) ValueToString([]byte) string { return "<value>" }

@@ -13,9 +13,27 @@ import (
 // health is what the DB knows of its file: damaged for good once a damaged
 // page was met, failing while commits fail (a full or failing disk).
 type health struct {
-	mu      sync.Mutex
-	damaged error
-	failing error
+	mu       sync.Mutex
+	damaged  error
+	failing  error
+	poisoned bool // reads refused too
+}
+
+// poison marks the file damaged and refuses reads as well as writes.
+func (h *health) poison(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.damaged, h.poisoned = err, true
+}
+
+// readsRefused is the error for every read of a poisoned file.
+func (h *health) readsRefused() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.poisoned {
+		return h.damaged
+	}
+	return nil
 }
 
 func (h *health) damage(err error) {

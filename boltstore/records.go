@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"hash/maphash"
 	"time"
 
@@ -65,6 +64,9 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 	}
 	if outcome, rec := interceptor.Decide(stored, req, db.claimant); !outcome.Claimed() {
 		return outcome, rec, nil, nil
+	}
+	if err := db.health.damagedErr(); err != nil {
+		return 0, nil, nil, err // no handler runs for a commit that cannot happen
 	}
 	if !durable {
 		return db.claimInMemory(req, key, raw, stored, released)
@@ -195,7 +197,7 @@ func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err erro
 	}
 	stored = new(interceptor.Record)
 	if err := stored.UnmarshalBinary(raw); err != nil {
-		return nil, nil, fmt.Errorf("record %x: %w", key, err)
+		return nil, nil, recordError(key, err)
 	}
 	db.decoded.put(key, raw, stored)
 	return raw, stored, nil
@@ -340,7 +342,7 @@ func getRecord(tx *bolt.Tx, key []byte) (*interceptor.Record, error) {
 	}
 	var r interceptor.Record
 	if err := r.UnmarshalBinary(v); err != nil { // copies what it keeps
-		return nil, fmt.Errorf("record %x: %w", key, err)
+		return nil, recordError(key, err)
 	}
 	return &r, nil
 }

@@ -193,3 +193,35 @@ func TestClient_AttemptTimeoutAgainstASlowServer_EndsWithTheResult(t *testing.T)
 	}
 	h.wantCalls(t, 1)
 }
+
+// A handler that ignores its context and never returns must not hold its
+// key for good: past the server's limit its claim is released, and a
+// retry runs afresh.
+func TestHandlerTimeout_HandlerThatNeverReturns_ReleasesItsKey(t *testing.T) {
+	h := start(t, interceptor.WithTransactional(unaryCall), interceptor.WithHandlerTimeout(100*time.Millisecond))
+	hang := make(chan struct{})
+	defer close(hang)
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		if attempt, _ := interceptor.AttemptFromContext(ctx); h.service.calls.Load() == 1 && attempt == 1 {
+			<-hang // deaf to its context
+		}
+		return echo(ctx, req)
+	}
+	go h.send("tok", "k", payload("x"))
+	for h.service.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var a call
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if a = h.send("tok", "k", payload("x")); status.Code(a.err) != codes.Aborted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key is still in flight a minute after the handler's limit")
+		}
+	}
+	if a.err != nil || a.replayed() {
+		t.Fatalf("retry past the limit: %v (replayed %t), want a fresh run", a.err, a.replayed())
+	}
+	h.wantCalls(t, 2)
+}

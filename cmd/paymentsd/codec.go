@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
@@ -16,16 +17,20 @@ import (
 // A request that does not decode (bytes that are not a message, a string
 // that is not UTF-8) is the caller's fault, but grpc-go answers INTERNAL for
 // any codec error. requestCodec answers INVALID_ARGUMENT instead: for the
-// request types of the unary methods it is given, it reports the failure
-// to rejectUndecodable, the first interceptor, through a side table keyed
-// by the message, and lets the call reach it. Other messages (streams of
-// reflection and health) fail in the codec as usual, so nothing is left in
-// the table.
+// request types of the unary methods it is given, it empties a message that
+// does not decode and marks it with the error, in an unknown field of the
+// highest number, and lets the call reach rejectUndecodable, an
+// interceptor. The mark lives and dies with the message, so nothing is
+// left behind by a call that ends before its interceptors run. Other
+// messages (streams of reflection and health) fail in the codec as usual.
 type requestCodec struct {
 	encoding.CodecV2
 	requests map[protoreflect.FullName]bool
-	failed   sync.Map // message -> its decoding error
 }
+
+// undecodableField numbers the mark. A client that sends that field itself
+// is told its request is invalid, as it would be for any unknown field.
+const undecodableField = protowire.MaxValidNumber
 
 // newRequestCodec serves the unary methods of the named services.
 func newRequestCodec(services ...protoreflect.FullName) *requestCodec {
@@ -47,20 +52,27 @@ func newRequestCodec(services ...protoreflect.FullName) *requestCodec {
 
 func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.CodecV2.Unmarshal(data, v)
-	if m, ok := v.(interface{ ProtoReflect() protoreflect.Message }); err != nil && ok &&
-		c.requests[m.ProtoReflect().Descriptor().FullName()] {
-		c.failed.Store(v, err)
+	if m, ok := v.(proto.Message); err != nil && ok && c.requests[m.ProtoReflect().Descriptor().FullName()] {
+		proto.Reset(m)
+		mark := protowire.AppendTag(nil, undecodableField, protowire.BytesType)
+		m.ProtoReflect().SetUnknown(protowire.AppendString(mark, err.Error()))
 		return nil
 	}
 	return err
 }
 
 // rejectUndecodable answers INVALID_ARGUMENT for a request that did not
-// decode, before any other interceptor sees it: no key is used up.
-func (c *requestCodec) rejectUndecodable(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err, ok := c.failed.LoadAndDelete(req); ok {
-		return nil, status.Errorf(codes.InvalidArgument, "the request is not a valid %s: %v",
-			req.(interface{ ProtoReflect() protoreflect.Message }).ProtoReflect().Descriptor().FullName(), err)
+// decode, before the other interceptors but the log see it: no key is used up.
+func rejectUndecodable(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if m, ok := req.(proto.Message); ok {
+		if unknown := m.ProtoReflect().GetUnknown(); len(unknown) > 0 {
+			if num, typ, n := protowire.ConsumeTag(unknown); num == undecodableField && typ == protowire.BytesType {
+				if cause, m2 := protowire.ConsumeString(unknown[n:]); m2 >= 0 {
+					return nil, status.Errorf(codes.InvalidArgument, "the request is not a valid %s: %s",
+						m.ProtoReflect().Descriptor().FullName(), cause)
+				}
+			}
+		}
 	}
 	return handler(ctx, req)
 }

@@ -172,6 +172,12 @@ func TestE2E_DamagedDataFile_RefusedAtStartNamingFileAndRemedy(t *testing.T) {
 // healthStatus asks d's grpc.health.v1 for the server's status.
 func healthStatus(t *testing.T, d *daemon) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
+	return serviceHealth(t, d, "")
+}
+
+// serviceHealth asks d's grpc.health.v1 for a service's status.
+func serviceHealth(t *testing.T, d *daemon, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
 	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +185,7 @@ func healthStatus(t *testing.T, d *daemon) healthpb.HealthCheckResponse_ServingS
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	if err != nil {
 		t.Fatalf("health check: %v", err)
 	}
@@ -243,10 +249,17 @@ func TestE2E_DiskFull_NotServingUntilSpaceReturns(t *testing.T) {
 		}
 	}
 	waitHealth(t, d, healthpb.HealthCheckResponse_NOT_SERVING)
+	const service = "payments.v1.PaymentIntentService"
+	if got := serviceHealth(t, d, service); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health of %s with the disk full: %v, want NOT_SERVING", service, got)
+	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
 	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
+	if got := serviceHealth(t, d, service); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health of %s once space returned: %v, want SERVING", service, got)
+	}
 	if a := d.create(withCreds(hostileToken, "after-space-returns"), seedRequest("77")); a.err != nil {
 		t.Errorf("create once space returned: %v", a.err)
 	}

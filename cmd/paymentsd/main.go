@@ -181,13 +181,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 
 	codec := newRequestCodec(protoreflect.FullName(paymentsv1.PaymentIntentService_ServiceDesc.ServiceName))
-	interceptors := []grpc.UnaryServerInterceptor{codec.rejectUndecodable}
+	var interceptors []grpc.UnaryServerInterceptor
 	if m.Config.MetricsListen != "" {
 		m.metrics = metrics.New()
 		interceptors = append(interceptors, m.metrics.GRPC.UnaryServerInterceptor())
 	}
 	interceptors = append(interceptors,
 		logRPC(m.Logger),
+		rejectUndecodable,
 		auth.UnaryServerInterceptor(keys, "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
 	)
 	if !benchWithoutIdempotency {
@@ -215,6 +216,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
 	reflection.Register(m.grpc)
+	for name := range m.grpc.GetServiceInfo() { // each service answers too, not only the server
+		m.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
 	if m.metrics != nil {
 		m.metrics.GRPC.InitializeMetrics(m.grpc)
 		m.serveMetrics(metricsListener)
@@ -314,6 +318,7 @@ func (m *Main) Close() error {
 		return nil
 	}
 	m.Logger.Info("shutting down", "grace", m.Config.ShutdownGrace.String())
+	m.stop()            // the sweeper and the health watcher, which could report SERVING again
 	m.health.Shutdown() // drain: load balancers stop sending
 	timer := time.AfterFunc(m.Config.ShutdownGrace, m.grpc.Stop)
 	defer timer.Stop()
@@ -321,7 +326,6 @@ func (m *Main) Close() error {
 	if m.http != nil {
 		m.http.Close()
 	}
-	m.stop()
 	m.wg.Wait()
 	m.Logger.Info("closed", "commits", m.db.Commits())
 	return m.db.Close()
