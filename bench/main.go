@@ -32,7 +32,7 @@ var (
 	paymentsd = flag.String("paymentsd", "bin/paymentsd", "the paymentsd binary")
 	baseline  = flag.String("baseline", "bin/paymentsd-baseline", "paymentsd built with -tags benchbaseline")
 	ghz       = flag.String("ghz", "bin/ghz", "the ghz binary")
-	runs      = flag.Int("runs", 3, "runs of each scenario; the table shows medians")
+	runs      = flag.Int("runs", 5, "runs of each scenario; the table shows medians")
 	scale     = flag.Float64("scale", 1, "multiplies the requests of every run")
 )
 
