@@ -86,10 +86,16 @@ func main() {
 	fmt.Println("| scenario | requests/s | p50 ms | p99 ms | commits/request | answers (last run) |")
 	fmt.Println("|---|---:|---:|---:|---:|---|")
 	// Rounds alternate: each runs every scenario once, so that the two
-	// sides of a ratio are measured under the same load of the machine.
+	// sides of a ratio are measured under the same load of the machine;
+	// every other round runs them in reverse, so that neither side of a
+	// ratio always comes first.
 	all := map[string][]result{}
-	for range *runs {
-		for _, sc := range scenarios {
+	for round := range *runs {
+		for i := range scenarios {
+			sc := scenarios[i]
+			if round%2 == 1 {
+				sc = scenarios[len(scenarios)-1-i]
+			}
 			all[sc.name] = append(all[sc.name], runOnce(sc))
 		}
 	}
