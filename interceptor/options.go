@@ -50,7 +50,7 @@ type Observation struct {
 	// aside; set for Finished.
 	Store time.Duration
 	// Err is the store's error when a claim or a completion failed; the
-	// caller was told only UNAVAILABLE. Set for Finished.
+	// caller was told only UNAVAILABLE or DATA_LOSS. Set for Finished.
 	Err error
 }
 
@@ -188,8 +188,10 @@ func WithTransactional(fullMethods ...string) Option {
 // context is not canceled when its caller goes away (a client deadline, a
 // dropped connection): once claimed, the request runs to its end and its
 // result is stored, so that the retry replays it instead of finding the key
-// in flight. d is the server's own limit on that. Default
-// DefaultHandlerTimeout.
+// in flight. d is the server's own limit on that: past it the handler's
+// context is done, and with a TxStore its claim is released (a durable one
+// left to the lease rule), so that a handler deaf to its context does not
+// hold its key for good. Default DefaultHandlerTimeout.
 func WithHandlerTimeout(d time.Duration) Option { return func(o *options) { o.handlerTimeout = d } }
 
 // WithLogger sets where problems that reach no caller are logged, such as a
