@@ -67,7 +67,7 @@ func (s *slowShared) Renew(ctx context.Context, key interceptor.RecordKey, claim
 // because this process knows it is alive, on a shared store because its
 // renewals keep its lease ahead of the clock.
 func TestSlowStore_LiveWorkerKeepsItsClaim(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	const lease = 600 * time.Millisecond
 	for _, tc := range []struct {
 		name  string
 		store func(*boltstore.DB) interceptor.Store

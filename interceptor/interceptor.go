@@ -206,18 +206,17 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	if durable {
 		stopRenewing = i.renewWhileRunning(ctx, rk, *claim, obs.FullMethod)
 	}
-	// A handler that overruns the limit and ignores its context must not
-	// hold its key for good: its claim is released (or, durable, left to
-	// the lease rule) and nothing it still does is stored.
-	overran := context.AfterFunc(hctx, func() {
-		if hctx.Err() == context.DeadlineExceeded {
-			stopRenewing()
-			if tx != nil {
-				tx.Rollback()
-			}
+	// A handler deaf to its context must not hold its key for good: once it
+	// has overrun its limit by as much again (so that one that returns at
+	// its deadline still has its answer stored), its claim is released, or,
+	// durable, left to the lease rule, and nothing it still does is stored.
+	overran := time.AfterFunc(2*i.opts.handlerTimeout, func() {
+		stopRenewing()
+		if tx != nil {
+			tx.Rollback()
 		}
 	})
-	defer overran()
+	defer overran.Stop()
 	if i.opts.inFlightWait > 0 { // else no duplicate waits for this run
 		flight := i.flights.begin(rk)
 		defer i.flights.end(rk, flight) // after the commit: waiters find the result

@@ -189,9 +189,10 @@ func WithTransactional(fullMethods ...string) Option {
 // dropped connection): once claimed, the request runs to its end and its
 // result is stored, so that the retry replays it instead of finding the key
 // in flight. d is the server's own limit on that: past it the handler's
-// context is done, and with a TxStore its claim is released (a durable one
-// left to the lease rule), so that a handler deaf to its context does not
-// hold its key for good. Default DefaultHandlerTimeout.
+// context is done. A handler deaf to its context does not hold its key for
+// good: at twice the limit, with a TxStore, its claim is released (a
+// durable one left to the lease rule) and nothing it still does is stored.
+// Default DefaultHandlerTimeout.
 func WithHandlerTimeout(d time.Duration) Option { return func(o *options) { o.handlerTimeout = d } }
 
 // WithLogger sets where problems that reach no caller are logged, such as a
