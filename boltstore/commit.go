@@ -94,15 +94,14 @@ func (db *DB) commitLoop() {
 }
 
 // commit runs batch in one transaction. When a write fails, it alone is
-// dropped and answered, and the rest run again in a new transaction.
+// answered with its error; the writes before it commit again together, and
+// those after it form the next batch.
 func (db *DB) commit(batch []*write) {
 	// A damaged file takes no more writes: bbolt may panic again as it
 	// rolls a failed commit back, leaving its write lock held, and every
 	// later write would hang on it.
 	if err := db.health.damagedErr(); err != nil {
-		for _, w := range batch {
-			w.done <- err
-		}
+		answer(batch, err)
 		return
 	}
 	for len(batch) > 0 {
@@ -124,24 +123,25 @@ func (db *DB) commit(batch []*write) {
 		}
 		if d := (*damaged)(nil); errors.As(err, &d) && d.latch {
 			db.health.damage(err)
-			for _, w := range batch {
-				w.done <- err
-			}
+			answer(batch, err)
 			return
 		}
 		if failed < 0 {
 			db.health.committed(err) // the commit's own outcome: the disk's health
-			for _, w := range batch {
-				w.done <- err // nil, or the commit's own failure for everyone
-			}
+			answer(batch, err)       // nil, or the commit's own failure for everyone
 			return
 		}
-		// The writes before the failed one ran well: they commit together,
-		// again; the ones after it form the next batch. Each write then runs
-		// at most twice, however many of the batch fail.
+		// Each write runs at most twice, however many of the batch fail.
 		batch[failed].done <- err
 		db.commit(batch[:failed])
 		batch = batch[failed+1:]
+	}
+}
+
+// answer tells every write of batch how it ended.
+func answer(batch []*write, err error) {
+	for _, w := range batch {
+		w.done <- err
 	}
 }
 

@@ -2,7 +2,6 @@ package boltstore_test
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/bolttest"
 )
 
 const pageSize = 4096
@@ -43,25 +43,7 @@ func makeFile(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	value := make([]byte, 1024)
-	for batch := range 20 {
-		err := db.Update(ctx, func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-			if err != nil {
-				return err
-			}
-			for i := range 1000 {
-				rand.Read(value)
-				if err := b.Put(fmt.Appendf(nil, "order-%d-%d", batch, i), value); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	bolttest.Fill(t, db, "orders", 20)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,24 +67,6 @@ func zeroPages(t *testing.T, path string, first, n int64) {
 	}
 }
 
-// usedSize is how much of the file bbolt uses: its high-water mark. The
-// file is longer, since bbolt grows it ahead of need; cutting only that
-// slack loses nothing.
-func usedSize(t *testing.T, path string) int64 {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var size int64
-	db.View(func(tx *bolt.Tx) error {
-		size = tx.Size()
-		return nil
-	})
-	return size
-}
-
 func pages(t *testing.T, path string) int64 {
 	t.Helper()
 	info, err := os.Stat(path)
@@ -122,10 +86,10 @@ func TestOpen_DamagedFile_RefusedNamingFileAndRemedy(t *testing.T) {
 			zeroPages(t, path, pages(t, path)/2, 16)
 		}, ""},
 		{"truncated to half", func(t *testing.T, path string) {
-			os.Truncate(path, usedSize(t, path)/2)
+			os.Truncate(path, bolttest.UsedSize(t, path)/2)
 		}, "truncated"},
 		{"truncated by 10%", func(t *testing.T, path string) {
-			os.Truncate(path, usedSize(t, path)*9/10)
+			os.Truncate(path, bolttest.UsedSize(t, path)*9/10)
 		}, "truncated"},
 		{"both meta pages zeroed", func(t *testing.T, path string) {
 			zeroPages(t, path, 0, 2)

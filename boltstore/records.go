@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"hash/maphash"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -103,8 +104,8 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 
 // claimInMemory claims key for a transactional method: decided on the
 // claims pending in memory and the stored record, and held in memory. raw
-// and stored are the record as read without the lock, when the count of
-// released claims of key's slot was released.
+// and stored are the record as read without the lock, after key's slot had
+// counted released claims.
 func (db *DB) claimInMemory(req interceptor.ClaimRequest, key, raw []byte, stored *interceptor.Record, released uint64) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -171,16 +172,19 @@ func (db *DB) release(key []byte, claim *interceptor.Record) {
 // forgetLocked removes key's pending claim and counts it released.
 func (db *DB) forgetLocked(key []byte) {
 	delete(db.pending, string(key))
-	db.released[maphash.Bytes(releaseSeed, key)%uint64(len(db.released))].Add(1)
+	db.releasedSlot(key).Add(1)
 }
 
 // releaseSeed hashes keys to their slot of DB.released.
 var releaseSeed = maphash.MakeSeed()
 
-// releasedOf is how many claims of key's slot have been released.
-func (db *DB) releasedOf(key []byte) uint64 {
-	return db.released[maphash.Bytes(releaseSeed, key)%uint64(len(db.released))].Load()
+// releasedSlot counts the claims released of the keys that hash like key.
+func (db *DB) releasedSlot(key []byte) *atomic.Uint64 {
+	return &db.released[maphash.Bytes(releaseSeed, key)%uint64(len(db.released))]
 }
+
+// releasedOf is how many claims of key's slot have been released.
+func (db *DB) releasedOf(key []byte) uint64 { return db.releasedSlot(key).Load() }
 
 // read returns the stored record of key and its encoding, under a read
 // transaction.

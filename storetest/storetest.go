@@ -113,6 +113,15 @@ func openStore(t *testing.T, open Opener, dir string) Store {
 
 func newStore(t *testing.T, open Opener) Store { return openStore(t, open, t.TempDir()) }
 
+// reopen closes s, the store kept in dir, and opens it again.
+func reopen(t *testing.T, open Opener, dir string, s Store) Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return openStore(t, open, dir)
+}
+
 // asTxStore returns s as an interceptor.TxStore, or skips the test.
 func asTxStore(t *testing.T, s Store) interceptor.TxStore {
 	t.Helper()
@@ -492,11 +501,7 @@ func testReopen(t *testing.T, open Opener) {
 		t.Errorf("claim owner %q, want the store's claimant %q", runningClaim.Owner, s.Claimant().ID)
 	}
 	old := s.Claimant()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s = openStore(t, open, dir)
+	s = reopen(t, open, dir, s)
 	if s.Claimant().ID == old.ID {
 		t.Errorf("reopened store claims as %q again, want a new ID", old.ID)
 	}
@@ -692,12 +697,8 @@ func testTxConcurrent(t *testing.T, open Opener) {
 
 func testTxRollbackFrees(t *testing.T, open Opener) {
 	dir := t.TempDir()
-	s := open(t, dir)
-	ts, ok := s.(interceptor.TxStore)
-	if !ok {
-		s.Close()
-		t.Skip("store is not an interceptor.TxStore")
-	}
+	s := openStore(t, open, dir)
+	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
 	_, tx := claimTx(t, ts, req, false, interceptor.OutcomeFresh)
 	tx.Rollback()
@@ -706,11 +707,7 @@ func testTxRollbackFrees(t *testing.T, open Opener) {
 		t.Errorf("ClaimTx after a rolled-back claim: attempt %d, want 1", rec.Attempt)
 	}
 	tx.Rollback()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s = openStore(t, open, dir)
+	s = reopen(t, open, dir, s)
 	if rec := claim(t, s, req, interceptor.OutcomeFresh); rec.Attempt != 1 {
 		t.Errorf("claim after rollbacks and a reopen: attempt %d, want 1", rec.Attempt)
 	}
@@ -718,23 +715,15 @@ func testTxRollbackFrees(t *testing.T, open Opener) {
 
 func testTxStoredOnlyByCommit(t *testing.T, open Opener) {
 	dir := t.TempDir()
-	s := open(t, dir)
-	ts, ok := s.(interceptor.TxStore)
-	if !ok {
-		s.Close()
-		t.Skip("store is not an interceptor.TxStore")
-	}
+	s := openStore(t, open, dir)
+	ts := asTxStore(t, s)
 	committed := request("committed", "body", t0)
 	rec, tx := claimTx(t, ts, committed, false, interceptor.OutcomeFresh)
 	commit(t, tx, rec, sampleResult(t, "kept"))
 	rolledBack := request("rolled-back", "body", t0)
 	_, tx = claimTx(t, ts, rolledBack, false, interceptor.OutcomeFresh)
 	tx.Rollback()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s = openStore(t, open, dir)
+	s = reopen(t, open, dir, s)
 	sameResult(t, claim(t, s, request("committed", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "kept"))
 	if rec := claim(t, s, rolledBack, interceptor.OutcomeFresh); rec.Attempt != 1 {
 		t.Errorf("claim of a rolled-back key after a reopen: attempt %d, want 1", rec.Attempt)
@@ -746,20 +735,12 @@ func testTxStoredOnlyByCommit(t *testing.T, open Opener) {
 
 func testTxDurableStored(t *testing.T, open Opener) {
 	dir := t.TempDir()
-	s := open(t, dir)
-	ts, ok := s.(interceptor.TxStore)
-	if !ok {
-		s.Close()
-		t.Skip("store is not an interceptor.TxStore")
-	}
+	s := openStore(t, open, dir)
+	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
 	first, _ := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
 	// The Tx stays open: the claim is stored already, not by its end.
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s = openStore(t, open, dir)
+	s = reopen(t, open, dir, s)
 	if s.Claimant().Exclusive {
 		// The earlier opening's claim is an orphan: taken over at once.
 		rec := claim(t, s, req, interceptor.OutcomeTakeover)
@@ -776,21 +757,13 @@ func testTxDurableStored(t *testing.T, open Opener) {
 
 func testTxDurableCommit(t *testing.T, open Opener) {
 	dir := t.TempDir()
-	s := open(t, dir)
-	ts, ok := s.(interceptor.TxStore)
-	if !ok {
-		s.Close()
-		t.Skip("store is not an interceptor.TxStore")
-	}
+	s := openStore(t, open, dir)
+	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
 	rec, tx := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
 	commit(t, tx, rec, sampleResult(t, "one"))
 	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "one"))
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s = openStore(t, open, dir)
+	s = reopen(t, open, dir, s)
 	got := claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay)
 	if got.Attempt != 1 || got.Token != rec.Token {
 		t.Errorf("replay after reopen: attempt %d same token %t, want 1, true", got.Attempt, got.Token == rec.Token)

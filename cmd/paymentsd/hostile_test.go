@@ -7,7 +7,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -21,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,6 +31,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/bolttest"
 )
 
 const hostileToken = "hostile-token"
@@ -59,25 +58,7 @@ func bigDataFile(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	value := make([]byte, 1024)
-	for batch := range 16 {
-		err := db.Update(ctx, func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("filler"))
-			if err != nil {
-				return err
-			}
-			for i := range 1000 {
-				rand.Read(value)
-				if err := b.Put(fmt.Appendf(nil, "%d-%d", batch, i), value); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	bolttest.Fill(t, db, "filler", 16)
 	db.Close()
 	if info, err := os.Stat(path); err != nil || info.Size() < 16<<20 {
 		t.Fatalf("data file of %d bytes (%v), want at least 16 MiB", info.Size(), err)
@@ -103,23 +84,6 @@ func damageWithDD(t *testing.T, path string, seek, count int64) {
 	}
 }
 
-// usedSize is how much of the file bbolt uses, its high-water mark: bbolt
-// grows the file ahead of need, and cutting only that slack loses nothing.
-func usedSize(t *testing.T, path string) int64 {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var size int64
-	db.View(func(tx *bolt.Tx) error {
-		size = tx.Size()
-		return nil
-	})
-	return size
-}
-
 // truncate cuts path to size bytes with truncate(1).
 func truncate(t *testing.T, path string, size int64) {
 	t.Helper()
@@ -143,8 +107,8 @@ func TestE2E_DamagedDataFile_RefusedAtStartNamingFileAndRemedy(t *testing.T) {
 		damage func(t *testing.T, path string)
 	}{
 		{"zeroed pages in the middle", func(t *testing.T, path string) { damageWithDD(t, path, filePages(t, path)/2, 32) }},
-		{"truncated to half", func(t *testing.T, path string) { truncate(t, path, usedSize(t, path)/2) }},
-		{"truncated by 10%", func(t *testing.T, path string) { truncate(t, path, usedSize(t, path)*9/10) }},
+		{"truncated to half", func(t *testing.T, path string) { truncate(t, path, bolttest.UsedSize(t, path)/2) }},
+		{"truncated by 10%", func(t *testing.T, path string) { truncate(t, path, bolttest.UsedSize(t, path)*9/10) }},
 		{"every page after the metas zeroed", func(t *testing.T, path string) { damageWithDD(t, path, 2, filePages(t, path)-2) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -314,6 +278,22 @@ func slowFsync(t *testing.T, d *daemon, delay time.Duration) {
 	}
 }
 
+// wantOneIntentPerAmount checks that hostileToken's intents, one amount per
+// key in these tests, hold each amount once, and returns how many there are.
+func wantOneIntentPerAmount(t *testing.T, d *daemon) int {
+	t.Helper()
+	byAmount := map[string]int{}
+	for _, pi := range d.list(t, hostileToken) {
+		byAmount[pi.Amount]++
+	}
+	for amount, n := range byAmount {
+		if n != 1 {
+			t.Errorf("amount %s: %d intents, want 1", amount, n)
+		}
+	}
+	return len(byAmount)
+}
+
 // A client that gives up after 2 ms while every fsync takes 200 ms, and a
 // client interceptor whose attempts time out after 2 ms: the abandoned
 // create still completes, and every key ends with exactly one intent.
@@ -350,17 +330,8 @@ func TestE2E_SlowDiskImpatientClients_OneIntentEachNoKeyLocked(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	byAmount := map[string]int{}
-	for _, pi := range d.list(t, hostileToken) {
-		byAmount[pi.Amount]++
-	}
-	for amount, n := range byAmount {
-		if n != 1 {
-			t.Errorf("amount %s: %d intents, want 1", amount, n)
-		}
-	}
-	if len(byAmount) != 5 {
-		t.Errorf("%d intents, want 5: %v", len(byAmount), byAmount)
+	if n := wantOneIntentPerAmount(t, d); n != 5 {
+		t.Errorf("%d intents, want 5", n)
 	}
 }
 
@@ -382,15 +353,7 @@ func TestE2E_SlowDiskShortLease_NoLiveWorkerTakenOver(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	byAmount := map[string]int{}
-	for _, pi := range d.list(t, hostileToken) {
-		byAmount[pi.Amount]++
-	}
-	for amount, n := range byAmount {
-		if n != 1 {
-			t.Errorf("amount %s: %d intents, want 1", amount, n)
-		}
-	}
+	wantOneIntentPerAmount(t, d)
 	if log := d.stderr(); strings.Contains(log, `"idempotency":"takeover"`) {
 		t.Errorf("the log shows a takeover:\n%s", log)
 	}

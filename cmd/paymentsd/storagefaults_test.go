@@ -375,6 +375,25 @@ func (p *inProcess) createCounting(key string, body *paymentsv1.CreatePaymentInt
 	return a, p.db.Commits() - before
 }
 
+// createFailing creates with key while the intent's write fails, and checks
+// the answer: UNAVAILABLE with a plain message, the cause observed for the
+// log.
+func (p *inProcess) createFailing(t *testing.T, key string, body *paymentsv1.CreatePaymentIntentRequest) {
+	t.Helper()
+	p.intents.fail.Store(true)
+	failed := p.d.create(withCreds("in-process-token", key), body)
+	p.intents.fail.Store(false)
+	if status.Code(failed.err) != codes.Unavailable {
+		t.Fatalf("create whose write fails: %v; want UNAVAILABLE", failed.err)
+	}
+	if msg := status.Convert(failed.err).Message(); strings.Contains(msg, errInjected.Error()) {
+		t.Errorf("UNAVAILABLE message %q carries the store's error; want a plain message", msg)
+	}
+	if obs := p.obs.last(); !errors.Is(obs.Err, errInjected) {
+		t.Errorf("observed error %v; want the injected cause, for the log", obs.Err)
+	}
+}
+
 func (p *inProcess) getCode(t *testing.T, id string) codes.Code {
 	t.Helper()
 	_, err := p.d.client.GetPaymentIntent(withCreds("in-process-token", ""), &paymentsv1.GetPaymentIntentRequest{Id: id})
@@ -396,18 +415,7 @@ func TestInProcess_TransactionalCreate_FailedWriteStoresNothingKeyRunsFresh(t *t
 	}
 
 	body := seedRequest("2")
-	p.intents.fail.Store(true)
-	failed, _ := p.createCounting("order-fail", body)
-	p.intents.fail.Store(false)
-	if status.Code(failed.err) != codes.Unavailable {
-		t.Fatalf("create whose write fails: %v; want UNAVAILABLE", failed.err)
-	}
-	if msg := status.Convert(failed.err).Message(); strings.Contains(msg, errInjected.Error()) {
-		t.Errorf("UNAVAILABLE message %q carries the store's error; want a plain message", msg)
-	}
-	if obs := p.obs.last(); !errors.Is(obs.Err, errInjected) {
-		t.Errorf("observed error %v; want the injected cause, for the log", obs.Err)
-	}
+	p.createFailing(t, "order-fail", body)
 	runs := p.intents.runs("2")
 	if len(runs) != 1 {
 		t.Fatalf("CreateIntent ran %d times for the failed create; want 1", len(runs))
@@ -465,18 +473,7 @@ func TestInProcess_DurableClaim_FailedWriteKeepsKeyInFlightUntilTakeover(t *test
 	}
 
 	body := seedRequest("2")
-	p.intents.fail.Store(true)
-	failed, _ := p.createCounting("order-fail", body)
-	p.intents.fail.Store(false)
-	if status.Code(failed.err) != codes.Unavailable {
-		t.Fatalf("create whose write fails: %v; want UNAVAILABLE", failed.err)
-	}
-	if msg := status.Convert(failed.err).Message(); strings.Contains(msg, errInjected.Error()) {
-		t.Errorf("UNAVAILABLE message %q carries the store's error; want a plain message", msg)
-	}
-	if obs := p.obs.last(); !errors.Is(obs.Err, errInjected) {
-		t.Errorf("observed error %v; want the injected cause, for the log", obs.Err)
-	}
+	p.createFailing(t, "order-fail", body)
 
 	// The durable claim survived the failed completion.
 	busy := p.d.create(withCreds("in-process-token", "order-fail"), body)
