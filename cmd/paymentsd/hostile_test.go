@@ -295,8 +295,11 @@ func wantOneIntentPerAmount(t *testing.T, d *daemon) int {
 }
 
 // A client that gives up after 2 ms while every fsync takes 200 ms, and a
-// client interceptor whose attempts time out after 2 ms: the abandoned
-// create still completes, and every key ends with exactly one intent.
+// client interceptor whose attempts time out after 20 ms, a tenth of one
+// commit: the abandoned create still completes, and every key ends with
+// exactly one intent. (strace stops the process at every system call, so
+// under it even a replay can take more than 2 ms: attempts that short could
+// time out forever.)
 func TestE2E_SlowDiskImpatientClients_OneIntentEachNoKeyLocked(t *testing.T) {
 	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--in-flight-wait", "5s")
 	slowFsync(t, d, 200*time.Millisecond)
@@ -315,7 +318,7 @@ func TestE2E_SlowDiskImpatientClients_OneIntentEachNoKeyLocked(t *testing.T) {
 	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(interceptor.UnaryClientInterceptor(
 			interceptor.WithClientMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
-			interceptor.WithAttemptTimeout(2*time.Millisecond), interceptor.WithMaxAttempts(20))))
+			interceptor.WithAttemptTimeout(20*time.Millisecond), interceptor.WithMaxAttempts(20))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +328,7 @@ func TestE2E_SlowDiskImpatientClients_OneIntentEachNoKeyLocked(t *testing.T) {
 	for i := range 4 {
 		wg.Go(func() {
 			if _, err := client.CreatePaymentIntent(withCreds(hostileToken, ""), seedRequest(fmt.Sprint(100+i))); err != nil {
-				t.Errorf("client interceptor with 2 ms attempts: %v, want the intent", err)
+				t.Errorf("client interceptor with 20 ms attempts: %v, want the intent", err)
 			}
 		})
 	}
