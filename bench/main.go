@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -34,6 +35,7 @@ var (
 	ghz       = flag.String("ghz", "bin/ghz", "the ghz binary")
 	runs      = flag.Int("runs", 5, "runs of each scenario; the table shows medians")
 	scale     = flag.Float64("scale", 1, "multiplies the requests of every run")
+	only      = flag.String("only", "", "run only the scenarios whose names match this regular expression")
 )
 
 const (
@@ -76,15 +78,23 @@ var scenarios = []scenario{
 type result struct {
 	rps, p50, p99 float64 // requests/s, latencies in ms of every answer
 	commits       float64 // bbolt commits per request
+	cpu           float64 // the server's CPU time (user and system) per request, in µs
 	codes         string  // answers by status code
 }
 
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			log.Fatalf("-only: %v", err)
+		}
+		scenarios = slices.DeleteFunc(scenarios, func(sc scenario) bool { return !re.MatchString(sc.name) })
+	}
 	fmt.Printf("Medians of %d runs. Machine: %d CPUs.\n\n", *runs, runtime.NumCPU())
-	fmt.Println("| scenario | requests/s | p50 ms | p99 ms | commits/request | answers (last run) |")
-	fmt.Println("|---|---:|---:|---:|---:|---|")
+	fmt.Println("| scenario | requests/s | p50 ms | p99 ms | commits/request | server CPU µs/request | answers (last run) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---|")
 	// Rounds alternate: each runs every scenario once, so that the two
 	// sides of a ratio are measured under the same load of the machine;
 	// every other round runs them in reverse, so that neither side of a
@@ -104,7 +114,7 @@ func main() {
 		rs := all[sc.name]
 		m := median(rs)
 		medians[sc.name] = m
-		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.3f | %s |\n", sc.name, m.rps, m.p50, m.p99, m.commits, rs[len(rs)-1].codes)
+		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.3f | %.0f | %s |\n", sc.name, m.rps, m.p50, m.p99, m.commits, m.cpu, rs[len(rs)-1].codes)
 	}
 	ratio := func(a, b string) float64 { return medians[a].rps / medians[b].rps }
 	fmt.Printf("\nRatios of medians (targets in brackets):\n")
@@ -168,7 +178,9 @@ func runOnce(sc scenario) result {
 	}
 	slices.Sort(parts)
 	r.codes = strings.Join(parts, ", ")
-	r.commits = float64(srv.stop()) / float64(rep.Count)
+	commits, cpu := srv.stop()
+	r.commits = float64(commits) / float64(rep.Count)
+	r.cpu = float64(cpu.Microseconds()) / float64(rep.Count)
 	return r
 }
 
@@ -230,22 +242,24 @@ func start(binary, db string) *server {
 	return s
 }
 
-// stop shuts the server down and returns the bbolt commits it made.
-func (s *server) stop() uint64 {
+// stop shuts the server down and returns the bbolt commits it made and the
+// CPU time it used.
+func (s *server) stop() (commits uint64, cpu time.Duration) {
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.logDone
 	s.cmd.Wait()
+	cpu = s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
 	for _, line := range s.lines {
 		var l struct {
 			Msg     string
 			Commits uint64
 		}
 		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "closed" {
-			return l.Commits
+			return l.Commits, cpu
 		}
 	}
 	log.Fatalf("no commit count in the log")
-	return 0
+	return 0, 0
 }
 
 func median(rs []result) result {
@@ -262,5 +276,6 @@ func median(rs []result) result {
 		p50:     pick(func(r result) float64 { return r.p50 }),
 		p99:     pick(func(r result) float64 { return r.p99 }),
 		commits: pick(func(r result) float64 { return r.commits }),
+		cpu:     pick(func(r result) float64 { return r.cpu }),
 	}
 }

@@ -27,19 +27,8 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 	if !r.LeaseExpiry.IsZero() {
 		pb.LeaseExpireTime = timestamppb.New(r.LeaseExpiry)
 	}
-	if res := r.Result; res != nil {
-		pb.Result = &idempotencyv1.Result{
-			Header:  encodeMetadata(res.Header),
-			Trailer: encodeMetadata(res.Trailer),
-		}
-		switch {
-		case res.Response != nil:
-			pb.Result.Outcome = &idempotencyv1.Result_Response{Response: res.Response}
-		case res.Status != nil:
-			pb.Result.Outcome = &idempotencyv1.Result_Status{Status: &idempotencyv1.Status{
-				Code: res.Status.Code, Message: res.Status.Message, Details: res.Status.Details,
-			}}
-		}
+	if r.Result != nil {
+		pb.Result = r.Result.proto()
 	}
 	return proto.MarshalOptions{Deterministic: true}.Marshal(pb)
 }
@@ -48,7 +37,8 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 // records that could not have been written by it, rather than guess.
 func (r *Record) UnmarshalBinary(b []byte) error {
 	var pb idempotencyv1.Record
-	if err := proto.Unmarshal(b, &pb); err != nil {
+	err := proto.Unmarshal(b, &pb)
+	if err != nil {
 		return fmt.Errorf("decode idempotency record: %w", err)
 	}
 	if len(pb.Fingerprint) != len(r.Fingerprint) || len(pb.ClaimToken) != len(r.Token) || pb.ExpireTime == nil {
@@ -70,20 +60,64 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	if pb.LeaseExpireTime != nil {
 		r.LeaseExpiry = pb.LeaseExpireTime.AsTime()
 	}
-	if res := pb.Result; res != nil {
-		r.Result = &Result{
-			Response: res.GetResponse(),
-			Header:   decodeMetadata(res.Header),
-			Trailer:  decodeMetadata(res.Trailer),
-		}
-		if st := res.GetStatus(); st != nil {
-			r.Result.Status = &spb.Status{Code: st.Code, Message: st.Message, Details: st.Details}
-		}
-		if (r.Result.Response == nil) == (r.Result.Status == nil) {
-			return fmt.Errorf("decode idempotency record: result needs exactly one of response and status")
+	if pb.Result != nil {
+		if r.Result, err = resultFromProto(pb.Result); err != nil {
+			return fmt.Errorf("decode idempotency record: %w", err)
 		}
 	}
 	return nil
+}
+
+// MarshalBinary encodes r as an idempotency.v1.Result, deterministically:
+// what a store that keeps a record's fields apart (in table columns, say)
+// keeps as its result.
+func (r *Result) MarshalBinary() ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(r.proto())
+}
+
+// UnmarshalBinary decodes a result written by MarshalBinary.
+func (r *Result) UnmarshalBinary(b []byte) error {
+	var pb idempotencyv1.Result
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		return fmt.Errorf("decode idempotency result: %w", err)
+	}
+	res, err := resultFromProto(&pb)
+	if err != nil {
+		return fmt.Errorf("decode idempotency result: %w", err)
+	}
+	*r = *res
+	return nil
+}
+
+func (r *Result) proto() *idempotencyv1.Result {
+	pb := &idempotencyv1.Result{
+		Header:  encodeMetadata(r.Header),
+		Trailer: encodeMetadata(r.Trailer),
+	}
+	switch {
+	case r.Response != nil:
+		pb.Outcome = &idempotencyv1.Result_Response{Response: r.Response}
+	case r.Status != nil:
+		pb.Outcome = &idempotencyv1.Result_Status{Status: &idempotencyv1.Status{
+			Code: r.Status.Code, Message: r.Status.Message, Details: r.Status.Details,
+		}}
+	}
+	return pb
+}
+
+func resultFromProto(pb *idempotencyv1.Result) (*Result, error) {
+	r := &Result{
+		Response: pb.GetResponse(),
+		Header:   decodeMetadata(pb.Header),
+		Trailer:  decodeMetadata(pb.Trailer),
+	}
+	if st := pb.GetStatus(); st != nil {
+		r.Status = &spb.Status{Code: st.Code, Message: st.Message, Details: st.Details}
+	}
+	if (r.Response == nil) == (r.Status == nil) {
+		return nil, fmt.Errorf("result needs exactly one of response and status")
+	}
+	return r, nil
 }
 
 // encodeMetadata lists md sorted by key, so that equal metadata encodes to

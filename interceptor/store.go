@@ -81,6 +81,18 @@ type Tx interface {
 	Rollback()
 }
 
+// Watcher is a Store shared by several processes that can tell a waiting
+// duplicate when a claim of its key ends in any of them (PostgreSQL's
+// LISTEN/NOTIFY, say). With WithInFlightWait, the interceptor then wakes a
+// duplicate of a request running elsewhere at once, instead of when it
+// next polls; it still polls, once a second, in case a notice is lost.
+type Watcher interface {
+	// Watch returns a channel that is closed once a claim of key may have
+	// ended after Watch was called, and a func that stops the watch (the
+	// interceptor calls it exactly once).
+	Watch(key RecordKey) (ended <-chan struct{}, stop func())
+}
+
 // A store error whose gRPC code (status.Code) is DATA_LOSS means the
 // store found its data damaged: the interceptor answers DATA_LOSS. Every
 // other store error is answered UNAVAILABLE. Either way the caller is told

@@ -31,8 +31,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/boltintents"
-	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/metrics"
@@ -66,7 +64,8 @@ func main() {
 // Config is paymentsd's configuration, one field per flag.
 type Config struct {
 	Listen         string
-	DBPath         string
+	DB             string // a bbolt file's path, or a postgres:// URL
+	DBPool         int    // PostgreSQL connections
 	Lease          time.Duration
 	TTL            time.Duration
 	APIKeysPath    string
@@ -83,7 +82,7 @@ type Main struct {
 	Config Config
 	Logger *slog.Logger
 
-	db       *boltstore.DB
+	db       *backend
 	grpc     *grpc.Server
 	listener net.Listener
 	health   *health.Server
@@ -98,7 +97,8 @@ func NewMain(w io.Writer) *Main {
 	return &Main{
 		Config: Config{
 			Listen:         "localhost:50051",
-			DBPath:         filepath.Join("data", "paymentsd.db"),
+			DB:             filepath.Join("data", "paymentsd.db"),
+			DBPool:         20,
 			Lease:          interceptor.DefaultLease,
 			TTL:            interceptor.DefaultTTL,
 			SweepInterval:  time.Minute,
@@ -114,7 +114,8 @@ func (m *Main) ParseFlags(args []string) error {
 	c := &m.Config
 	fs := flag.NewFlagSet("paymentsd", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address")
-	fs.StringVar(&c.DBPath, "db", c.DBPath, "bbolt data file (created 0600, its directory 0700)")
+	fs.StringVar(&c.DB, "db", c.DB, "where the data lives: a bbolt file (created 0600, its directory 0700), or a PostgreSQL database as a postgres:// or postgresql:// URL (the libpq environment variables, PGPASSWORD and the like, fill in what it leaves out)")
+	fs.IntVar(&c.DBPool, "db-pool", c.DBPool, "PostgreSQL connections of this process; each call in progress under the idempotency interceptor holds one")
 	fs.DurationVar(&c.Lease, "lease", c.Lease, "how long a claimed idempotency key waits for its handler before a retry may take it over")
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "how long an idempotency record lives; after it the key runs fresh")
 	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
@@ -140,6 +141,8 @@ func (m *Main) ParseFlags(args []string) error {
 		return fmt.Errorf("--handler-timeout must be positive, got %v", c.HandlerTimeout)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
+	case c.DBPool < 1:
+		return fmt.Errorf("--db-pool must be at least 1, got %d", c.DBPool)
 	}
 	return nil
 }
@@ -171,12 +174,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
-	if m.db, err = boltstore.Open(m.Config.DBPath, nil); err != nil {
-		return err
-	}
-	intents, err := boltintents.New(ctx, m.db)
-	if err != nil {
-		m.db.Close()
+	if m.db, err = openBackend(ctx, m.Config, m.Logger); err != nil {
 		return err
 	}
 
@@ -192,7 +190,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		auth.UnaryServerInterceptor(keys, "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
 	)
 	if !benchWithoutIdempotency {
-		interceptors = append(interceptors, interceptor.UnaryServerInterceptor(m.db,
+		interceptors = append(interceptors, interceptor.UnaryServerInterceptor(m.db.records,
 			interceptor.WithScope(auth.Scope),
 			interceptor.WithLease(m.Config.Lease),
 			interceptor.WithTTL(m.Config.TTL),
@@ -212,7 +210,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		))
 	}
 	m.grpc = grpc.NewServer(grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...))
-	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(intents, nil))
+	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.intents, nil))
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
 	reflection.Register(m.grpc)
@@ -227,7 +225,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if keys.IsDev() {
 		m.Logger.Warn("dev mode: any bearer token is accepted as a principal of its own; pass --api-keys in production")
 	}
-	m.Logger.Info("paymentsd listening", "addr", m.listener.Addr().String(), "db", m.db.Path(),
+	m.Logger.Info("paymentsd listening", "addr", m.listener.Addr().String(), "db", m.db.desc,
 		"lease", m.Config.Lease.String(), "ttl", m.Config.TTL.String())
 
 	ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
@@ -236,7 +234,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			m.Logger.Error("serve", "err", err)
 		}
 	})
-	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db, m.Config.SweepInterval, m.swept) })
+	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db.records, m.Config.SweepInterval, m.swept) })
 	m.wg.Go(func() { m.watchHealth(ctx) })
 	return nil
 }
@@ -247,17 +245,15 @@ const healthInterval = time.Second
 
 // watchHealth reports the store's health on grpc.health.v1, for every
 // service and the server as a whole: NOT_SERVING while the data file is
-// damaged or its commits fail, so that a load balancer drains the
-// instance, and SERVING again once a probe commits.
+// damaged or its commits fail, or the database does not answer, so that a
+// load balancer drains the instance, and SERVING again once a probe
+// succeeds.
 func (m *Main) watchHealth(ctx context.Context) {
 	t := time.NewTicker(healthInterval)
 	defer t.Stop()
 	var last error
 	for {
-		err := m.db.Health()
-		if err != nil && !errors.Is(err, boltstore.ErrDamaged) {
-			err = m.db.Probe(ctx)
-		}
+		err := m.db.check(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -327,8 +323,8 @@ func (m *Main) Close() error {
 		m.http.Close()
 	}
 	m.wg.Wait()
-	m.Logger.Info("closed", "commits", m.db.Commits())
-	return m.db.Close()
+	m.Logger.LogAttrs(context.Background(), slog.LevelInfo, "closed", m.db.closedAttrs()...)
+	return m.db.records.Close()
 }
 
 // benchWithoutIdempotency leaves the idempotency interceptor out. Only the

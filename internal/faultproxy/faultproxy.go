@@ -1,0 +1,233 @@
+// Package faultproxy is a loopback TCP proxy that cuts the connections it
+// carries, for tests of what a client (a paymentsd replica and its
+// PostgreSQL pool) does when the network drops it mid-conversation: a reset
+// rather than a clean close, at a moment the client does not choose.
+package faultproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+)
+
+// Proxy forwards TCP connections from its own loopback address to a target.
+// Its methods are safe for concurrent use; Close ends all its goroutines.
+type Proxy struct {
+	target string
+	ln     net.Listener
+	ctx    context.Context // cancelled by Close: ends dials in progress
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	conns    map[*pair]struct{} // live connections
+	cuts     int
+	stopCuts chan struct{} // closes to stop the running CutEvery loop, if any
+}
+
+// pair is one proxied connection: the client's side and the target's.
+type pair struct {
+	client, server *net.TCPConn
+	once           sync.Once
+}
+
+// New returns a proxy to target (host:port) listening on 127.0.0.1:0.
+func New(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{target: target, ln: ln, conns: map[*pair]struct{}{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the proxy's host:port, where clients connect instead of the
+// target.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// A transient failure (out of file descriptors): pause, as
+			// net/http does, rather than spin.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		// Counted here, while accept itself is counted, so that Close's Wait
+		// never races an Add.
+		p.wg.Add(1)
+		go p.serve(c.(*net.TCPConn))
+	}
+}
+
+// serve dials the target for client and copies both ways until both end or
+// the pair is cut. A target that cannot be reached resets the client, as a
+// network that drops the connection would.
+func (p *Proxy) serve(client *net.TCPConn) {
+	defer p.wg.Done()
+	var d net.Dialer
+	s, err := d.DialContext(p.ctx, "tcp", p.target)
+	if err != nil {
+		reset(client)
+		return
+	}
+	pr := &pair{client: client, server: s.(*net.TCPConn)}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		pr.reset()
+		return
+	}
+	p.conns[pr] = struct{}{}
+	p.mu.Unlock()
+
+	var copies sync.WaitGroup
+	copies.Add(2)
+	go pr.copy(&copies, pr.server, pr.client)
+	go pr.copy(&copies, pr.client, pr.server)
+	copies.Wait()
+
+	p.mu.Lock()
+	delete(p.conns, pr)
+	p.mu.Unlock()
+	pr.client.Close()
+	pr.server.Close()
+}
+
+// copy forwards src to dst. An EOF is passed on as a half-close, so that a
+// clean shutdown by either end looks the same through the proxy; any other
+// error (a cut, a reset by one end) resets both.
+func (pr *pair) copy(wg *sync.WaitGroup, dst, src *net.TCPConn) {
+	defer wg.Done()
+	if _, err := io.Copy(dst, src); err != nil {
+		pr.reset()
+		return
+	}
+	dst.CloseWrite()
+}
+
+// reset closes both sides abruptly: SO_LINGER 0 makes Close send RST, so
+// each end sees "connection reset", not an orderly EOF.
+func (pr *pair) reset() {
+	pr.once.Do(func() {
+		reset(pr.client)
+		reset(pr.server)
+	})
+}
+
+func reset(c *net.TCPConn) {
+	c.SetLinger(0)
+	c.Close()
+}
+
+// CutEvery makes the proxy reset a random live connection at random
+// intervals averaging d (exponentially distributed, so cuts come at moments
+// no client can predict); 0 stops cutting. Resets are abrupt (SetLinger(0)
+// then Close) on both sides.
+func (p *Proxy) CutEvery(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopCuts != nil {
+		close(p.stopCuts)
+		p.stopCuts = nil
+	}
+	if d <= 0 || p.closed {
+		return
+	}
+	stop := make(chan struct{})
+	p.stopCuts = stop
+	p.wg.Add(1)
+	go p.cutLoop(d, stop)
+}
+
+func (p *Proxy) cutLoop(d time.Duration, stop chan struct{}) {
+	defer p.wg.Done()
+	t := time.NewTimer(0)
+	t.Stop()
+	for {
+		t.Reset(time.Duration(rand.ExpFloat64() * float64(d)))
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		var victim *pair
+		if n := len(p.conns); n > 0 {
+			i := rand.IntN(n)
+			for pr := range p.conns {
+				if i == 0 {
+					victim = pr
+					break
+				}
+				i--
+			}
+		}
+		p.cutLocked(victim)
+		p.mu.Unlock()
+	}
+}
+
+// CutAll resets every live connection now.
+func (p *Proxy) CutAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pr := range p.conns {
+		p.cutLocked(pr)
+	}
+}
+
+// cutLocked resets pr, if any, and counts it. Removing it from conns here
+// (serve's own delete is then a no-op) keeps a pair from being counted twice.
+func (p *Proxy) cutLocked(pr *pair) {
+	if pr == nil {
+		return
+	}
+	delete(p.conns, pr)
+	p.cuts++
+	pr.reset()
+}
+
+// Cuts returns how many connections the proxy has cut.
+func (p *Proxy) Cuts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cuts
+}
+
+// Close stops listening, resets every live connection (not counted as
+// cuts) and returns once all the proxy's goroutines have ended.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	if p.stopCuts != nil {
+		close(p.stopCuts)
+		p.stopCuts = nil
+	}
+	for pr := range p.conns {
+		pr.reset()
+	}
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.cancel()
+	p.wg.Wait()
+	return err
+}

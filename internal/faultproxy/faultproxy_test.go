@@ -1,0 +1,139 @@
+package faultproxy_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/paymentsd/paymentsd/internal/faultproxy"
+)
+
+// echoServer echoes every connection until the test ends.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func newProxy(t *testing.T) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// dial connects through p and checks that a line makes the round trip.
+func dial(t *testing.T, p *faultproxy.Proxy) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	r := bufio.NewReader(c)
+	roundTrip(t, c, r)
+	return c, r
+}
+
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || line != "hello\n" {
+		t.Fatalf("echo through the proxy: %q, %v", line, err)
+	}
+}
+
+// waitBroken waits until c fails, as a client on a cut connection does, and
+// returns the first error it saw.
+func waitBroken(t *testing.T, c net.Conn, r *bufio.Reader) error {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, err := c.Write([]byte("x\n"))
+		if err == nil {
+			_, err = r.ReadString('\n')
+		}
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the connection was not cut")
+			}
+			return err
+		}
+	}
+}
+
+func TestCutAll_BreaksLiveConnectionsNewOnesWork(t *testing.T) {
+	p := newProxy(t)
+	c, r := dial(t, p)
+	roundTrip(t, c, r)
+
+	p.CutAll()
+	// A reset, not an orderly close: what a dropped network looks like.
+	if err := waitBroken(t, c, r); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after CutAll: %v, want connection reset", err)
+	}
+	if n := p.Cuts(); n != 1 {
+		t.Fatalf("Cuts() = %d, want 1", n)
+	}
+
+	c2, r2 := dial(t, p)
+	roundTrip(t, c2, r2)
+}
+
+func TestCutEvery_CutsThenStops(t *testing.T) {
+	p := newProxy(t)
+	c, r := dial(t, p)
+	p.CutEvery(5 * time.Millisecond)
+	waitBroken(t, c, r)
+	p.CutEvery(0)
+	if p.Cuts() == 0 {
+		t.Fatal("Cuts() = 0 after a cut")
+	}
+
+	// Stopped: a new connection lives on.
+	c2, r2 := dial(t, p)
+	time.Sleep(50 * time.Millisecond)
+	roundTrip(t, c2, r2)
+}
+
+func TestClose_RefusesNewAndEndsLive(t *testing.T) {
+	p, err := faultproxy.New(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, r := dial(t, p)
+	p.CutEvery(time.Hour)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitBroken(t, c, r)
+	if _, err := net.Dial("tcp", p.Addr()); err == nil {
+		t.Fatal("dialed a closed proxy")
+	}
+}

@@ -1,0 +1,551 @@
+// Package pgtest starts a real PostgreSQL for tests and removes it
+// afterwards, so that the PostgreSQL store is tested against the server it
+// runs on in production, crashes included (Restart), not against a fake.
+//
+// Each test binary (package) gets its own cluster in a fresh temporary
+// directory on its own loopback port, so `go test ./...` may run packages in
+// parallel. Binaries are found on PATH, else in the newest
+// /usr/lib/postgresql/*/bin (Debian's place). PostgreSQL refuses to run as
+// root, so when the tests run as root the cluster runs as the postgres user
+// through runuser.
+//
+// A package's TestMain is usually just:
+//
+//	var cluster *pgtest.Cluster
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
+//
+// and each test that needs the server starts with
+// c := pgtest.Require(t, cluster).
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// User and Password are what the tests connect as. The password is real (host
+// connections use scram-sha-256) so that tests can check it never leaks into
+// logs, errors or metrics.
+const (
+	User     = "postgres"
+	Password = "pgtest-secret"
+)
+
+// runAs is the account the server runs as when the tests run as root.
+const runAs = "postgres"
+
+// dirPrefix names the cluster directories; the owner's pid follows it so
+// that a later Start can remove the clusters of test binaries that died
+// without stopping theirs (a go test timeout, a kill).
+const dirPrefix = "pgtest-"
+
+// Cluster is a throwaway PostgreSQL server.
+type Cluster struct {
+	bin  string // directory of initdb, pg_ctl and postgres
+	root string // temporary directory: data/ and the password file
+	data string // data directory; the server log is data/server.log
+	port int
+	cred *credential // nil when not root: commands run as ourselves
+
+	mu      sync.Mutex // serializes Stop, StartAgain and NewDatabase
+	running bool
+}
+
+// credential is the account to run the server as, for chown.
+type credential struct{ uid, gid int }
+
+// startErr is why Main could not start the package's cluster, for Require's
+// skip message.
+var startErr error
+
+// Start starts a cluster for the tests of a package and returns it with a
+// stop func to call after m.Run (from TestMain). If PostgreSQL cannot be
+// started (binaries missing, ...) it returns an error; callers decide (see
+// Require).
+func Start() (*Cluster, func(), error) {
+	bin, err := findBin()
+	if err != nil {
+		return nil, nil, err
+	}
+	c := &Cluster{bin: bin}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup(runAs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pgtest: running as root, PostgreSQL needs the %q user to run as: %w", runAs, err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		c.cred = &credential{uid, gid}
+	}
+	base := os.TempDir()
+	if c.cred != nil && !traversable(base) {
+		base = "/tmp" // the postgres user must reach the data directory
+	}
+	sweep(base)
+	c.root, err = os.MkdirTemp(base, fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("pgtest: %w", err)
+	}
+	stop := func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.running {
+			if err := c.stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "pgtest: stopping the cluster: %v\n", err)
+			}
+		}
+		os.RemoveAll(c.root)
+	}
+	if err := c.init(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	// A free port may be taken between our probe and the server's bind (by
+	// another package's cluster, say): try a few.
+	for try := 0; ; try++ {
+		if c.port, err = freePort(); err == nil {
+			err = c.start()
+		}
+		if err == nil || !errors.Is(err, errAddrInUse) || try == 4 {
+			break
+		}
+	}
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return c, sync.OnceFunc(stop), nil
+}
+
+// Main is the TestMain body most packages want: it starts the cluster, runs
+// the tests, stops the cluster, and exits. When the cluster cannot start:
+// under CI (environment variable CI=true) it prints why and exits 1 (a
+// missing PostgreSQL fails the run, never a silent skip); otherwise it
+// prints a clear line and the tests that call Require are skipped.
+func Main(m *testing.M, c **Cluster) {
+	cluster, stop, err := Start()
+	if err != nil {
+		why := strings.TrimPrefix(err.Error(), "pgtest: ")
+		if ci() {
+			fmt.Fprintf(os.Stderr, "pgtest: PostgreSQL did not start and CI=true, so this run fails: %s\n", why)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "pgtest: PostgreSQL did not start; the tests that need it are SKIPPED: %s\n", why)
+		startErr = err
+	}
+	*c = cluster
+	code := m.Run()
+	if stop != nil {
+		stop()
+	}
+	os.Exit(code)
+}
+
+// Require returns the package's cluster or skips the test (never under CI:
+// there Main has already failed; a nil cluster there is a TestMain that does
+// not call Main, and fails the test).
+func Require(t testing.TB, c *Cluster) *Cluster {
+	t.Helper()
+	if c != nil {
+		return c
+	}
+	if ci() {
+		t.Fatalf("pgtest: no cluster under CI=true (does TestMain call pgtest.Main?): %v", startErr)
+	}
+	if startErr != nil {
+		t.Skipf("pgtest: PostgreSQL not available: %v", startErr)
+	}
+	t.Skip("pgtest: no cluster (does TestMain call pgtest.Main?)")
+	return nil
+}
+
+func ci() bool { return os.Getenv("CI") == "true" }
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_]{1,63}$`)
+
+// NewDatabase creates a database named name (letters, digits, underscore, at
+// most 63; see DatabaseName for arbitrary strings) if it does not exist and
+// returns its URL (which contains the password). Calling it twice with one
+// name returns the same database, so a test can reopen its data.
+func (c *Cluster) NewDatabase(t testing.TB, name string) string {
+	t.Helper()
+	if !validName.MatchString(name) {
+		t.Fatalf("pgtest: database name %q: want 1 to 63 letters, digits or underscores (see DatabaseName)", name)
+	}
+	// One at a time: CREATE DATABASE copies template1 and fails if another
+	// session is in it, and two creates of one name race on the catalog.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatalf("pgtest: connecting to create database %s: %v", name, err)
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42P04" {
+		err = nil // duplicate_database: reopen it
+	}
+	if err != nil {
+		t.Fatalf("pgtest: creating database %s: %v", name, err)
+	}
+	return c.URL(name)
+}
+
+// DatabaseName derives a valid database name from any string (a test's
+// name, say): its letters and digits, lowercased and cut short so that it
+// stays readable in logs, then a hash of all of s so that distinct strings
+// get distinct names. The same s always gives the same name.
+func DatabaseName(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if b.Len() == 30 {
+			break
+		}
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else if b.Len() > 0 && !strings.HasSuffix(b.String(), "_") {
+			b.WriteByte('_')
+		}
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "t_" + b.String() + "_" + hex.EncodeToString(sum[:6])
+}
+
+// URL returns the URL of database name (no creation). It contains the
+// password: do not log it where the password must not appear.
+func (c *Cluster) URL(name string) string {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword(User, Password),
+		Host:     c.Addr(),
+		Path:     "/" + name,
+		RawQuery: "sslmode=disable",
+	}
+	return u.String()
+}
+
+// Addr is host:port of the server.
+func (c *Cluster) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)) }
+
+// Restart stops the server with pg_ctl's immediate mode (a crash: in-flight
+// transactions lost, WAL replayed at start) and starts it again on the same
+// port; returns once it accepts connections.
+func (c *Cluster) Restart(t testing.TB) {
+	t.Helper()
+	c.Stop(t)
+	c.StartAgain(t)
+}
+
+// Stop stops the server (immediate: a crash) without restarting it, for
+// tests of what clients do while the database is down; StartAgain brings it
+// back.
+func (c *Cluster) Stop(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		t.Fatal("pgtest: Stop: the server is not running")
+	}
+	if err := c.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// StartAgain starts a server stopped by Stop, on the same port, and returns
+// once it accepts connections.
+func (c *Cluster) StartAgain(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		t.Fatal("pgtest: StartAgain: the server is running")
+	}
+	// The port may be held for a moment by someone else (see freePort):
+	// retry rather than fail the test on a coincidence.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.start()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// init makes the data directory: trust on the unix socket, scram-sha-256
+// with Password over TCP, so that a password in the URL is really checked.
+func (c *Cluster) init() error {
+	c.data = filepath.Join(c.root, "data")
+	pwfile := filepath.Join(c.root, "pwfile")
+	if err := os.WriteFile(pwfile, []byte(Password+"\n"), 0o600); err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	if c.cred != nil {
+		for _, p := range []string{c.root, pwfile} {
+			if err := os.Chown(p, c.cred.uid, c.cred.gid); err != nil {
+				return fmt.Errorf("pgtest: %w", err)
+			}
+		}
+	}
+	// --no-sync: the cluster is thrown away, so its creation need not be
+	// durable; the server itself keeps fsync on.
+	out, err := c.run("initdb", "-D", c.data, "-U", User, "--pwfile", pwfile,
+		"--auth-local=trust", "--auth-host=scram-sha-256",
+		"--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
+	if err != nil {
+		return fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
+	}
+	// Appended settings override initdb's. Connections are TCP on loopback;
+	// the socket lives in the data directory, not /var/run/postgresql.
+	conf := fmt.Sprintf(`
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '%s'
+fsync = on
+synchronous_commit = on
+max_connections = 300
+shared_buffers = 128MB
+logging_collector = off
+log_min_messages = warning
+`, c.data)
+	f, err := os.OpenFile(filepath.Join(c.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	_, err = f.WriteString(conf)
+	if err2 := f.Close(); err == nil {
+		err = err2
+	}
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	return nil
+}
+
+// errAddrInUse marks a start that failed only because the port was taken.
+var errAddrInUse = errors.New("address already in use")
+
+// start runs pg_ctl start on c.port and waits until the server accepts
+// connections. The caller holds c.mu or owns c alone.
+func (c *Cluster) start() error {
+	logfile := c.logFile()
+	size := fileSize(logfile) // show only this start's part of the log
+	out, err := c.run("pg_ctl", "-D", c.data, "-l", logfile, "-o", "-p "+strconv.Itoa(c.port), "-w", "-t", "60", "start")
+	if err != nil {
+		tail := logTail(logfile, size)
+		if strings.Contains(tail, "already in use") {
+			err = fmt.Errorf("%w (%v)", errAddrInUse, err)
+		}
+		return fmt.Errorf("pgtest: pg_ctl start on port %d: %w\n%s\nserver log:\n%s", c.port, err, out, tail)
+	}
+	c.running = true
+	return nil
+}
+
+// stop stops the server in immediate mode: no checkpoint, no waiting for
+// clients, like a crash. The caller holds c.mu.
+func (c *Cluster) stop() error {
+	out, err := c.run("pg_ctl", "-D", c.data, "-m", "immediate", "-w", "-t", "60", "stop")
+	if err != nil {
+		return fmt.Errorf("pgtest: pg_ctl stop: %v\n%s", err, out)
+	}
+	c.running = false
+	return nil
+}
+
+func (c *Cluster) logFile() string { return filepath.Join(c.data, "server.log") }
+
+// run runs a PostgreSQL program, as the postgres user when we are root.
+func (c *Cluster) run(prog string, args ...string) ([]byte, error) {
+	return runIn(c.root, c.cred != nil, filepath.Join(c.bin, prog), args...)
+}
+
+func runIn(dir string, asPostgres bool, path string, args ...string) ([]byte, error) {
+	if asPostgres {
+		args = append([]string{"-u", runAs, "--", path}, args...)
+		path = "runuser"
+	}
+	cmd := exec.Command(path, args...)
+	// A directory the server's user can enter (the test's is not always),
+	// and a bound on the wait for output pipes should pg_ctl's server ever
+	// keep them open.
+	cmd.Dir = dir
+	cmd.WaitDelay = 10 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+// findBin finds the directory of initdb, pg_ctl and postgres: PATH first,
+// else the newest /usr/lib/postgresql/*/bin. Symlinks are followed so that
+// the three come from one installation.
+func findBin() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		if dir := filepath.Dir(p); complete(dir) {
+			return dir, nil
+		}
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	// Newest first by major version: "15" beats "9.6".
+	version := func(p string) float64 {
+		v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(filepath.Dir(p))), 64)
+		return v
+	}
+	slices.SortFunc(matches, func(a, b string) int {
+		if va, vb := version(a), version(b); va != vb {
+			if va > vb {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	for _, m := range matches {
+		if dir := filepath.Dir(m); complete(dir) {
+			return dir, nil
+		}
+	}
+	return "", errors.New("pgtest: PostgreSQL not found: no initdb on PATH or in /usr/lib/postgresql/*/bin (apt-get install postgresql)")
+}
+
+func complete(dir string) bool {
+	for _, prog := range []string{"initdb", "pg_ctl", "postgres"} {
+		if fi, err := os.Stat(filepath.Join(dir, prog)); err != nil || fi.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// freePort picks a loopback port that is free now. It prefers ports below
+// the kernel's ephemeral range, because a port from that range may be taken
+// by any client's outgoing connection while the server is down in Restart;
+// a probe with :0 is the fallback.
+func freePort() (int, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	if low > 11000 {
+		for range 20 {
+			p := 10000 + rand.IntN(low-10000)
+			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+				l.Close()
+				return p, nil
+			}
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// traversable reports whether every directory from dir up to / lets others
+// through, as the postgres user needs to reach a data directory there.
+func traversable(dir string) bool {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	for {
+		fi, err := os.Stat(dir)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return true
+		}
+		dir = parent
+	}
+}
+
+// sweep stops and removes the clusters left in base by test binaries that
+// died without stopping them (their pid, in the directory's name, is gone),
+// so that killed runs do not pile up servers.
+func sweep(base string) {
+	entries, _ := os.ReadDir(base)
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), dirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		root := filepath.Join(base, e.Name())
+		data := filepath.Join(root, "data")
+		if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
+			if bin, err := findBin(); err == nil {
+				runIn(root, os.Geteuid() == 0, filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop")
+			}
+		}
+		os.RemoveAll(root)
+	}
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logTail is the server log written since offset from, at most its last 4
+// KiB: why a start failed.
+func logTail(path string, from int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no server log: %v)", err)
+	}
+	if from > int64(len(b)) {
+		from = 0
+	}
+	b = b[from:]
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}

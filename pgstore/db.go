@@ -1,0 +1,208 @@
+// Package pgstore keeps idempotency records in PostgreSQL, so that any
+// number of processes (paymentsd replicas) behind a load balancer share
+// them: the table's primary key on (scope, key) makes one claim of a key
+// win, whichever process its duplicates reach.
+//
+// It is an interceptor.TxStore. A handler's writes made through Run with
+// the context the interceptor gives it join the transaction that completes
+// its record, so the two commit together or not at all. For a
+// transactional method the claim row is inserted in that same transaction:
+// one commit per request, and a duplicate arriving meanwhile, on any
+// process, waits for the row's lock (LockTimeout at most), then replays the
+// result.
+//
+// Leases and expiry are judged on the database's clock, read in the claim's
+// own statements, so that a process whose clock runs ahead cannot take over
+// a live claim or expire a live record early. Waiters (the interceptor's
+// WithInFlightWait) are woken through LISTEN/NOTIFY when a claim ends in any
+// process.
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// Errors returned when opening a database.
+var (
+	// ErrSchemaTooNew is returned when the database was migrated by a newer
+	// binary than this one.
+	ErrSchemaTooNew = errors.New("pgstore: database schema is newer than this binary")
+)
+
+// Errors returned by a DB in use.
+var (
+	// ErrTxDone is returned by Run for a write through a unit of work that
+	// has ended.
+	ErrTxDone = errors.New("pgstore: write to a unit of work that has ended")
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options tunes a DB. The zero value is ready to use.
+type Options struct {
+	// MaxConns is the size of the connection pool. A request under the
+	// interceptor holds one connection from its claim to its commit.
+	// Default 20.
+	MaxConns int32
+	// LockTimeout bounds how long a claim waits for another process's
+	// uncommitted claim of the same key before answering that the key is
+	// in flight. Default 500ms.
+	LockTimeout time.Duration
+	// CallerClock judges leases and expiry by the times callers pass
+	// (ClaimRequest.Now, a renewal's LeaseExpiry, Sweep's now) instead of
+	// the database's clock. Only for tests that simulate time: processes
+	// whose clocks differ would then disagree about leases.
+	CallerClock bool
+	// Logger receives the notice listener's reconnections. Default: none.
+	Logger *slog.Logger
+}
+
+// DB is an idempotency store on a PostgreSQL database.
+type DB struct {
+	pool     *pgxpool.Pool
+	opts     Options
+	claimant interceptor.Claimant
+	watcher  *watcher
+	name     string // for String
+
+	mu      sync.Mutex
+	health  error                                         // the last probe's finding; nil when healthy
+	pending map[interceptor.RecordKey]*interceptor.Record // this process's uncommitted claims
+}
+
+// Open connects to the database connString names (a postgres:// URL or
+// key=value pairs; the libpq environment variables, PGPASSWORD and the
+// like, fill in what it leaves out), brings its schema up to date, and
+// starts listening for ended claims. Errors never contain the password.
+func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
+	o := Options{MaxConns: 20, LockTimeout: 500 * time.Millisecond}
+	if opts != nil {
+		o.CallerClock, o.Logger = opts.CallerClock, opts.Logger
+		if opts.MaxConns > 0 {
+			o.MaxConns = opts.MaxConns
+		}
+		if opts.LockTimeout > 0 {
+			o.LockTimeout = opts.LockTimeout
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err) // pgx leaves the password out
+	}
+	cfg.MaxConns = o.MaxConns
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(o.LockTimeout.Milliseconds(), 1), 10)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	sub, _ := fs.Sub(migrations, "migrations")
+	if err := Migrate(ctx, pool, "idempotency", sub); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	db := &DB{
+		pool:     pool,
+		opts:     o,
+		claimant: interceptor.Claimant{ID: newProcessID()},
+		pending:  map[interceptor.RecordKey]*interceptor.Record{},
+		name: fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.ConnConfig.User),
+			net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), url.PathEscape(cfg.ConnConfig.Database)),
+	}
+	db.watcher = newWatcher(cfg.ConnConfig.Copy(), o.Logger)
+	return db, nil
+}
+
+// Close stops listening and closes the pool, waiting for connections in
+// use to be returned.
+func (db *DB) Close() error {
+	db.watcher.close()
+	db.pool.Close()
+	return nil
+}
+
+// String names the database as a URL without its password, for logs.
+func (db *DB) String() string { return db.name }
+
+// Pool is the connection pool, for an embedder's own statements outside
+// any request's unit of work.
+func (db *DB) Pool() *pgxpool.Pool { return db.pool }
+
+// Querier runs statements: the request's transaction, or the pool.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Run calls fn with the transaction of the Tx that ctx carries (a handler
+// under the interceptor), so that fn's statements commit with the
+// request's record, or not at all; an error fn returns then fails the
+// whole Tx, which stores nothing. Without a Tx, fn runs in a transaction
+// of its own, committed when fn returns nil.
+//
+// Return misses that are answers (no such row) as values, not as errors
+// of fn: an error of fn means the storage failed.
+func (db *DB) Run(ctx context.Context, fn func(q Querier) error) error {
+	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
+		return t.run(ctx, fn)
+	}
+	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return fn(tx) })
+}
+
+// Read calls fn with the transaction of the Tx that ctx carries, as Run
+// does, or, without one, with the pool: for reads that need no
+// transaction of their own.
+func (db *DB) Read(ctx context.Context, fn func(q Querier) error) error {
+	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
+		return t.run(ctx, fn)
+	}
+	return fn(db.pool)
+}
+
+// Claimant is who this DB claims as: not exclusive, since other processes
+// share the database, so the lease rule alone decides takeovers.
+func (db *DB) Claimant() interceptor.Claimant { return db.claimant }
+
+// Health returns the last probe's finding: nil while the database answers.
+func (db *DB) Health() error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.health
+}
+
+// Probe checks that the database answers a query, records the finding for
+// Health and returns it.
+func (db *DB) Probe(ctx context.Context) error {
+	err := db.pool.Ping(ctx)
+	if err != nil {
+		err = fmt.Errorf("pgstore: database unreachable: %w", err)
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.health = err
+	return err
+}

@@ -1,0 +1,312 @@
+package pgstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/pgtest"
+	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/storetest"
+)
+
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
+
+// open opens a DB on database name, closed when the test ends.
+func open(t *testing.T, name string, opts *pgstore.Options) *pgstore.DB {
+	t.Helper()
+	url := pgtest.Require(t, cluster).NewDatabase(t, name)
+	db, err := pgstore.Open(context.Background(), url, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestConformance(t *testing.T) {
+	storetest.RunTests(t, func(t *testing.T, dir string) storetest.Store {
+		// The suite simulates time, so the store takes the caller's clock;
+		// a short lock timeout keeps its waits for uncommitted claims short.
+		url := pgtest.Require(t, cluster).NewDatabase(t, pgtest.DatabaseName(dir))
+		db, err := pgstore.Open(context.Background(), url, &pgstore.Options{CallerClock: true, LockTimeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return db
+	})
+}
+
+func request(key string, now time.Time) interceptor.ClaimRequest {
+	return interceptor.ClaimRequest{
+		Key:         interceptor.RecordKey{Scope: "alice", Key: key},
+		Fingerprint: sha256.Sum256([]byte("request")),
+		Scheme:      "test",
+		Now:         now,
+		Lease:       30 * time.Second,
+		TTL:         time.Hour,
+	}
+}
+
+func result(t *testing.T, text string) *interceptor.Result {
+	t.Helper()
+	resp, err := anypb.New(wrapperspb.String(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &interceptor.Result{Response: resp}
+}
+
+func claim(t *testing.T, db *pgstore.DB, req interceptor.ClaimRequest, want interceptor.Outcome) *interceptor.Record {
+	t.Helper()
+	got, rec, err := db.Claim(context.Background(), req)
+	if err != nil || got != want {
+		t.Fatalf("Claim(%s) = %v, %v; want %v", req.Key.Key, got, err, want)
+	}
+	return rec
+}
+
+// Two processes on one database, the second with a clock ten minutes
+// ahead: it must neither take over the first one's live claim nor find its
+// live record expired, nor sweep it, since leases and expiry are judged on
+// the database's clock.
+func TestDatabaseClock_SkewedProcess_NeitherTakesOverNorExpiresEarly(t *testing.T) {
+	name := "skewed_clock"
+	honest := open(t, name, nil)
+	skewed := open(t, name, nil)
+	ahead := 10 * time.Minute
+
+	req := request("k", time.Now())
+	req.Lease, req.TTL = time.Minute, 5*time.Minute
+	first := claim(t, honest, req, interceptor.OutcomeFresh)
+	if d := time.Until(first.LeaseExpiry); d < 50*time.Second || d > 70*time.Second {
+		t.Errorf("lease ends in %v, want about a minute on the database's clock", d)
+	}
+
+	late := req
+	late.Now = time.Now().Add(ahead) // past the lease and the record's life, on this process's clock
+	claim(t, skewed, late, interceptor.OutcomeInFlight)
+	if err := skewed.Renew(context.Background(), req.Key, first); err != nil {
+		t.Fatalf("Renew of the live claim from the skewed process = %v", err)
+	}
+	if err := honest.Complete(context.Background(), req.Key, first.Completed(result(t, "done"))); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	rec := claim(t, skewed, late, interceptor.OutcomeReplay)
+	if rec.Attempt != 1 {
+		t.Errorf("replay of attempt %d, want 1", rec.Attempt)
+	}
+	if n, err := skewed.Sweep(context.Background(), time.Now().Add(ahead)); err != nil || n != 0 {
+		t.Errorf("Sweep from the skewed process = %d, %v; want 0 deleted", n, err)
+	}
+	claim(t, honest, req, interceptor.OutcomeReplay)
+}
+
+// A duplicate on another process finds the key's row locked by an
+// uncommitted claim: it waits for the lock and replays the result once it
+// commits; past LockTimeout it answers in flight instead.
+func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing.T) {
+	for _, holdPastTimeout := range []bool{false, true} {
+		t.Run(fmt.Sprintf("holdPastTimeout=%t", holdPastTimeout), func(t *testing.T) {
+			name := fmt.Sprintf("duplicate_wait_%t", holdPastTimeout)
+			opts := &pgstore.Options{LockTimeout: 300 * time.Millisecond}
+			a, b := open(t, name, opts), open(t, name, opts)
+			req := request("k", time.Now())
+			outcome, rec, tx, err := a.ClaimTx(context.Background(), req, false)
+			if err != nil || outcome != interceptor.OutcomeFresh {
+				t.Fatalf("ClaimTx = %v, %v", outcome, err)
+			}
+			type answer struct {
+				outcome interceptor.Outcome
+				err     error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				o, _, err := b.Claim(context.Background(), request("k", time.Now()))
+				got <- answer{o, err}
+			}()
+			if holdPastTimeout {
+				if ans := <-got; ans.err != nil || ans.outcome != interceptor.OutcomeInFlight {
+					t.Fatalf("duplicate held past the lock timeout = %v, %v; want in flight", ans.outcome, ans.err)
+				}
+			} else {
+				time.Sleep(50 * time.Millisecond) // let it reach the lock (if it does not, it still replays)
+			}
+			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), true); err != nil {
+				t.Fatalf("Commit: %v", err)
+			}
+			if !holdPastTimeout {
+				if ans := <-got; ans.err != nil || ans.outcome != interceptor.OutcomeReplay {
+					t.Fatalf("duplicate = %v, %v; want a replay", ans.outcome, ans.err)
+				}
+			}
+			claim(t, b, req, interceptor.OutcomeReplay)
+		})
+	}
+}
+
+// A process watching a key hears when another process completes its claim.
+func TestWatch_ClaimEndsInOtherProcess_WakesWatcher(t *testing.T) {
+	name := "watch"
+	a, b := open(t, name, nil), open(t, name, nil)
+	req := request("k", time.Now())
+	_, rec, tx, err := a.ClaimTx(context.Background(), req, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, stop := b.Watch(req.Key)
+	defer stop()
+	other, stopOther := b.Watch(interceptor.RecordKey{Scope: "alice", Key: "other"})
+	defer stopOther()
+	time.Sleep(100 * time.Millisecond) // the watcher's connection has been listening since Open; this is slack
+	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notice within 10s of the commit")
+	}
+	select {
+	case <-other:
+		t.Error("the watch of another key was woken too")
+	default:
+	}
+}
+
+// Every process sweeping at once deletes each expired record once, and no
+// live one.
+func TestSweep_ConcurrentProcesses_DeleteEachExpiredRecordOnce(t *testing.T) {
+	name := "sweep_concurrent"
+	opts := &pgstore.Options{CallerClock: true}
+	dbs := []*pgstore.DB{open(t, name, opts), open(t, name, opts), open(t, name, opts)}
+	t0 := time.Now()
+	const expired, live = 2500, 10
+	for i := range expired + live {
+		req := request(fmt.Sprint("k", i), t0)
+		if i < live {
+			req.TTL = 3 * time.Hour
+		}
+		claim(t, dbs[i%3], req, interceptor.OutcomeFresh)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int
+	)
+	for _, db := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := db.Sweep(context.Background(), t0.Add(2*time.Hour))
+			if err != nil {
+				t.Errorf("Sweep: %v", err)
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if total != expired {
+		t.Errorf("sweepers deleted %d in all, want %d", total, expired)
+	}
+	for i := range live { // still there: its lease has ended, so the next attempt takes it over
+		if rec := claim(t, dbs[0], request(fmt.Sprint("k", i), t0.Add(2*time.Hour)), interceptor.OutcomeTakeover); rec.Attempt != 2 {
+			t.Errorf("k%d: attempt %d after the sweep, want 2", i, rec.Attempt)
+		}
+	}
+}
+
+// Processes starting together on a new database migrate it once; a
+// database migrated by a newer binary is refused, naming both versions.
+func TestOpen_Migrations_OnceConcurrentlyAndNewerRefused(t *testing.T) {
+	url := pgtest.Require(t, cluster).NewDatabase(t, "migrate")
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db, err := pgstore.Open(context.Background(), url, nil)
+			if err != nil {
+				t.Errorf("concurrent Open: %v", err)
+				return
+			}
+			db.Close()
+		}()
+	}
+	wg.Wait()
+
+	db := open(t, "migrate", nil)
+	var version int
+	if err := db.Pool().QueryRow(context.Background(), `SELECT version FROM schema_versions WHERE component = 'idempotency'`).Scan(&version); err != nil || version != 1 {
+		t.Fatalf("schema version = %d, %v; want 1", version, err)
+	}
+	if _, err := db.Pool().Exec(context.Background(), `UPDATE schema_versions SET version = 7 WHERE component = 'idempotency'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pgstore.Open(context.Background(), url, nil)
+	if !errors.Is(err, pgstore.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 7") || !strings.Contains(err.Error(), "up to 1") {
+		t.Errorf("Open of a newer schema = %v, want ErrSchemaTooNew naming versions 7 and 1", err)
+	}
+}
+
+// A password never appears in Open's errors.
+func TestOpen_BadPassword_ErrorHidesIt(t *testing.T) {
+	c := pgtest.Require(t, cluster)
+	c.NewDatabase(t, "password")
+	url := strings.Replace(c.URL("password"), pgtest.Password, "not-the-password-xyzzy", 1)
+	_, err := pgstore.Open(context.Background(), url, nil)
+	if err == nil || strings.Contains(err.Error(), "xyzzy") {
+		t.Errorf("Open with a wrong password = %v, want an error without the password", err)
+	}
+}
+
+// While the database is down, claims fail (no handler may run without
+// one) and Probe reports it; once it is back, both work again, and a
+// claim whose transaction the restart cut stored nothing.
+func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
+	c := pgtest.Require(t, cluster)
+	db := open(t, "restart", nil)
+	ctx := context.Background()
+	req := request("cut", time.Now())
+	_, rec, tx, err := db.ClaimTx(ctx, req, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(t)
+	restarted := false
+	defer func() {
+		if !restarted {
+			c.StartAgain(t)
+		}
+	}()
+	if err := tx.Commit(ctx, rec.Completed(result(t, "lost")), true); err == nil {
+		t.Fatal("Commit with the database down = nil, want an error")
+	}
+	down, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, _, err := db.Claim(down, request("other", time.Now())); err == nil {
+		t.Fatal("Claim with the database down = nil error")
+	}
+	if err := db.Probe(down); err == nil || db.Health() == nil {
+		t.Fatalf("Probe with the database down = %v, Health %v; want errors", err, db.Health())
+	}
+	c.StartAgain(t)
+	restarted = true
+	if err := db.Probe(ctx); err != nil || db.Health() != nil {
+		t.Fatalf("Probe after restart = %v, Health %v", err, db.Health())
+	}
+	claim(t, db, request("cut", time.Now()), interceptor.OutcomeFresh) // nothing of the cut claim was stored
+}

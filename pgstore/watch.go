@@ -1,0 +1,137 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// noticeChannel is the channel of the notices sent when a claim ends.
+const noticeChannel = "idempotency_claim_ended"
+
+// noticePayload names k in a notice: a hash, so that neither scope nor key
+// travels or lands in a log, and short, well under the payload limit.
+func noticePayload(k interceptor.RecordKey) string {
+	h := sha256.Sum256([]byte(k.Scope + "\x00" + k.Key))
+	return hex.EncodeToString(h[:12])
+}
+
+// Watch returns a channel closed when a claim of k ends in any process
+// sharing the database (a notice from its commit), or when notices may have
+// been missed (the listening connection was lost), and a func that stops
+// the watch.
+func (db *DB) Watch(k interceptor.RecordKey) (ended <-chan struct{}, stop func()) {
+	return db.watcher.watch(noticePayload(k))
+}
+
+// watcher holds one connection that LISTENs for notices and wakes the
+// watches they name.
+type watcher struct {
+	cfg  *pgx.ConnConfig
+	log  *slog.Logger
+	stop context.CancelFunc
+	done chan struct{}
+
+	mu      sync.Mutex
+	watches map[string]map[chan struct{}]struct{} // by notice payload
+}
+
+func newWatcher(cfg *pgx.ConnConfig, log *slog.Logger) *watcher {
+	ctx, stop := context.WithCancel(context.Background())
+	w := &watcher{cfg: cfg, log: log, stop: stop, done: make(chan struct{}), watches: map[string]map[chan struct{}]struct{}{}}
+	go w.run(ctx)
+	return w
+}
+
+func (w *watcher) close() {
+	w.stop()
+	<-w.done
+}
+
+func (w *watcher) watch(payload string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.watches[payload] == nil {
+		w.watches[payload] = map[chan struct{}]struct{}{}
+	}
+	w.watches[payload][ch] = struct{}{}
+	return ch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if set := w.watches[payload]; set != nil {
+			delete(set, ch)
+			if len(set) == 0 {
+				delete(w.watches, payload)
+			}
+		}
+	}
+}
+
+// wake ends the watches of payload, or every watch when payload is "".
+func (w *watcher) wake(payload string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for p, set := range w.watches {
+		if payload != "" && p != payload {
+			continue
+		}
+		for ch := range set {
+			close(ch)
+		}
+		delete(w.watches, p)
+	}
+}
+
+// run listens until stopped, reconnecting with backoff. Each time the
+// connection is lost, every watch is woken: its notice may have been
+// missed, so its waiter looks at the store again.
+func (w *watcher) run(ctx context.Context) {
+	defer close(w.done)
+	backoff := 100 * time.Millisecond
+	for {
+		listening, err := w.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		w.wake("")
+		if listening {
+			backoff = 100 * time.Millisecond
+		}
+		w.log.LogAttrs(ctx, slog.LevelWarn, "pgstore: listening for ended claims failed; waiters poll until it reconnects",
+			slog.Duration("retry_in", backoff), slog.Any("err", err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// listen connects, listens and wakes watches until the connection fails;
+// listening reports whether it got as far as listening.
+func (w *watcher) listen(ctx context.Context) (listening bool, err error) {
+	conn, err := pgx.ConnectConfig(ctx, w.cfg)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+noticeChannel); err != nil {
+		return false, err
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return true, err
+		}
+		w.wake(n.Payload)
+	}
+}
