@@ -21,12 +21,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/internal/pgtest"
 )
 
 var (
@@ -49,36 +51,49 @@ const (
 	hotKeys = 100 // keys the replay scenarios pre-create
 )
 
-// scenario is one line of the table.
+// scenario is one line of a table.
 type scenario struct {
 	name        string
 	binary      *string
 	concurrency int
-	requests    int    // per run, about 3s here; counts, not durations, so no call is cut off
+	requests    int    // per run, a few seconds here; counts, not durations, so no call is cut off
 	key         string // ghz metadata template for idempotency-key
 	body        string
 	setup       bool // pre-create hotKeys keys hot-0..hot-99 with body
+	replicas    int  // servers on one PostgreSQL database, each loaded by a ghz of its own; 0 for bbolt
 }
 
-var scenarios = []scenario{
-	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false},
-	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false},
-	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false},
-	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false},
-	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true},
-	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true},
+var boltScenarios = []scenario{
+	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0},
+	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0},
+	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0},
+	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0},
+	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0},
+	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0},
 	// Every tenth request fresh, the others replays of the hot keys. (The
 	// template is one action, since ghz renders an {{if}} only once, and has
 	// no double quotes, since ghz renders it inside the JSON text.)
 	{"90% replay, 10% fresh c=64", paymentsd, 64, 40000,
-		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true},
+		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0},
+}
+
+var pgScenarios = []scenario{
+	{"pg fresh c=1", paymentsd, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1},
+	{"pg fresh c=1, no interceptor", baseline, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1},
+	{"pg fresh c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1},
+	{"pg fresh c=64, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1},
+	{"pg replay one key c=64", paymentsd, 64, 20000, "hot-0", body, true, 1},
+	{"pg fresh c=64, 3 replicas", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3},
+	{"pg fresh c=64, 3 replicas, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3},
+	{"pg replay one key c=64, 3 replicas", paymentsd, 64, 20000, "hot-0", body, true, 3},
 }
 
 // result is one run's figures.
 type result struct {
 	rps, p50, p99 float64 // requests/s, latencies in ms of every answer
-	commits       float64 // bbolt commits per request
-	cpu           float64 // the server's CPU time (user and system) per request, in µs
+	commits       float64 // per request: bbolt commits, or PostgreSQL transactions committed
+	walSyncs      float64 // PostgreSQL WAL flushes per request
+	cpu           float64 // the servers' CPU time (user and system) per request, in µs
 	codes         string  // answers by status code
 }
 
@@ -90,15 +105,55 @@ func main() {
 		if err != nil {
 			log.Fatalf("-only: %v", err)
 		}
-		scenarios = slices.DeleteFunc(scenarios, func(sc scenario) bool { return !re.MatchString(sc.name) })
+		keep := func(sc scenario) bool { return !re.MatchString(sc.name) }
+		boltScenarios = slices.DeleteFunc(boltScenarios, keep)
+		pgScenarios = slices.DeleteFunc(pgScenarios, keep)
 	}
-	fmt.Printf("Medians of %d runs. Machine: %d CPUs.\n\n", *runs, runtime.NumCPU())
-	fmt.Println("| scenario | requests/s | p50 ms | p99 ms | commits/request | server CPU µs/request | answers (last run) |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---|")
-	// Rounds alternate: each runs every scenario once, so that the two
-	// sides of a ratio are measured under the same load of the machine;
-	// every other round runs them in reverse, so that neither side of a
-	// ratio always comes first.
+	fmt.Printf("Medians of %d runs. Machine: %d CPUs.\n", *runs, runtime.NumCPU())
+	if len(boltScenarios) > 0 {
+		fmt.Printf("\n## bbolt\n\n")
+		m := table(boltScenarios, "commits/request", false)
+		ratios(m, []target{
+			{"fresh c=1 with / without the interceptor", "fresh c=1", "fresh c=1, no interceptor", ">= 0.85"},
+			{"fresh c=64 with / without the interceptor", "fresh c=64", "fresh c=64, no interceptor", ">= 0.85"},
+			{"replay c=64 / fresh c=64 without the interceptor", "replay one key c=64", "fresh c=64, no interceptor", ">= 1.5"},
+			{"fresh c=64 / fresh c=1", "fresh c=64", "fresh c=1", ">= 5"},
+		})
+		if r, ok := m["fresh c=1"]; ok {
+			fmt.Printf("- commits per fresh create at c=1: %.3f [1.000]\n", r.commits)
+		}
+	}
+	if len(pgScenarios) > 0 {
+		cluster, stop, err := pgtest.Start()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer stop()
+		pg = cluster
+		fmt.Printf("\n## PostgreSQL\n\n")
+		m := table(pgScenarios, "transactions/request", true)
+		ratios(m, []target{
+			{"fresh c=1 with / without the interceptor", "pg fresh c=1", "pg fresh c=1, no interceptor", ""},
+			{"fresh c=64 with / without the interceptor", "pg fresh c=64", "pg fresh c=64, no interceptor", ">= 0.85"},
+			{"replay c=64 / fresh c=64 without the interceptor", "pg replay one key c=64", "pg fresh c=64, no interceptor", ""},
+			{"3 replicas: fresh c=64 with / without the interceptor", "pg fresh c=64, 3 replicas", "pg fresh c=64, 3 replicas, no interceptor", ""},
+			{"fresh c=64: 3 replicas / 1", "pg fresh c=64, 3 replicas", "pg fresh c=64", ""},
+		})
+	}
+}
+
+// table runs scenarios in alternating rounds, prints their medians and
+// returns them by name. Each round runs every scenario once, so that the
+// two sides of a ratio are measured under the same load of the machine;
+// every other round runs them in reverse, so that neither side of a ratio
+// always comes first.
+func table(scenarios []scenario, commits string, wal bool) map[string]result {
+	walHead, walRule := "", ""
+	if wal {
+		walHead, walRule = " WAL flushes/request |", "---:|"
+	}
+	fmt.Printf("| scenario | requests/s | p50 ms | p99 ms | %s |%s server CPU µs/request | answers (last run) |\n", commits, walHead)
+	fmt.Printf("|---|---:|---:|---:|---:|%s---:|---|\n", walRule)
 	all := map[string][]result{}
 	for round := range *runs {
 		for i := range scenarios {
@@ -114,16 +169,40 @@ func main() {
 		rs := all[sc.name]
 		m := median(rs)
 		medians[sc.name] = m
-		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.3f | %.0f | %s |\n", sc.name, m.rps, m.p50, m.p99, m.commits, m.cpu, rs[len(rs)-1].codes)
+		walCell := ""
+		if wal {
+			walCell = fmt.Sprintf(" %.3f |", m.walSyncs)
+		}
+		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.3f |%s %.0f | %s |\n", sc.name, m.rps, m.p50, m.p99, m.commits, walCell, m.cpu, rs[len(rs)-1].codes)
 	}
-	ratio := func(a, b string) float64 { return medians[a].rps / medians[b].rps }
-	fmt.Printf("\nRatios of medians (targets in brackets):\n")
-	fmt.Printf("- fresh c=1 with / without the interceptor: %.2fx [>= 0.85]\n", ratio("fresh c=1", "fresh c=1, no interceptor"))
-	fmt.Printf("- fresh c=64 with / without the interceptor: %.2fx [>= 0.85]\n", ratio("fresh c=64", "fresh c=64, no interceptor"))
-	fmt.Printf("- replay c=64 / fresh c=64 without the interceptor: %.2fx [>= 1.5]\n", ratio("replay one key c=64", "fresh c=64, no interceptor"))
-	fmt.Printf("- fresh c=64 / fresh c=1: %.2fx [>= 5]\n", ratio("fresh c=64", "fresh c=1"))
-	fmt.Printf("- commits per fresh create at c=1: %.3f [1.000]\n", medians["fresh c=1"].commits)
+	return medians
 }
+
+// target is a ratio of two scenarios' requests/s.
+type target struct{ what, a, b, want string }
+
+func ratios(medians map[string]result, targets []target) {
+	fmt.Printf("\nRatios of medians (targets in brackets):\n")
+	for _, tg := range targets {
+		a, okA := medians[tg.a]
+		b, okB := medians[tg.b]
+		if !okA || !okB {
+			continue
+		}
+		want := ""
+		if tg.want != "" {
+			want = " [" + tg.want + "]"
+		}
+		fmt.Printf("- %s: %.2fx%s\n", tg.what, a.rps/b.rps, want)
+	}
+}
+
+// pg is the PostgreSQL cluster of the PostgreSQL scenarios.
+var (
+	pg      *pgtest.Cluster
+	pgRuns  int
+	pgStats = `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), (SELECT wal_sync FROM pg_stat_wal)`
+)
 
 func runOnce(sc scenario) result {
 	dir, err := os.MkdirTemp("", "paymentsd-bench")
@@ -132,22 +211,31 @@ func runOnce(sc scenario) result {
 	}
 	defer os.RemoveAll(dir)
 	db := filepath.Join(dir, "bench.db")
-	// The data file is made, and hot keys created, by a server of its own,
-	// so that only the scenario's commits count.
+	if sc.replicas > 0 {
+		pgRuns++
+		if db, err = pg.CreateDatabase(fmt.Sprint("bench_", pgRuns)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// The data is made, and hot keys created, by a server of its own, so
+	// that only the scenario's commits count.
 	prep := start(*sc.binary, db)
 	if sc.setup {
 		precreate(prep.addr)
 	}
 	prep.stop()
-	srv := start(*sc.binary, db)
-
-	md, _ := json.Marshal(map[string]string{"authorization": "Bearer bench", "idempotency-key": sc.key})
-	out, err := exec.Command(*ghz, "--insecure", "--call", method, "-d", sc.body, "--metadata", string(md),
-		"-c", fmt.Sprint(sc.concurrency), "-n", fmt.Sprint(int(float64(sc.requests)**scale)), "-O", "json", srv.addr).Output()
-	if err != nil {
-		log.Fatalf("ghz: %v\n%s", err, out)
+	var before [2]int64
+	if sc.replicas > 0 {
+		before = readStats(db)
 	}
-	var rep struct {
+	servers := make([]*server, max(sc.replicas, 1))
+	for i := range servers {
+		servers[i] = start(*sc.binary, db)
+	}
+
+	// One ghz per server, each with its share of the load and keys of its
+	// own: the fresh keys of two ghz must not meet.
+	type report struct {
 		Count   uint64
 		Rps     float64
 		Details []struct {
@@ -155,19 +243,52 @@ func runOnce(sc scenario) result {
 			Status  string
 		}
 	}
-	if err := json.Unmarshal(out, &rep); err != nil {
-		log.Fatalf("ghz output: %v", err)
+	reps := make([]report, len(servers))
+	errs := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() {
+			key := sc.key
+			if len(servers) > 1 {
+				key = strings.Replace(key, "fresh-", fmt.Sprintf("fresh-%d-", i), 1)
+			}
+			md, _ := json.Marshal(map[string]string{"authorization": "Bearer bench", "idempotency-key": key})
+			c := max(sc.concurrency/len(servers), 1)
+			n := int(float64(sc.requests)**scale) / len(servers)
+			out, err := exec.Command(*ghz, "--insecure", "--call", method, "-d", sc.body, "--metadata", string(md),
+				"-c", fmt.Sprint(c), "-n", fmt.Sprint(n), "-O", "json", srv.addr).Output()
+			if err != nil {
+				errs <- fmt.Errorf("ghz: %v\n%s", err, out)
+				return
+			}
+			if err := json.Unmarshal(out, &reps[i]); err != nil {
+				errs <- fmt.Errorf("ghz output: %v", err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range servers {
+		if err := <-errs; err != nil {
+			log.Fatal(err)
+		}
 	}
 	// Latencies of every answer, errors included (ghz's own percentiles
 	// leave errors out), and the answers by code.
-	var lat []time.Duration
+	var (
+		lat   []time.Duration
+		count uint64
+		r     result
+	)
 	codes := map[string]int{}
-	for _, d := range rep.Details {
-		lat = append(lat, d.Latency)
-		codes[d.Status]++
+	for _, rep := range reps {
+		r.rps += rep.Rps // the ghz ran side by side
+		count += rep.Count
+		for _, d := range rep.Details {
+			lat = append(lat, d.Latency)
+			codes[d.Status]++
+		}
 	}
 	slices.Sort(lat)
-	r := result{rps: rep.Rps}
 	if len(lat) > 0 {
 		r.p50 = float64(lat[len(lat)/2]) / 1e6
 		r.p99 = float64(lat[len(lat)*99/100]) / 1e6
@@ -178,10 +299,46 @@ func runOnce(sc scenario) result {
 	}
 	slices.Sort(parts)
 	r.codes = strings.Join(parts, ", ")
-	commits, cpu := srv.stop()
-	r.commits = float64(commits) / float64(rep.Count)
-	r.cpu = float64(cpu.Microseconds()) / float64(rep.Count)
+	var commits uint64
+	var cpu time.Duration
+	for _, srv := range servers {
+		c, t := srv.stop()
+		commits, cpu = commits+c, cpu+t
+	}
+	r.commits = float64(commits) / float64(count)
+	r.cpu = float64(cpu.Microseconds()) / float64(count)
+	if sc.replicas > 0 {
+		after := readStats(db)
+		r.commits = float64(after[0]-before[0]) / float64(count)
+		r.walSyncs = float64(after[1]-before[1]) / float64(count)
+	}
 	return r
+}
+
+// readStats returns the database's committed transactions and the
+// cluster's WAL flushes so far. Servers report their statistics as their
+// connections end, so it waits for the figures to settle. (Its own
+// connections add a transaction or two: noise against thousands.)
+func readStats(url string) [2]int64 {
+	ctx := context.Background()
+	var last [2]int64
+	for i := 0; ; i++ {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var got [2]int64
+		err = conn.QueryRow(ctx, pgStats).Scan(&got[0], &got[1])
+		conn.Close(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if got == last || i == 20 {
+			return got
+		}
+		last = got
+		time.Sleep(300 * time.Millisecond)
+	}
 }
 
 // precreate makes the hot keys, so that replays find them completed.
@@ -272,10 +429,11 @@ func median(rs []result) result {
 		return v[len(v)/2]
 	}
 	return result{
-		rps:     pick(func(r result) float64 { return r.rps }),
-		p50:     pick(func(r result) float64 { return r.p50 }),
-		p99:     pick(func(r result) float64 { return r.p99 }),
-		commits: pick(func(r result) float64 { return r.commits }),
-		cpu:     pick(func(r result) float64 { return r.cpu }),
+		rps:      pick(func(r result) float64 { return r.rps }),
+		p50:      pick(func(r result) float64 { return r.p50 }),
+		p99:      pick(func(r result) float64 { return r.p99 }),
+		commits:  pick(func(r result) float64 { return r.commits }),
+		cpu:      pick(func(r result) float64 { return r.cpu }),
+		walSyncs: pick(func(r result) float64 { return r.walSyncs }),
 	}
 }

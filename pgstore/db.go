@@ -85,6 +85,10 @@ type DB struct {
 	mu      sync.Mutex
 	health  error                                         // the last probe's finding; nil when healthy
 	pending map[interceptor.RecordKey]*interceptor.Record // this process's uncommitted claims
+	// completed holds completed records seen (see decideCompleted), and
+	// clockOffset is the database's clock minus this process's.
+	completed   map[interceptor.RecordKey]*interceptor.Record
+	clockOffset time.Duration
 }
 
 // Open connects to the database connString names (a postgres:// URL or
@@ -125,10 +129,11 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	db := &DB{
-		pool:     pool,
-		opts:     o,
-		claimant: interceptor.Claimant{ID: newProcessID()},
-		pending:  map[interceptor.RecordKey]*interceptor.Record{},
+		pool:      pool,
+		opts:      o,
+		claimant:  interceptor.Claimant{ID: newProcessID()},
+		pending:   map[interceptor.RecordKey]*interceptor.Record{},
+		completed: map[interceptor.RecordKey]*interceptor.Record{},
 		name: fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.ConnConfig.User),
 			net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), url.PathEscape(cfg.ConnConfig.Database)),
 	}

@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsd/paymentsd/interceptor"
 )
@@ -34,7 +37,7 @@ const (
 func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, true)
 	if tx != nil {
-		tx.Rollback() // nothing to roll back: a durable claim's Tx begins on its first write
+		tx.Rollback() // nothing to roll back: a durable claim's Tx begins on its first statement
 	}
 	return outcome, rec, err
 }
@@ -52,53 +55,184 @@ func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable
 	return outcome, rec, tx, err
 }
 
-// claim reads the record without a lock and decides on it; only a request
-// that claims writes, and only if the record is still the one it read
-// (compare-and-set): otherwise something changed meanwhile, and it decides
-// again on what is there now. Replays, mismatches and requests in flight
-// take one statement and no lock.
+// claim decides req on the key's record, read under the key's lock (a
+// session advisory lock): a fresh key is claimed in one round trip, and a
+// duplicate of a claim not yet committed, in any process, waits for the
+// lock (LockTimeout at most) and then reads what it committed. Completed
+// records found before are answered from memory, without the database.
 func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
-	for {
-		if err := ctx.Err(); err != nil {
-			return 0, nil, nil, err
-		}
+	if err := ctx.Err(); err != nil {
+		return 0, nil, nil, err
+	}
+	if outcome, rec := db.decidePending(req); outcome != 0 {
+		return outcome, rec, nil, nil
+	}
+	if outcome, rec := db.decideCompleted(req); outcome != 0 {
+		return outcome, rec, nil, nil
+	}
+	outcome, rec, tx, err := db.tryClaim(ctx, req, durable)
+	if errors.Is(err, errLocked) {
 		if outcome, rec := db.decidePending(req); outcome != 0 {
 			return outcome, rec, nil, nil
 		}
-		stored, dbNow, err := db.read(ctx, db.pool, req.Key)
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		if !db.opts.CallerClock {
-			req.Now = dbNow
-		}
-		outcome, rec := interceptor.Decide(stored, req, db.claimant)
-		if !outcome.Claimed() {
-			return outcome, rec, nil, nil
-		}
-		// Pending until committed: a durable claim for its write, another
-		// until its Tx ends.
-		if !db.addPending(req.Key, rec) {
-			continue // a claim of this process came first
-		}
-		tx, err := db.write(ctx, req, stored, rec, durable)
-		if err != nil || durable {
-			db.removePending(req.Key, rec)
-		}
-		switch {
-		case errors.Is(err, errLocked):
-			if outcome, rec := db.decidePending(req); outcome != 0 {
-				return outcome, rec, nil, nil
-			}
-			// Another process's claim of the key, not yet committed.
-			return interceptor.OutcomeInFlight, inFlightGuess(req, stored, db.opts.LockTimeout), nil, nil
-		case errors.Is(err, errChanged):
-			continue
-		case err != nil:
-			return 0, nil, nil, err
-		}
-		return outcome, rec, tx, nil
+		// Another process's claim of the key, not yet committed.
+		return interceptor.OutcomeInFlight, inFlightGuess(req, db.opts.LockTimeout), nil, nil
 	}
+	return outcome, rec, tx, err
+}
+
+// errLocked: the key's lock is held by another claim past LockTimeout.
+var errLocked = errors.New("pgstore: key locked by another claim")
+
+// tryClaim takes the key's lock and reads its record in one round trip,
+// inside a transaction on a connection of its own, and decides. A claim
+// that is not durable keeps the transaction open, and the lock, in the
+// returned Tx: its record is written when it commits. A durable one writes
+// its claim, commits and unlocks at once.
+func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durable bool) (outcome interceptor.Outcome, rec *interceptor.Record, tx *Tx, err error) {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	t := &Tx{db: db, key: req.Key, lock: lockID(req.Key), durable: durable, conn: conn, locked: true}
+	defer func() {
+		if tx == nil {
+			t.rollbackLocked()
+		}
+	}()
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
+	b.Queue(selectRecord, req.Key.Scope, req.Key.Key)
+	var (
+		stored *interceptor.Record
+		now    time.Time
+	)
+	err = sendBatch(ctx, conn, b, func(br pgx.BatchResults) error {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		var err error
+		stored, now, err = scanRecord(br.QueryRow())
+		return err
+	})
+	if err != nil {
+		if !errors.Is(err, errLocked) {
+			conn.Conn().Close(ctx) // the lock may be held: the connection goes
+		}
+		t.locked = false
+		return 0, nil, nil, err
+	}
+	db.sawClock(now)
+	if !db.opts.CallerClock {
+		req.Now = now
+	}
+	outcome, rec = interceptor.Decide(stored, req, db.claimant)
+	if !outcome.Claimed() {
+		db.remember(req.Key, rec)
+		return outcome, rec, nil, nil
+	}
+	t.claim, t.prior, t.lease, t.claimedAt = rec, stored, req.Lease, time.Now()
+	if !durable {
+		db.setPending(req.Key, rec)
+		return outcome, rec, t, nil
+	}
+	b = &pgx.Batch{}
+	if stored != nil {
+		queueDelete(b, req.Key, stored)
+	}
+	if err := queueInsert(b, req.Key, rec, req.Lease); err != nil {
+		return 0, nil, nil, err
+	}
+	b.Queue(`COMMIT`)
+	b.Queue(`SELECT pg_advisory_unlock($1)`, t.lock)
+	if err := sendBatch(ctx, conn, b, execAll(b)); err != nil {
+		return 0, nil, nil, replaced(err)
+	}
+	conn.Release()
+	t.conn, t.locked = nil, false // its Tx begins on the handler's first statement
+	return outcome, rec, t, nil
+}
+
+// lockID is the advisory lock of k: the first 8 bytes of a hash. Two keys
+// that share one only wait for each other.
+func lockID(k interceptor.RecordKey) int64 {
+	h := sha256.Sum256([]byte(k.Scope + "\x00" + k.Key))
+	return int64(binary.BigEndian.Uint64(h[:8]))
+}
+
+// queueDelete queues the deletion of prior, the record a claim replaces (a
+// takeover of an in-flight one, or an expired one), provided it is still
+// stored as it was read. If it is gone (swept), nothing is deleted and the
+// insert after it goes ahead; if it changed (an old attempt completed
+// meanwhile), the insert after it fails on the primary key: see replaced.
+func queueDelete(b *pgx.Batch, k interceptor.RecordKey, prior *interceptor.Record) {
+	b.Queue(`DELETE FROM idempotency_records
+		WHERE scope = $1 AND key = $2 AND state = $3 AND attempt = $4 AND claim_token = $5`,
+		k.Scope, k.Key, int16(prior.State), int64(prior.Attempt), prior.Token[:])
+}
+
+// queueInsert queues the insert of r, a claim or a completed record. A
+// plain insert: one that finds the key taken fails, and aborts the
+// transaction, so that a COMMIT in the same batch does not run.
+func queueInsert(b *pgx.Batch, k interceptor.RecordKey, r *interceptor.Record, lease time.Duration) error {
+	var (
+		res         []byte
+		leaseExpiry *time.Time
+	)
+	if r.Result != nil {
+		var err error
+		if res, err = r.Result.MarshalBinary(); err != nil {
+			return err
+		}
+	} else {
+		leaseExpiry = &r.LeaseExpiry
+	}
+	b.Queue(`INSERT INTO idempotency_records
+			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, lease_expire_time, expire_time, result)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		k.Scope, k.Key, r.Fingerprint[:], r.Scheme, int16(r.State), int64(r.Attempt), r.Token[:], r.Owner,
+		lease.Microseconds(), leaseExpiry, r.Expiry, res)
+	return nil
+}
+
+// replaced is err, or ErrSuperseded when err is an insert that found its
+// key taken: another attempt's record was stored since the claim read it.
+func replaced(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == "idempotency_records" {
+		return interceptor.ErrSuperseded
+	}
+	return err
+}
+
+// execAll reads the results of a batch of statements that return no rows
+// anyone needs.
+func execAll(b *pgx.Batch) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		for range b.Len() {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// sendBatch sends b in one round trip and reads its results with read. A
+// lock wait that ran out is errLocked.
+func sendBatch(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	br := conn.SendBatch(ctx, b)
+	err := read(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if isLockTimeout(err) {
+		return errLocked
+	}
+	return err
 }
 
 // decidePending decides req on the uncommitted claim this process holds
@@ -119,17 +253,13 @@ func (db *DB) decidePending(req interceptor.ClaimRequest) (interceptor.Outcome, 
 	}
 }
 
-// addPending records rec as this process's uncommitted claim of k, unless
-// there is one already. A durable claim is pending only until its own
-// commit; from then on other claims see its row.
-func (db *DB) addPending(k interceptor.RecordKey, rec *interceptor.Record) bool {
+// setPending records rec as this process's claim of k, not yet committed:
+// until it is, this process decides its key's duplicates on it at once,
+// rather than have them wait for the key's lock.
+func (db *DB) setPending(k interceptor.RecordKey, rec *interceptor.Record) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	if db.pending[k] != nil {
-		return false
-	}
 	db.pending[k] = rec
-	return true
 }
 
 // removePending forgets rec, the uncommitted claim of k, once its
@@ -142,67 +272,11 @@ func (db *DB) removePending(k interceptor.RecordKey, rec *interceptor.Record) {
 	}
 }
 
-var (
-	// errLocked: the row is locked by another transaction past LockTimeout.
-	errLocked = errors.New("pgstore: record locked by another claim")
-	// errChanged: the record is no longer the one the claim decided on.
-	errChanged = errors.New("pgstore: record changed since it was read")
-)
-
-// write stores rec, a claim decided on stored, in a new transaction,
-// provided the row still holds stored. A durable claim is committed and its
-// Tx begins a transaction of its own on first use; otherwise the
-// transaction stays open in the returned Tx.
-func (db *DB) write(ctx context.Context, req interceptor.ClaimRequest, stored, rec *interceptor.Record, durable bool) (*Tx, error) {
-	ptx, err := db.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	k := req.Key
-	var tag pgconn.CommandTag
-	if stored == nil {
-		tag, err = ptx.Exec(ctx, `INSERT INTO idempotency_records
-			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, lease_expire_time, expire_time)
-			VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (scope, key) DO NOTHING`,
-			k.Scope, k.Key, rec.Fingerprint[:], rec.Scheme, int64(rec.Attempt), rec.Token[:], rec.Owner,
-			req.Lease.Microseconds(), rec.LeaseExpiry, rec.Expiry)
-	} else {
-		tag, err = ptx.Exec(ctx, `UPDATE idempotency_records SET
-			fingerprint = $3, fingerprint_scheme = $4, state = 1, attempt = $5, claim_token = $6, owner = $7,
-			lease_us = $8, lease_expire_time = $9, expire_time = $10, result = NULL
-			WHERE scope = $1 AND key = $2 AND attempt = $11 AND claim_token = $12`,
-			k.Scope, k.Key, rec.Fingerprint[:], rec.Scheme, int64(rec.Attempt), rec.Token[:], rec.Owner,
-			req.Lease.Microseconds(), rec.LeaseExpiry, rec.Expiry, int64(stored.Attempt), stored.Token[:])
-	}
-	if err == nil && tag.RowsAffected() != 1 {
-		err = errChanged
-	}
-	if err == nil && !durable {
-		_, err = ptx.Exec(ctx, `SAVEPOINT handler`) // Commit without the handler's writes rolls back to here
-	}
-	if err == nil && durable {
-		err = ptx.Commit(ctx)
-	}
-	if err != nil {
-		ptx.Rollback(context.WithoutCancel(ctx))
-		if isLockTimeout(err) {
-			return nil, errLocked
-		}
-		return nil, err
-	}
-	t := &Tx{db: db, key: k, claim: rec, durable: durable, claimedAt: time.Now()}
-	if !durable {
-		t.ptx = ptx
-	}
-	return t, nil
-}
-
 // inFlightGuess is the record a claim answers in flight with when another
-// process holds the key's row locked: what that claim most likely is. Its
-// lease is the lock timeout, the retry hint a waiter gets.
-func inFlightGuess(req interceptor.ClaimRequest, stored *interceptor.Record, lockTimeout time.Duration) *interceptor.Record {
-	rec := &interceptor.Record{
+// process holds the key's row locked, uncommitted: what that claim most
+// likely is. Its lease is the lock timeout, the retry hint a waiter gets.
+func inFlightGuess(req interceptor.ClaimRequest, lockTimeout time.Duration) *interceptor.Record {
+	return &interceptor.Record{
 		Fingerprint: req.Fingerprint,
 		Scheme:      req.Scheme,
 		State:       interceptor.StateInFlight,
@@ -210,10 +284,6 @@ func inFlightGuess(req interceptor.ClaimRequest, stored *interceptor.Record, loc
 		LeaseExpiry: req.Now.Add(lockTimeout),
 		Expiry:      req.Now.Add(req.TTL),
 	}
-	if stored != nil && req.Now.Before(stored.Expiry) {
-		rec.Attempt, rec.Expiry = stored.Attempt+1, stored.Expiry
-	}
-	return rec
 }
 
 func isLockTimeout(err error) bool {
@@ -221,9 +291,14 @@ func isLockTimeout(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
 }
 
-// read returns the record stored for k (nil when none) and the database's
-// clock, read in the same statement.
-func (db *DB) read(ctx context.Context, q Querier, k interceptor.RecordKey) (*interceptor.Record, time.Time, error) {
+// selectRecord reads the record of a key, if any, and the database's clock.
+const selectRecord = `SELECT clock_timestamp(), r.fingerprint, r.fingerprint_scheme, r.state, r.attempt,
+		r.claim_token, r.owner, r.lease_expire_time, r.expire_time, r.result
+	FROM (VALUES (1)) AS one LEFT JOIN idempotency_records r ON r.scope = $1 AND r.key = $2`
+
+// scanRecord reads a row of selectRecord: the record (nil when none) and
+// the database's clock.
+func scanRecord(row pgx.Row) (*interceptor.Record, time.Time, error) {
 	var (
 		now                     time.Time
 		fingerprint, token, res []byte
@@ -232,10 +307,7 @@ func (db *DB) read(ctx context.Context, q Querier, k interceptor.RecordKey) (*in
 		attempt                 *int64
 		leaseExpiry, expiry     *time.Time
 	)
-	err := q.QueryRow(ctx, `SELECT clock_timestamp(), r.fingerprint, r.fingerprint_scheme, r.state, r.attempt,
-			r.claim_token, r.owner, r.lease_expire_time, r.expire_time, r.result
-		FROM (VALUES (1)) AS one LEFT JOIN idempotency_records r ON r.scope = $1 AND r.key = $2`,
-		k.Scope, k.Key).Scan(&now, &fingerprint, &scheme, &state, &attempt, &token, &owner, &leaseExpiry, &expiry, &res)
+	err := row.Scan(&now, &fingerprint, &scheme, &state, &attempt, &token, &owner, &leaseExpiry, &expiry, &res)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -284,29 +356,37 @@ func (db *DB) Renew(ctx context.Context, k interceptor.RecordKey, claim *interce
 // Complete stores done provided its claim is still the stored one, and
 // tells the processes waiting for the key.
 func (db *DB) Complete(ctx context.Context, k interceptor.RecordKey, done *interceptor.Record) error {
-	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		return complete(ctx, tx, k, done, true)
-	})
+	stmt, args, err := completion(k, done, true)
+	if err != nil {
+		return err
+	}
+	_, err = db.pool.Exec(ctx, stmt, args...)
+	return superseded(err)
 }
 
-// complete stores done in tx, provided its claim is still the stored one;
-// with notify, the processes watching the key hear of it once tx commits.
-func complete(ctx context.Context, tx pgx.Tx, k interceptor.RecordKey, done *interceptor.Record, notify bool) error {
+// completion is the statement that stores done provided its claim is still
+// the stored one (raising SQLSTATE PI001 otherwise: see superseded); with
+// notify, the processes watching the key hear of it once it commits.
+func completion(k interceptor.RecordKey, done *interceptor.Record, notify bool) (string, []any, error) {
 	res, err := done.Result.MarshalBinary()
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	tag, err := tx.Exec(ctx, `UPDATE idempotency_records SET state = 2, lease_expire_time = NULL, result = $5
-		WHERE scope = $1 AND key = $2 AND state = 1 AND attempt = $3 AND claim_token = $4`,
-		k.Scope, k.Key, int64(done.Attempt), done.Token[:], res)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() != 1 {
-		return interceptor.ErrSuperseded
-	}
+	var notice *string
 	if notify {
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, noticeChannel, noticePayload(k))
+		p := noticePayload(k)
+		notice = &p
+	}
+	return `SELECT idempotency_complete($1, $2, $3, $4, $5, $6)`,
+		[]any{k.Scope, k.Key, int64(done.Attempt), done.Token[:], res, notice}, nil
+}
+
+// superseded is err, or ErrSuperseded when err is idempotency_complete's
+// finding that the claim is no longer the stored one.
+func superseded(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "PI001" {
+		return interceptor.ErrSuperseded
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsd/paymentsd/interceptor"
 )
@@ -17,24 +18,35 @@ const endTimeout = 5 * time.Second
 type txKey struct{}
 
 // Tx is the unit of work of one claim: the handler's statements, run
-// through Run, and the completion of the claim's record, in one PostgreSQL
+// through Run, and the record of the claim's result, in one PostgreSQL
 // transaction. It is an interceptor.Tx.
 //
-// For a claim that is not durable, the transaction is the one that
-// inserted the claim, still open: the handler's statements follow a
-// savepoint, so that an error's writes can be dropped while its result is
-// stored. For a durable claim, the claim was committed on its own, and the
-// transaction begins with the handler's first statement.
+// For a claim that is not durable, the transaction is the one that took
+// the key's lock and read its record, still open on its connection: the
+// record is written only when it commits, as a completed record. The lock
+// is a session lock, so that it outlives a rollback: an error's writes are
+// rolled back and its record written in a new transaction, the key locked
+// throughout. For a durable claim, the claim was committed on its own, and
+// a transaction begins with the handler's first statement.
+//
+// The transaction is driven with plain BEGIN and COMMIT statements on a
+// pooled connection, so that they share round trips with the claim and
+// the completion: a fresh create takes three, as many as the same write
+// without the interceptor.
 type Tx struct {
 	db        *DB
 	key       interceptor.RecordKey
+	lock      int64 // the key's advisory lock
 	claim     *interceptor.Record
+	prior     *interceptor.Record // the record the claim replaces, if any
+	lease     time.Duration
 	durable   bool
 	claimedAt time.Time
 
-	mu     sync.Mutex // one statement at a time: a pgx.Tx is not safe for concurrent use
-	ptx    pgx.Tx     // nil for a durable claim until its first statement
-	failed error      // the first failure of a statement run through t
+	mu     sync.Mutex    // one statement at a time: a connection is not safe for concurrent use
+	conn   *pgxpool.Conn // in a transaction; nil for a durable claim until its first statement
+	locked bool          // conn holds the key's lock
+	failed error         // the first failure of a statement run through t
 	ended  bool
 }
 
@@ -54,15 +66,20 @@ func (t *Tx) run(ctx context.Context, fn func(Querier) error) error {
 	case t.failed != nil:
 		return fmt.Errorf("pgstore: an earlier statement of this unit of work failed: %w", t.failed)
 	}
-	if t.ptx == nil {
-		ptx, err := t.db.pool.Begin(ctx)
+	if t.conn == nil {
+		conn, err := t.db.pool.Acquire(ctx)
+		if err == nil {
+			if _, err = conn.Exec(ctx, `BEGIN`); err != nil {
+				conn.Release()
+			}
+		}
 		if err != nil {
 			t.failed = err
 			return err
 		}
-		t.ptx = ptx
+		t.conn = conn
 	}
-	if err := fn(t.ptx); err != nil {
+	if err := fn(t.conn); err != nil {
 		t.failed = err
 		return err
 	}
@@ -85,27 +102,69 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 		return fmt.Errorf("pgstore: the handler's storage failed, so its result was not stored: %w", t.failed)
 	}
 	notify := t.durable || time.Since(t.claimedAt) >= t.db.opts.LockTimeout
-	if !keepWrites && t.ptx != nil {
-		if t.durable {
-			t.rollbackLocked() // the claim is committed apart: complete it in a transaction of its own
-		} else if _, err := t.ptx.Exec(ctx, `ROLLBACK TO SAVEPOINT handler`); err != nil {
-			t.rollbackLocked()
-			return err
+	if t.durable {
+		return t.commitDurableLocked(ctx, done, keepWrites, notify)
+	}
+	// One round trip. Should the record's insert fail (the claim was
+	// superseded), the transaction aborts and the COMMIT after it does
+	// not run: the handler's writes never commit without their record.
+	b := &pgx.Batch{}
+	if !keepWrites {
+		b.Queue(`ROLLBACK`)
+		b.Queue(`BEGIN`)
+	}
+	if t.prior != nil {
+		queueDelete(b, t.key, t.prior)
+	}
+	if err := queueInsert(b, t.key, done, t.lease); err != nil {
+		t.rollbackLocked()
+		return err
+	}
+	if notify {
+		b.Queue(`SELECT pg_notify($1, $2)`, noticeChannel, noticePayload(t.key))
+	}
+	b.Queue(`COMMIT`)
+	b.Queue(`SELECT pg_advisory_unlock($1)`, t.lock)
+	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
+		t.rollbackLocked()
+		return replaced(err)
+	}
+	t.locked = false
+	t.conn.Release()
+	t.conn = nil
+	t.db.remember(t.key, done)
+	return nil
+}
+
+// commitDurableLocked completes a durable claim: with the handler's
+// statements, if it made any and keepWrites, in their transaction, in one
+// round trip; otherwise in a statement of its own.
+func (t *Tx) commitDurableLocked(ctx context.Context, done *interceptor.Record, keepWrites, notify bool) error {
+	stmt, args, err := completion(t.key, done, notify)
+	if err != nil {
+		t.rollbackLocked()
+		return err
+	}
+	if t.conn == nil || !keepWrites {
+		t.rollbackLocked()
+		_, err := t.db.pool.Exec(ctx, stmt, args...)
+		if err == nil {
+			t.db.remember(t.key, done)
 		}
+		return superseded(err)
 	}
-	if t.ptx == nil {
-		return pgx.BeginFunc(ctx, t.db.pool, func(tx pgx.Tx) error {
-			return complete(ctx, tx, t.key, done, notify)
-		})
-	}
-	if err := complete(ctx, t.ptx, t.key, done, notify); err != nil {
+	// A completion that finds the claim superseded raises, and the COMMIT
+	// after it does not run.
+	b := &pgx.Batch{}
+	b.Queue(stmt, args...)
+	b.Queue(`COMMIT`)
+	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
 		t.rollbackLocked()
-		return err
+		return superseded(err)
 	}
-	if err := t.ptx.Commit(ctx); err != nil {
-		t.rollbackLocked()
-		return err
-	}
+	t.conn.Release()
+	t.conn = nil
+	t.db.remember(t.key, done)
 	return nil
 }
 
@@ -129,7 +188,7 @@ func (t *Tx) Rollback() {
 	}
 }
 
-// endLocked forgets the claim as pending: its transaction has ended.
+// endLocked marks t ended and forgets its claim as pending.
 func (t *Tx) endLocked() {
 	t.ended = true
 	if !t.durable {
@@ -137,12 +196,24 @@ func (t *Tx) endLocked() {
 	}
 }
 
+// rollbackLocked ends t's transaction, if it has one, releases the key's
+// lock if it holds it, and returns its connection to the pool. A
+// connection that fails to do so is closed, which ends both as well.
 func (t *Tx) rollbackLocked() {
-	if t.ptx == nil {
+	if t.conn == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
-	t.ptx.Rollback(ctx) // an error closes the connection, which rolls back too
-	t.ptx = nil
+	b := &pgx.Batch{}
+	b.Queue(`ROLLBACK`)
+	if t.locked {
+		b.Queue(`SELECT pg_advisory_unlock($1)`, t.lock)
+	}
+	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
+		t.conn.Conn().Close(ctx)
+	}
+	t.locked = false
+	t.conn.Release()
+	t.conn = nil
 }

@@ -34,6 +34,7 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/pgtest"
 )
 
 var paymentsdBinary string
@@ -49,10 +50,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build paymentsd: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Run(m, &pgCluster)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// pgCluster is a PostgreSQL for the tests of paymentsd on PostgreSQL.
+var pgCluster *pgtest.Cluster
 
 // daemon is a running paymentsd process.
 type daemon struct {

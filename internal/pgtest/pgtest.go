@@ -145,13 +145,17 @@ func Start() (*Cluster, func(), error) {
 // under CI (environment variable CI=true) it prints why and exits 1 (a
 // missing PostgreSQL fails the run, never a silent skip); otherwise it
 // prints a clear line and the tests that call Require are skipped.
-func Main(m *testing.M, c **Cluster) {
+func Main(m *testing.M, c **Cluster) { os.Exit(Run(m, c)) }
+
+// Run is Main without the exit, for a TestMain with work of its own after
+// the tests: it returns m.Run's code.
+func Run(m *testing.M, c **Cluster) int {
 	cluster, stop, err := Start()
 	if err != nil {
 		why := strings.TrimPrefix(err.Error(), "pgtest: ")
 		if ci() {
 			fmt.Fprintf(os.Stderr, "pgtest: PostgreSQL did not start and CI=true, so this run fails: %s\n", why)
-			os.Exit(1)
+			return 1
 		}
 		fmt.Fprintf(os.Stderr, "pgtest: PostgreSQL did not start; the tests that need it are SKIPPED: %s\n", why)
 		startErr = err
@@ -161,7 +165,7 @@ func Main(m *testing.M, c **Cluster) {
 	if stop != nil {
 		stop()
 	}
-	os.Exit(code)
+	return code
 }
 
 // Require returns the package's cluster or skips the test (never under CI:
@@ -192,8 +196,18 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9_]{1,63}$`)
 // name returns the same database, so a test can reopen its data.
 func (c *Cluster) NewDatabase(t testing.TB, name string) string {
 	t.Helper()
+	url, err := c.CreateDatabase(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+// CreateDatabase is NewDatabase for code without a testing.TB (a
+// benchmark driver): it returns the error instead of failing a test.
+func (c *Cluster) CreateDatabase(name string) (string, error) {
 	if !validName.MatchString(name) {
-		t.Fatalf("pgtest: database name %q: want 1 to 63 letters, digits or underscores (see DatabaseName)", name)
+		return "", fmt.Errorf("pgtest: database name %q: want 1 to 63 letters, digits or underscores (see DatabaseName)", name)
 	}
 	// One at a time: CREATE DATABASE copies template1 and fails if another
 	// session is in it, and two creates of one name race on the catalog.
@@ -203,7 +217,7 @@ func (c *Cluster) NewDatabase(t testing.TB, name string) string {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, c.URL("postgres"))
 	if err != nil {
-		t.Fatalf("pgtest: connecting to create database %s: %v", name, err)
+		return "", fmt.Errorf("pgtest: connecting to create database %s: %w", name, err)
 	}
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
@@ -211,9 +225,9 @@ func (c *Cluster) NewDatabase(t testing.TB, name string) string {
 		err = nil // duplicate_database: reopen it
 	}
 	if err != nil {
-		t.Fatalf("pgtest: creating database %s: %v", name, err)
+		return "", fmt.Errorf("pgtest: creating database %s: %w", name, err)
 	}
-	return c.URL(name)
+	return c.URL(name), nil
 }
 
 // DatabaseName derives a valid database name from any string (a test's

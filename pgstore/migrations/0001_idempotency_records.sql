@@ -1,7 +1,7 @@
 -- One row per (scope, key): the claim and, once completed, the result.
 CREATE TABLE idempotency_records (
-    scope              text        NOT NULL,
-    key                text        NOT NULL,
+    scope              text        COLLATE "C" NOT NULL, -- compared byte by byte: cheaper, and locale-proof
+    key                text        COLLATE "C" NOT NULL,
     fingerprint        bytea       NOT NULL,
     fingerprint_scheme text        NOT NULL,
     state              smallint    NOT NULL CHECK (state IN (1, 2)), -- 1 in flight, 2 completed

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/pgtest"
+)
+
+// postgresURL is a new database of the package's cluster for this test.
+func postgresURL(t *testing.T) string {
+	t.Helper()
+	return pgtest.Require(t, pgCluster).NewDatabase(t, pgtest.DatabaseName(t.Name()))
+}
+
+// Two replicas on one database answer as one: a create on either is
+// replayed by the other, and its key reused for another request is a
+// mismatch on both.
+func TestPostgres_TwoReplicas_OneTruth(t *testing.T) {
+	url := postgresURL(t)
+	a, b := startDaemon(t, url), startDaemon(t, url)
+	ctx := withCreds("merchant-demo", "order-1001")
+
+	first := a.create(ctx, seedRequest("100000000"))
+	if first.err != nil {
+		t.Fatalf("create on replica A: %v", first.err)
+	}
+	id := first.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+	again := b.create(ctx, seedRequest("100000000"))
+	if again.err != nil || !again.replayed() {
+		t.Fatalf("retry on replica B = %v (replayed %t), want the replay", again.err, again.replayed())
+	}
+	if got := again.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id; got != id {
+		t.Errorf("replica B replayed intent %s, want %s", got, id)
+	}
+	for name, d := range map[string]*daemon{"A": a, "B": b} {
+		other := d.create(ctx, seedRequest("999000000"))
+		if status.Code(other.err) != codes.FailedPrecondition || reason(other.err) != interceptor.ReasonKeyReused {
+			t.Errorf("reused key on replica %s = %v, want FAILED_PRECONDITION %s", name, other.err, interceptor.ReasonKeyReused)
+		}
+		if got := d.list(t, "merchant-demo"); len(got) != 1 || got[0].Id != id {
+			t.Errorf("replica %s lists %v, want only %s", name, got, id)
+		}
+	}
+}
+
+// While the database is down, paymentsd reports NOT_SERVING and answers
+// UNAVAILABLE without running anything; once it is back, SERVING and
+// creates work again. The password of its URL never reaches its log.
+func TestPostgres_DatabaseDown_NotServingThenBack_PasswordNeverLogged(t *testing.T) {
+	c := pgtest.Require(t, pgCluster)
+	url := postgresURL(t)
+	d := startDaemon(t, url)
+	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
+
+	c.Stop(t)
+	started := false
+	defer func() {
+		if !started {
+			c.StartAgain(t)
+		}
+	}()
+	waitHealth(t, d, healthpb.HealthCheckResponse_NOT_SERVING)
+	ctx, cancel := context.WithTimeout(withCreds("merchant-demo", "while-down"), 20*time.Second)
+	defer cancel()
+	if a := d.create(ctx, seedRequest("100000000")); status.Code(a.err) != codes.Unavailable {
+		t.Errorf("create with the database down = %v, want UNAVAILABLE", a.err)
+	}
+
+	c.StartAgain(t)
+	started = true
+	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
+	a := d.create(withCreds("merchant-demo", "while-down"), seedRequest("100000000"))
+	if a.err != nil || a.replayed() {
+		t.Errorf("create after the database came back = %v (replayed %t), want a fresh create", a.err, a.replayed())
+	}
+	if err := d.stop(t); err != nil {
+		t.Errorf("exit: %v", err)
+	}
+	if log := d.stderr(); strings.Contains(log, pgtest.Password) {
+		t.Errorf("the database password is in the log:\n%s", log)
+	}
+}
+
+// A wrong password, or no database, fails at start with a message that
+// says so and does not contain the password.
+func TestPostgres_BadURL_FailsAtStartWithoutPassword(t *testing.T) {
+	url := postgresURL(t)
+	wrong := strings.Replace(url, pgtest.Password, "wrong-secret-xyzzy", 1)
+	d := launch(t, wrong)
+	select {
+	case <-d.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("paymentsd with a wrong password did not exit")
+	}
+	log := d.stderr()
+	if d.err == nil || !strings.Contains(log, "password authentication failed") || strings.Contains(log, "xyzzy") {
+		t.Errorf("exit %v, log:\n%s\nwant a failure naming the password check, without the password", d.err, log)
+	}
+}
