@@ -23,7 +23,10 @@ test:
 	go test -race -count=1 -timeout 5m ./...
 
 ## crashtest: kill -9 paymentsd under load for 200 rounds; fails on a
-## single orphan intent (make test runs a 20-round version)
+## single orphan intent (make test runs a 20-round version). Its
+## PostgreSQL twin, three replicas killed in turn, the database restarted
+## and one replica's connections cut, runs 30 rounds here (6 in make test;
+## PAYMENTSD_REPLICA_ROUNDS sets them)
 crashtest:
 	PAYMENTSD_CRASH_ROUNDS=200 go test -count=1 -timeout 30m -v -run '^TestCrash' ./cmd/paymentsd
 

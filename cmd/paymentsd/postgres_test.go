@@ -106,3 +106,17 @@ func TestPostgres_BadURL_FailsAtStartWithoutPassword(t *testing.T) {
 		t.Errorf("exit %v, log:\n%s\nwant a failure naming the password check, without the password", d.err, log)
 	}
 }
+
+// The libpq environment variables fill in what the URL leaves out, as pgx
+// reads them: here the password, from PGPASSWORD.
+func TestPostgres_PasswordFromEnvironment(t *testing.T) {
+	url := strings.Replace(postgresURL(t), ":"+pgtest.Password+"@", "@", 1)
+	if strings.Contains(url, pgtest.Password) {
+		t.Fatalf("URL %s still has the password", url)
+	}
+	t.Setenv("PGPASSWORD", pgtest.Password) // the daemon inherits the environment
+	d := startDaemon(t, url)
+	if a := d.create(withCreds("merchant-demo", "env-password"), seedRequest("100000000")); a.err != nil {
+		t.Fatalf("create: %v", a.err)
+	}
+}
