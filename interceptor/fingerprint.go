@@ -67,6 +67,7 @@ func (f fingerprinter) fingerprint(fullMethod string, req proto.Message) (Finger
 	opts := proto.MarshalOptions{Deterministic: true}
 	b := make([]byte, 0, len(fullMethod)+1+opts.Size(req))
 	b = append(append(b, fullMethod...), 0)
+	opts.UseCachedSize = true // sized just above: do not size it all again
 	b, err := opts.MarshalAppend(b, req)
 	if err != nil {
 		return Fingerprint{}, fmt.Errorf("fingerprint: %w", err)

@@ -30,6 +30,7 @@ func UnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterce
 	}
 	i := &idempotency{store: store, opts: o, fingerprinter: newFingerprinter(o.exclude)}
 	i.txStore, _ = store.(TxStore)
+	i.watcher, _ = store.(Watcher)
 	i.scheme = i.fingerprinter.scheme()
 	return i.intercept
 }
@@ -37,6 +38,7 @@ func UnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterce
 type idempotency struct {
 	store         Store
 	txStore       TxStore // store, if it is one; nil otherwise
+	watcher       Watcher // store, if it is one; nil otherwise
 	opts          *options
 	fingerprinter fingerprinter
 	scheme        string
@@ -49,15 +51,15 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		obs.Code = status.Code(err)
 		i.opts.observer.Finished(ctx, *obs)
 	}()
-	rk, fp, err := i.identify(ctx, req, info.FullMethod)
+	rk, dedup, fp, err := i.identify(ctx, req, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
-	if rk == nil {
+	if !dedup {
 		return handler(ctx, req)
 	}
 
-	outcome, rec, tx, now, err := i.claim(ctx, *rk, fp, obs)
+	outcome, rec, tx, now, err := i.claim(ctx, rk, fp, obs)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
@@ -88,22 +90,29 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	case OutcomeMismatch:
 		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
 	}
-	return i.run(ctx, req, handler, *rk, rec, tx, obs)
+	return i.run(ctx, req, handler, rk, rec, tx, obs)
 }
 
 // claim claims rk, through ClaimTx when the store is a TxStore. With
 // WithInFlightWait, a request that finds the same request in flight waits
 // for it to finish and claims again, up to the wait and the caller's
 // deadline. A run in this process wakes its waiters when it ends; one in
-// another process sharing the store is polled, backing off.
+// another process sharing the store wakes them through the store when it
+// is a Watcher, and is polled otherwise (and, rarely, in case a notice is
+// lost, even so).
 func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, obs *Observation) (Outcome, *Record, Tx, time.Time, error) {
-	var giveUp, poll *time.Timer // made on the first wait
+	var (
+		giveUp, poll *time.Timer // made on the first wait
+		watched      <-chan struct{}
+		stopWatching = func() {}
+	)
 	pollEvery := 10 * time.Millisecond
 	defer func() {
 		if giveUp != nil {
 			giveUp.Stop()
 			poll.Stop()
 		}
+		stopWatching()
 	}()
 	for {
 		now := i.opts.now()
@@ -124,19 +133,33 @@ func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, o
 		if err != nil || outcome != OutcomeInFlight || i.opts.inFlightWait <= 0 {
 			return outcome, rec, tx, now, err
 		}
-		if giveUp == nil {
-			giveUp, poll = time.NewTimer(i.opts.inFlightWait), time.NewTimer(pollEvery)
-		} else {
+		local := i.flights.done(rk) // nil unless it runs in this process
+		if local == nil && i.watcher != nil && watched == nil {
+			watched, stopWatching = i.watcher.Watch(rk)
+			continue // it may have ended before the watch began: look again
+		}
+		wait := pollEvery
+		switch {
+		case watched != nil:
+			wait = watchedPollEvery
+		case giveUp != nil:
 			pollEvery = min(2*pollEvery, 200*time.Millisecond)
-			poll.Reset(pollEvery)
+			wait = pollEvery
+		}
+		if giveUp == nil {
+			giveUp, poll = time.NewTimer(i.opts.inFlightWait), time.NewTimer(wait)
+		} else {
+			poll.Reset(wait)
 		}
 		var pollC <-chan time.Time
-		done := i.flights.done(rk)
-		if done == nil { // running in another process: poll
+		if local == nil {
 			pollC = poll.C
 		}
 		select {
-		case <-done:
+		case <-local:
+		case <-watched: // a notice is used up: watch afresh
+			stopWatching()
+			watched, stopWatching = nil, func() {}
 		case <-pollC:
 		case <-giveUp.C:
 			return outcome, rec, nil, now, nil
@@ -146,16 +169,21 @@ func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, o
 	}
 }
 
-// identify returns the record key and fingerprint of a request, nil when the
-// request is to pass through, or a status error for the caller.
-func (i *idempotency) identify(ctx context.Context, req any, method string) (*RecordKey, Fingerprint, error) {
+// watchedPollEvery is how often a duplicate waiting on a Watcher's notice
+// looks at the store anyway, in case the notice was lost. (A variable only
+// so that a test can tell a notice from a poll.)
+var watchedPollEvery = time.Second
+
+// identify returns the record key and fingerprint of a request, dedup false
+// when the request is to pass through, or a status error for the caller.
+func (i *idempotency) identify(ctx context.Context, req any, method string) (rk RecordKey, dedup bool, fp Fingerprint, err error) {
 	policy := i.opts.policy(method)
 	if policy == KeyIgnored {
-		return nil, Fingerprint{}, nil
+		return RecordKey{}, false, Fingerprint{}, nil
 	}
 	if policy == KeyOptional && len(metadata.ValueFromIncomingContext(ctx, KeyHeader)) == 0 &&
 		len(metadata.ValueFromIncomingContext(ctx, KeyHeader+"-bin")) == 0 {
-		return nil, Fingerprint{}, nil
+		return RecordKey{}, false, Fingerprint{}, nil
 	}
 	// The credential comes first: without one, the key is not even read.
 	scope, err := i.opts.scope(ctx)
@@ -163,24 +191,24 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (*Re
 		if _, ok := status.FromError(err); !ok {
 			err = status.Error(codes.Unauthenticated, err.Error())
 		}
-		return nil, Fingerprint{}, err
+		return RecordKey{}, false, Fingerprint{}, err
 	}
 	key, sent, err := keyFromContext(ctx)
 	switch {
 	case err != nil:
-		return nil, Fingerprint{}, err
+		return RecordKey{}, false, Fingerprint{}, err
 	case !sent:
-		return nil, Fingerprint{}, errKeyMissing(method)
+		return RecordKey{}, false, Fingerprint{}, errKeyMissing(method)
 	}
 	msg, ok := req.(proto.Message)
 	if !ok {
-		return nil, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: request of %s is a %T, not a protobuf message", method, req)
+		return RecordKey{}, false, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: request of %s is a %T, not a protobuf message", method, req)
 	}
-	fp, err := i.fingerprinter.fingerprint(method, msg)
+	fp, err = i.fingerprinter.fingerprint(method, msg)
 	if err != nil {
-		return nil, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: %v", err)
+		return RecordKey{}, false, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: %v", err)
 	}
-	return &RecordKey{Scope: scope, Key: key}, fp, nil
+	return RecordKey{Scope: scope, Key: key}, true, fp, nil
 }
 
 // run runs the handler under claim, stores its result and returns it. With
@@ -192,7 +220,8 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	// Once claimed, the handler runs to its end even if the caller has gone
 	// (its deadline passed, it hung up), bounded by the server's own limit:
 	// the retry then finds the result instead of a key locked for a lease.
-	hctx, cancelHandler := context.WithTimeout(context.WithoutCancel(ctx), i.opts.handlerTimeout)
+	detached := context.WithoutCancel(ctx) // for the completion too
+	hctx, cancelHandler := context.WithTimeout(detached, i.opts.handlerTimeout)
 	defer cancelHandler()
 	capture := &capturingStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 	hctx = grpc.NewContextWithServerTransportStream(context.WithValue(hctx, attemptKey{}, claim.Attempt), capture)
@@ -238,7 +267,7 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 			"idempotency: the handler's result is %d bytes, over the %d-byte limit for stored results; it was discarded",
 			size, i.opts.maxResult).Proto()}
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
+	cctx, cancel := context.WithTimeout(detached, completeTimeout)
 	defer cancel()
 	start = time.Now()
 	if tx != nil {
@@ -360,7 +389,8 @@ func (r *Result) size() int {
 // sendMetadata sets the result's header, joined with extra, and trailer on
 // the call; for a caller that has gone, it sets what it can.
 func sendMetadata(ctx context.Context, r *Result, extra metadata.MD) error {
-	if header := metadata.Join(r.Header, extra); len(header) > 0 {
+	if len(r.Header) > 0 || len(extra) > 0 { // Join allocates even for nothing
+		header := metadata.Join(r.Header, extra)
 		if err := grpc.SetHeader(ctx, header); err != nil && ctx.Err() == nil {
 			return status.Errorf(codes.Internal, "idempotency: set header: %v", err)
 		}
