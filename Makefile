@@ -10,7 +10,8 @@ GHZ_VERSION := v0.120.0
 
 .PHONY: run test lint generate crashtest bench
 
-## run: start paymentsd on localhost:50051 in dev mode, data in ./data/
+## run: start paymentsd in dev mode: gRPC on localhost:50051, HTTP/JSON on
+## localhost:8080, data in ./data/
 ## (flags through ARGS, e.g. make run ARGS='--in-flight-wait 5s'). The
 ## binary is run itself, not through go run, so that Ctrl-C reaches it
 ## alone and its clean exit is what make sees.

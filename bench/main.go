@@ -371,7 +371,7 @@ type server struct {
 
 func start(binary, db string) *server {
 	s := &server{logDone: make(chan struct{})}
-	s.cmd = exec.Command(binary, "--listen", "127.0.0.1:0", "--db", db)
+	s.cmd = exec.Command(binary, "--listen", "127.0.0.1:0", "--http-listen", "", "--db", db)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		log.Fatal(err)

@@ -72,6 +72,22 @@ func (s *Store) replace(ctx context.Context, key interceptor.RecordKey, r *inter
 	return nil
 }
 
+// Get returns the record stored for key, live or expired, or nil when
+// there is none.
+func (s *Store) Get(ctx context.Context, key interceptor.RecordKey) (*interceptor.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.records[key]
+	if r == nil {
+		return nil, nil
+	}
+	c := *r // the caller may change it
+	return &c, nil
+}
+
 // Sweep deletes the records expired at now. It scans every record: fine
 // for the sizes a store in memory holds.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {

@@ -1,52 +1,73 @@
-// Package metrics exposes what the idempotency interceptor and the gRPC
-// server do as Prometheus metrics. Its Metrics is an interceptor.Observer.
+// Package metrics exposes what the idempotency interceptor does as
+// Prometheus metrics. Its Metrics is an interceptor.Observer.
+//
+// Methods are labelled as go-grpc-middleware's Prometheus provider labels
+// them, grpc_service and grpc_method, so that its grpc_server_* series and
+// these join on the same labels.
 package metrics
 
 import (
 	"context"
-	"net/http"
+	"strings"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/paymentsd/paymentsd/interceptor"
 )
 
-// Metrics holds the collectors, in a registry of their own.
+// Metrics holds the interceptor's collectors.
 type Metrics struct {
-	registry *prometheus.Registry
-	// GRPC is the standard gRPC server metrics (grpc_server_*): chain its
-	// UnaryServerInterceptor first and call its InitializeMetrics.
-	GRPC *grpcprom.ServerMetrics
-
-	requests *prometheus.CounterVec
-	handler  *prometheus.HistogramVec
-	store    *prometheus.HistogramVec
-	inFlight prometheus.Gauge
-	swept    prometheus.Counter
+	requests    *prometheus.CounterVec
+	handler     *prometheus.HistogramVec
+	store       *prometheus.HistogramVec
+	storeErrors *prometheus.CounterVec
+	inFlight    prometheus.Gauge
+	swept       prometheus.Counter
 }
 
-// New returns the metrics, registered with process and Go runtime metrics.
-func New() *Metrics {
+// Option tunes New.
+type Option func(*options)
+
+type options struct {
+	liveRecords func() (float64, error)
+}
+
+// WithLiveRecords adds the gauge idempotency_records, read from count at
+// each scrape: how many records the store holds, live or expired but not
+// yet swept. A count that fails leaves the gauge out of that scrape.
+func WithLiveRecords(count func() (float64, error)) Option {
+	return func(o *options) { o.liveRecords = count }
+}
+
+var methodLabels = []string{"grpc_service", "grpc_method"}
+
+// New returns the metrics, registered on reg: prometheus.DefaultRegisterer
+// or a registry of the embedder's. It fails if reg already holds
+// collectors of the same names.
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	m := &Metrics{
-		registry: prometheus.NewRegistry(),
-		GRPC:     grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idempotency_requests_total",
 			Help: "Requests seen by the idempotency interceptor, by method and outcome (fresh, replay, in_flight, mismatch, takeover; none when not deduplicated).",
-		}, []string{"method", "outcome"}),
+		}, append(methodLabels, "outcome")),
 		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idempotency_handler_seconds",
 			Help:    "Time in the handler, for the requests that ran it.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"method"}),
+		}, methodLabels),
 		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idempotency_store_seconds",
 			Help:    "Time in the idempotency store per request: claim and completion.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}, []string{"method"}),
+		}, methodLabels),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_store_errors_total",
+			Help: "Requests answered UNAVAILABLE or DATA_LOSS because the idempotency store failed.",
+		}, methodLabels),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idempotency_claims_in_flight",
 			Help: "Claims whose handler this process is running now.",
@@ -56,9 +77,25 @@ func New() *Metrics {
 			Help: "Expired idempotency records deleted by the sweeper.",
 		}),
 	}
-	m.registry.MustRegister(m.GRPC, m.requests, m.handler, m.store, m.inFlight, m.swept,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+	collectors := []prometheus.Collector{m.requests, m.handler, m.store, m.storeErrors, m.inFlight, m.swept}
+	if o.liveRecords != nil {
+		collectors = append(collectors, liveRecords{count: o.liveRecords})
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// splitMethod splits "/package.Service/Method" as go-grpc-middleware does.
+func splitMethod(fullMethod string) (service, method string) {
+	service, method, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	if !ok {
+		return "unknown", "unknown"
+	}
+	return service, method
 }
 
 // Claimed counts a claim whose handler is about to run as in flight.
@@ -68,26 +105,39 @@ func (m *Metrics) Claimed(ctx context.Context, o interceptor.Observation) {
 	}
 }
 
-// Finished counts the request and its times.
+// Finished counts the request, its times and a failure of the store.
 func (m *Metrics) Finished(ctx context.Context, o interceptor.Observation) {
+	service, method := splitMethod(o.FullMethod)
 	outcome := o.Outcome.String()
 	if o.Outcome == 0 {
 		outcome = "none"
 	}
-	m.requests.WithLabelValues(o.FullMethod, outcome).Inc()
+	m.requests.WithLabelValues(service, method, outcome).Inc()
 	if o.Outcome.Claimed() {
 		m.inFlight.Dec()
-		m.handler.WithLabelValues(o.FullMethod).Observe(o.Handler.Seconds())
+		m.handler.WithLabelValues(service, method).Observe(o.Handler.Seconds())
 	}
-	if o.Outcome != 0 {
-		m.store.WithLabelValues(o.FullMethod).Observe(o.Store.Seconds())
+	if o.Outcome != 0 || o.Err != nil {
+		m.store.WithLabelValues(service, method).Observe(o.Store.Seconds())
+	}
+	if o.Err != nil {
+		m.storeErrors.WithLabelValues(service, method).Inc()
 	}
 }
 
 // Swept counts records deleted by a sweep.
 func (m *Metrics) Swept(n int) { m.swept.Add(float64(n)) }
 
-// Handler serves the metrics in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+// liveRecords is the idempotency_records gauge, counted at each scrape.
+type liveRecords struct{ count func() (float64, error) }
+
+var liveRecordsDesc = prometheus.NewDesc("idempotency_records",
+	"Idempotency records the store holds, live or expired but not yet swept.", nil, nil)
+
+func (liveRecords) Describe(ch chan<- *prometheus.Desc) { ch <- liveRecordsDesc }
+
+func (l liveRecords) Collect(ch chan<- prometheus.Metric) {
+	if n, err := l.count(); err == nil {
+		ch <- prometheus.MustNewConstMetric(liveRecordsDesc, prometheus.GaugeValue, n)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,12 @@ import (
 var cluster *pgtest.Cluster
 
 func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
+
+// runs makes fresh's names new in every run of a test (go test -count).
+var runs atomic.Int64
+
+// fresh returns a database name, base and a number new in this process.
+func fresh(base string) string { return fmt.Sprintf("%s_%d", base, runs.Add(1)) }
 
 // open opens a DB on database name, closed when the test ends.
 func open(t *testing.T, name string, opts *pgstore.Options) *pgstore.DB {
@@ -82,7 +89,7 @@ func claim(t *testing.T, db *pgstore.DB, req interceptor.ClaimRequest, want inte
 // live record expired, nor sweep it, since leases and expiry are judged on
 // the database's clock.
 func TestDatabaseClock_SkewedProcess_NeitherTakesOverNorExpiresEarly(t *testing.T) {
-	name := "skewed_clock"
+	name := fresh("skewed_clock")
 	honest := open(t, name, nil)
 	skewed := open(t, name, nil)
 	ahead := 10 * time.Minute
@@ -119,7 +126,7 @@ func TestDatabaseClock_SkewedProcess_NeitherTakesOverNorExpiresEarly(t *testing.
 func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing.T) {
 	for _, holdPastTimeout := range []bool{false, true} {
 		t.Run(fmt.Sprintf("holdPastTimeout=%t", holdPastTimeout), func(t *testing.T) {
-			name := fmt.Sprintf("duplicate_wait_%t", holdPastTimeout)
+			name := fresh(fmt.Sprintf("duplicate_wait_%t", holdPastTimeout))
 			opts := &pgstore.Options{LockTimeout: 300 * time.Millisecond}
 			a, b := open(t, name, opts), open(t, name, opts)
 			req := request("k", time.Now())
@@ -158,7 +165,7 @@ func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing
 
 // A process watching a key hears when another process completes its claim.
 func TestWatch_ClaimEndsInOtherProcess_WakesWatcher(t *testing.T) {
-	name := "watch"
+	name := fresh("watch")
 	a, b := open(t, name, nil), open(t, name, nil)
 	req := request("k", time.Now())
 	_, rec, tx, err := a.ClaimTx(context.Background(), req, true)
@@ -188,7 +195,7 @@ func TestWatch_ClaimEndsInOtherProcess_WakesWatcher(t *testing.T) {
 // Every process sweeping at once deletes each expired record once, and no
 // live one.
 func TestSweep_ConcurrentProcesses_DeleteEachExpiredRecordOnce(t *testing.T) {
-	name := "sweep_concurrent"
+	name := fresh("sweep_concurrent")
 	opts := &pgstore.Options{CallerClock: true}
 	dbs := []*pgstore.DB{open(t, name, opts), open(t, name, opts), open(t, name, opts)}
 	t0 := time.Now()
@@ -232,7 +239,8 @@ func TestSweep_ConcurrentProcesses_DeleteEachExpiredRecordOnce(t *testing.T) {
 // Processes starting together on a new database migrate it once; a
 // database migrated by a newer binary is refused, naming both versions.
 func TestOpen_Migrations_OnceConcurrentlyAndNewerRefused(t *testing.T) {
-	url := pgtest.Require(t, cluster).NewDatabase(t, "migrate")
+	name := fresh("migrate")
+	url := pgtest.Require(t, cluster).NewDatabase(t, name)
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Add(1)
@@ -248,7 +256,7 @@ func TestOpen_Migrations_OnceConcurrentlyAndNewerRefused(t *testing.T) {
 	}
 	wg.Wait()
 
-	db := open(t, "migrate", nil)
+	db := open(t, name, nil)
 	var version int
 	if err := db.Pool().QueryRow(context.Background(), `SELECT version FROM schema_versions WHERE component = 'idempotency'`).Scan(&version); err != nil || version != 2 {
 		t.Fatalf("schema version = %d, %v; want 2", version, err)
@@ -265,8 +273,9 @@ func TestOpen_Migrations_OnceConcurrentlyAndNewerRefused(t *testing.T) {
 // A password never appears in Open's errors.
 func TestOpen_BadPassword_ErrorHidesIt(t *testing.T) {
 	c := pgtest.Require(t, cluster)
-	c.NewDatabase(t, "password")
-	url := strings.Replace(c.URL("password"), pgtest.Password, "not-the-password-xyzzy", 1)
+	name := fresh("password")
+	c.NewDatabase(t, name)
+	url := strings.Replace(c.URL(name), pgtest.Password, "not-the-password-xyzzy", 1)
 	_, err := pgstore.Open(context.Background(), url, nil)
 	if err == nil || strings.Contains(err.Error(), "xyzzy") {
 		t.Errorf("Open with a wrong password = %v, want an error without the password", err)
@@ -278,7 +287,7 @@ func TestOpen_BadPassword_ErrorHidesIt(t *testing.T) {
 // claim whose transaction the restart cut stored nothing.
 func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
 	c := pgtest.Require(t, cluster)
-	db := open(t, "restart", nil)
+	db := open(t, fresh("restart"), nil)
 	ctx := context.Background()
 	req := request("cut", time.Now())
 	_, rec, tx, err := db.ClaimTx(ctx, req, false)

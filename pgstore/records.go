@@ -72,13 +72,32 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 	}
 	outcome, rec, tx, err := db.tryClaim(ctx, req, durable)
 	if errors.Is(err, errLocked) {
-		if outcome, rec := db.decidePending(req); outcome != 0 {
-			return outcome, rec, nil, nil
-		}
-		// Another process's claim of the key, not yet committed.
-		return interceptor.OutcomeInFlight, inFlightGuess(req, db.opts.LockTimeout), nil, nil
+		return db.decideLocked(ctx, req)
 	}
 	return outcome, rec, tx, err
+}
+
+// decideLocked decides req when the key's lock could not be had within
+// LockTimeout: on this process's pending claim if it holds one, else on
+// the record as committed, read without the lock. Only a request that
+// would claim is in flight: another claim of the key holds the lock, not
+// yet committed, most likely of the same request.
+func (db *DB) decideLocked(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+	if outcome, rec := db.decidePending(req); outcome != 0 {
+		return outcome, rec, nil, nil
+	}
+	stored, now, err := scanRecord(db.pool.QueryRow(ctx, selectRecord, req.Key.Scope, req.Key.Key))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if !db.opts.CallerClock {
+		req.Now = now
+	}
+	if outcome, rec := interceptor.Decide(stored, req, db.claimant); !outcome.Claimed() {
+		db.remember(req.Key, rec)
+		return outcome, rec, nil, nil
+	}
+	return interceptor.OutcomeInFlight, inFlightGuess(req, db.opts.LockTimeout), nil, nil
 }
 
 // errLocked: the key's lock is held by another claim past LockTimeout.
@@ -330,6 +349,21 @@ func scanRecord(row pgx.Row) (*interceptor.Record, time.Time, error) {
 		}
 	}
 	return rec, now, nil
+}
+
+// Get returns the record stored for k, live or expired, or nil when there
+// is none. It only reads: for an operator's question about a key.
+func (db *DB) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+	rec, _, err := scanRecord(db.pool.QueryRow(ctx, selectRecord, k.Scope, k.Key))
+	return rec, err
+}
+
+// CountRecords returns how many records the database holds, live or
+// expired but not yet swept.
+func (db *DB) CountRecords(ctx context.Context) (int64, error) {
+	var n int64
+	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_records`).Scan(&n)
+	return n, err
 }
 
 // Renew extends the claim's lease by its length from now, on the

@@ -40,6 +40,9 @@ type Store interface {
 	interceptor.Store
 	// Sweep deletes the records expired at now and returns how many.
 	Sweep(ctx context.Context, now time.Time) (int, error)
+	// Get returns the record stored for a key, live or expired, or nil
+	// when there is none, and changes nothing: an operator's lookup.
+	Get(ctx context.Context, key interceptor.RecordKey) (*interceptor.Record, error)
 	// Claimant is who this opening of the store claims as: the suite
 	// checks orphan takeover for an exclusive store, the lease rule for a
 	// shared one.
@@ -81,6 +84,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"Claim_SameKeyOtherScope_IsIsolated", testScopes},
 		{"Sweep_DeletesExpiredKeepsLive", testSweep},
 		{"Reopen_KeepsRecords", testReopen},
+		{"Get_ShowsWhatIsStoredAndChangesNothing", testGet},
 
 		// A call whose context is already done fails and writes nothing.
 		{"Claim_CanceledContext_WritesNothing", testClaimCanceled},
@@ -284,6 +288,42 @@ func testReplay(t *testing.T, open Opener) {
 			}
 			sameResult(t, rec.Result, want)
 		})
+	}
+}
+
+func testGet(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	ctx := context.Background()
+	req := request("k", "body", t0)
+	get := func() *interceptor.Record {
+		t.Helper()
+		rec, err := s.Get(ctx, req.Key)
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		return rec
+	}
+	if rec := get(); rec != nil {
+		t.Fatalf("Get of a key never claimed = %+v, want nil", rec)
+	}
+	first := claim(t, s, req, interceptor.OutcomeFresh)
+	if rec := get(); rec == nil || rec.State != interceptor.StateInFlight || rec.Attempt != 1 || rec.Token != first.Token || rec.Fingerprint != req.Fingerprint {
+		t.Fatalf("Get of a claim in flight = %+v, want attempt 1 in flight with its token", rec)
+	}
+	want := sampleResult(t, "one")
+	complete(t, s, req, first, want)
+	rec := get()
+	if rec == nil || rec.State != interceptor.StateCompleted || !rec.Expiry.Equal(first.Expiry) {
+		t.Fatalf("Get of a completed record = %+v, want it completed, expiring %v", rec, first.Expiry)
+	}
+	sameResult(t, rec.Result, want)
+	// Expired records are shown as they are, until swept; Get claims none.
+	later := request("k", "body", t0.Add(2*ttl))
+	if rec := get(); rec == nil || later.Now.Before(rec.Expiry) {
+		t.Fatalf("Get after expiry = %+v, want the expired record", rec)
+	}
+	if rec := claim(t, s, later, interceptor.OutcomeFresh); rec.Attempt != 1 {
+		t.Errorf("claim after Gets: attempt %d, want a fresh claim", rec.Attempt)
 	}
 }
 

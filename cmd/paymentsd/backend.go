@@ -36,6 +36,8 @@ type backend struct {
 	check func(ctx context.Context) error
 	// closedAttrs are logged when it closes: its commits, for bbolt.
 	closedAttrs func() []slog.Attr
+	// countRecords counts the idempotency records stored, for the metrics.
+	countRecords func() (float64, error)
 }
 
 // isPostgres reports whether --db names a PostgreSQL database rather than
@@ -74,7 +76,8 @@ func openBolt(ctx context.Context, c Config) (*backend, error) {
 			}
 			return err
 		},
-		closedAttrs: func() []slog.Attr { return []slog.Attr{slog.Uint64("commits", db.Commits())} },
+		closedAttrs:  func() []slog.Attr { return []slog.Attr{slog.Uint64("commits", db.Commits())} },
+		countRecords: func() (float64, error) { n, err := db.CountRecords(); return float64(n), err },
 	}, nil
 }
 
@@ -104,5 +107,11 @@ func openPostgres(ctx context.Context, c Config, log *slog.Logger) (*backend, er
 			return db.Probe(ctx)
 		},
 		closedAttrs: func() []slog.Attr { return nil },
+		countRecords: func() (float64, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), postgresTimeout)
+			defer cancel()
+			n, err := db.CountRecords(ctx)
+			return float64(n), err
+		},
 	}, nil
 }

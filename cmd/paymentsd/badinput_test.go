@@ -75,7 +75,7 @@ func rawBytesCall(t *testing.T, addr, method string, body []byte, headers ...str
 // binary. Each gets a clear error with the right code; errors of the
 // idempotency layer store nothing, so their key still runs fresh after.
 func TestE2E_BadInput(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--http-listen", "127.0.0.1:0")
 	const token = "bad-input-token"
 	created := d.create(withCreds(token, "setup"), seedRequest("1"))
 	if created.err != nil {
@@ -235,6 +235,8 @@ func TestE2E_BadInput(t *testing.T) {
 		}
 	}
 
+	badHTTPInput(t, "http://"+d.logAddr(t, "http listening"), token, key, id)
+
 	// Nothing of the above created an intent or claimed the reusable key.
 	if got := d.list(t, token); len(got) != 1 || got[0].Id != id || got[0].State != paymentsv1.State_STATE_CREATED {
 		t.Errorf("after the bad input: %v, want only the setup intent, still created", got)
@@ -275,4 +277,106 @@ func badRequestFields(err error) []string {
 		}
 	}
 	return fields
+}
+
+// badHTTPInput is TestE2E_BadInput's table over HTTP/JSON: the same
+// rejections, as the statuses and error codes of the HTTP face. Errors of
+// the idempotency layer and of the HTTP face use key and claim nothing.
+func badHTTPInput(t *testing.T, base, token, key, id string) {
+	type route struct{ method, path, body string }
+	routes := map[string]route{
+		"Create": {"POST", "/v1/payment_intents", `{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"5"}`},
+		"Get":    {"GET", "/v1/payment_intents/" + id, ""},
+		"Cancel": {"POST", "/v1/payment_intents/" + id + "/cancel", ""},
+		"List":   {"GET", "/v1/payment_intents", ""},
+	}
+	create := routes["Create"]
+	withBody := func(body string) route { return route{create.method, create.path, body} }
+	type badCase struct {
+		name    string
+		route   route
+		headers []string
+		status  int
+		code    string // the problem's error
+		field   string // the one field violation named, if any
+	}
+	authz := []string{"Authorization", "Bearer " + token}
+	withKey := func(kv ...string) []string { return append(append([]string{}, authz...), kv...) }
+	var cases []badCase
+	for name, r := range routes {
+		for what, h := range map[string][]string{
+			"no authorization":   {"Idempotency-Key", key},
+			"not Bearer":         {"Authorization", "Basic " + token, "Idempotency-Key", key},
+			"empty token":        {"Authorization", "Bearer", "Idempotency-Key", key},
+			"two authorizations": {"Authorization", "Bearer a", "Authorization", "Bearer b", "Idempotency-Key", key},
+			"UTF-8 token":        {"Authorization", "Bearer café", "Idempotency-Key", key},
+		} {
+			cases = append(cases, badCase{name + "/" + what, r, h, http.StatusUnauthorized, "unauthenticated", ""})
+		}
+	}
+	for _, name := range []string{"Create", "Cancel"} {
+		for what, h := range map[string][]string{
+			"key twice":               withKey("Idempotency-Key", key, "Idempotency-Key", key+"2"),
+			"empty quoted key":        withKey("Idempotency-Key", `""`),
+			"256-byte key":            withKey("Idempotency-Key", strings.Repeat("k", 256)),
+			"tab in key":              withKey("Idempotency-Key", "order\t1"),
+			"UTF-8 key":               withKey("Idempotency-Key", "café-1"),
+			"unterminated quoted key": withKey("Idempotency-Key", `"`+key),
+			"bad escape in key":       withKey("Idempotency-Key", `"a\x"`),
+			"key with parameters":     withKey("Idempotency-Key", `"`+key+`";x=1`),
+		} {
+			cases = append(cases, badCase{name + "/" + what, routes[name], h, http.StatusBadRequest, "idempotency_key_invalid", ""})
+		}
+	}
+	cases = append(cases,
+		badCase{"Create/no key", create, authz, http.StatusBadRequest, "idempotency_key_missing", ""},
+		badCase{"Create/over 1 MiB", withBody(`{"chain":"` + strings.Repeat("9", 1<<20) + `"}`), withKey("Idempotency-Key", key), http.StatusRequestEntityTooLarge, "request_too_large", ""},
+		badCase{"Create/form content type", create, withKey("Idempotency-Key", key, "Content-Type", "application/x-www-form-urlencoded"), http.StatusUnsupportedMediaType, "unsupported_media_type", ""},
+		badCase{"Create/text content type", create, withKey("Idempotency-Key", key, "Content-Type", "text/plain"), http.StatusUnsupportedMediaType, "unsupported_media_type", ""},
+		badCase{"Create/not JSON", withBody("amount=5"), withKey("Idempotency-Key", key), http.StatusBadRequest, "invalid_argument", ""},
+		badCase{"Create/unknown JSON field", withBody(`{"amount":"5","tip":"1"}`), withKey("Idempotency-Key", key), http.StatusBadRequest, "invalid_argument", ""},
+		badCase{"Create/two JSON values", withBody(`{"amount":"5"}{"amount":"6"}`), withKey("Idempotency-Key", key), http.StatusBadRequest, "invalid_argument", ""},
+		badCase{"Create/invalid UTF-8 in a string", withBody("{\"chain\":\"evm:\xff\"}"), withKey("Idempotency-Key", key), http.StatusBadRequest, "invalid_argument", ""},
+		badCase{"Create/amount as a number", withBody(`{"amount":5}`), withKey("Idempotency-Key", key), http.StatusBadRequest, "invalid_argument", ""},
+		badCase{"Cancel/unknown JSON field", route{"POST", "/v1/payment_intents/" + id + "/cancel", `{"reason":"x"}`}, withKey("Idempotency-Key", key), http.StatusBadRequest, "invalid_argument", ""},
+		badCase{"List/page_size not a number", route{"GET", "/v1/payment_intents?page_size=ten", ""}, authz, http.StatusBadRequest, "invalid_argument", ""},
+		badCase{"Get/unknown intent", route{"GET", "/v1/payment_intents/pi_000000000000000000000000", ""}, authz, http.StatusNotFound, "not_found", ""},
+		badCase{"no such route", route{"GET", "/v1/payment_intent", ""}, authz, http.StatusNotFound, "route_not_found", ""},
+		badCase{"Get/wrong method", route{"PUT", "/v1/payment_intents/" + id, ""}, authz, http.StatusMethodNotAllowed, "method_not_allowed", ""},
+	)
+	// Invalid fields: errors of the handler, stored for their key like any
+	// result, so each uses a key of its own.
+	seed := create.body
+	for field, body := range map[string]string{
+		"chain":              strings.Replace(seed, "evm:31337", "evm:abc", 1),
+		"token":              strings.Replace(seed, "0x5FbDB2315678afecb367f032d93F642f64180aa3", "0x12", 1),
+		"amount":             strings.Replace(seed, `"5"`, `"0"`, 1),
+		"expires_in_seconds": strings.Replace(seed, `"amount"`, `"expires_in_seconds":10,"amount"`, 1),
+	} {
+		cases = append(cases, badCase{"Create/bad " + field, withBody(body), withKey("Idempotency-Key", "http-field-"+field), http.StatusBadRequest, "invalid_argument", field})
+	}
+	cases = append(cases,
+		badCase{"Get/bad id", route{"GET", "/v1/payment_intents/pi_XYZ", ""}, authz, http.StatusBadRequest, "invalid_argument", "id"},
+		badCase{"List/negative page_size", route{"GET", "/v1/payment_intents?page_size=-1", ""}, authz, http.StatusBadRequest, "invalid_argument", "page_size"},
+		badCase{"List/garbage page_token", route{"GET", "/v1/payment_intents?page_token=%25%25%25", ""}, authz, http.StatusBadRequest, "invalid_argument", "page_token"},
+	)
+
+	for _, tc := range cases {
+		t.Run("HTTP/"+tc.name, func(t *testing.T) {
+			a := httpCall(t, tc.route.method, base+tc.route.path, tc.route.body, tc.headers...)
+			p := a.problem(t)
+			if a.status != tc.status || p.Status != tc.status || p.Error != tc.code {
+				t.Fatalf("%d %s, want %d %s", a.status, a.body, tc.status, tc.code)
+			}
+			if p.Detail == "" || p.Title == "" || p.Type == "" {
+				t.Errorf("problem %s: want type, title and detail", a.body)
+			}
+			if tc.field != "" && (len(p.FieldViolations) != 1 || p.FieldViolations[0].Field != tc.field) {
+				t.Errorf("field violations %+v, want one naming %s", p.FieldViolations, tc.field)
+			}
+			if tc.status == http.StatusUnauthorized && a.header.Get("WWW-Authenticate") == "" {
+				t.Error("401 without WWW-Authenticate")
+			}
+		})
+	}
 }

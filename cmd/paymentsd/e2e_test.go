@@ -95,7 +95,9 @@ func startDaemon(t *testing.T, dbPath string, args ...string) *daemon {
 func launch(t *testing.T, dbPath string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{exited: make(chan struct{})}
-	d.cmd = exec.Command(paymentsdBinary, append([]string{"--listen", "127.0.0.1:0", "--db", dbPath}, args...)...)
+	// No HTTP unless a test asks for it (a later --http-listen wins): the
+	// default port would be shared by every daemon of the run.
+	d.cmd = exec.Command(paymentsdBinary, append([]string{"--listen", "127.0.0.1:0", "--http-listen", "", "--db", dbPath}, args...)...)
 	d.cmd.Stderr = &lockedWriter{d}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,7 +200,7 @@ func TestE2E_PagesDamagedWhileServing_DataLossNotServingStillAlive(t *testing.T)
 
 func TestE2E_DiskFull_NotServingUntilSpaceReturns(t *testing.T) {
 	dir := mountTmpfs(t, "4m")
-	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"))
+	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
 	if got := healthStatus(t, d); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health at start: %v", got)
 	}
@@ -217,10 +218,20 @@ func TestE2E_DiskFull_NotServingUntilSpaceReturns(t *testing.T) {
 	if got := serviceHealth(t, d, service); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("health of %s with the disk full: %v, want NOT_SERVING", service, got)
 	}
+	if code := d.healthz(t); code != http.StatusServiceUnavailable {
+		t.Errorf("GET /healthz with the disk full = %d, want 503", code)
+	}
+	errs := `idempotency_store_errors_total{grpc_method="CreatePaymentIntent",grpc_service="payments.v1.PaymentIntentService"}`
+	if n := scrape(t, d.metricsAddr(t))[errs]; n < 1 {
+		t.Errorf("%s = %v with the disk full, want at least 1", errs, n)
+	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
 	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
+	if code := d.healthz(t); code != http.StatusOK {
+		t.Errorf("GET /healthz once space returned = %d, want 200", code)
+	}
 	if got := serviceHealth(t, d, service); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health of %s once space returned: %v, want SERVING", service, got)
 	}

@@ -74,6 +74,7 @@ type Config struct {
 	InFlightWait   time.Duration
 	HandlerTimeout time.Duration
 	MetricsListen  string
+	HTTPListen     string
 }
 
 // Main is the program: ParseFlags, then Run, then Close. Tests run it in
@@ -86,10 +87,12 @@ type Main struct {
 	grpc     *grpc.Server
 	listener net.Listener
 	health   *health.Server
-	metrics  *metrics.Metrics // nil without --metrics-listen
+	prom     *prom            // nil without --metrics-listen
+	metrics  *metrics.Metrics // the interceptor's, in prom
 	http     *http.Server     // serves the metrics
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
+	api      *httpAPI // the HTTP/JSON API; nil without --http-listen
 }
 
 // NewMain returns a Main with the default configuration, logging to w.
@@ -104,6 +107,7 @@ func NewMain(w io.Writer) *Main {
 			SweepInterval:  time.Minute,
 			ShutdownGrace:  30 * time.Second,
 			HandlerTimeout: interceptor.DefaultHandlerTimeout,
+			HTTPListen:     "localhost:8080",
 		},
 		Logger: slog.New(slog.NewJSONHandler(w, nil)),
 	}
@@ -122,6 +126,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired idempotency records are deleted")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for calls in progress")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "address to serve Prometheus metrics on, at /metrics; empty serves none")
+	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "address to serve the HTTP/JSON API on (the same calls, records and rules as gRPC); empty serves none")
 	fs.DurationVar(&c.HandlerTimeout, "handler-timeout", c.HandlerTimeout, "how long a claimed request may run; it runs to its end even if its caller has gone, so that the retry finds its result")
 	fs.DurationVar(&c.InFlightWait, "in-flight-wait", c.InFlightWait, "how long a duplicate of a request in flight waits for its result instead of getting ABORTED; 0 answers at once")
 	if err := fs.Parse(args); err != nil {
@@ -174,6 +179,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
+	if m.api, err = listenHTTP(m.Config.HTTPListen); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			m.api.closeListener()
+		}
+	}()
 	if m.db, err = openBackend(ctx, m.Config, m.Logger); err != nil {
 		return err
 	}
@@ -181,8 +194,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	codec := newRequestCodec(protoreflect.FullName(paymentsv1.PaymentIntentService_ServiceDesc.ServiceName))
 	var interceptors []grpc.UnaryServerInterceptor
 	if m.Config.MetricsListen != "" {
-		m.metrics = metrics.New()
-		interceptors = append(interceptors, m.metrics.GRPC.UnaryServerInterceptor())
+		if m.prom, err = newProm(m.db); err != nil {
+			m.db.records.Close()
+			return err
+		}
+		m.metrics = m.prom.idem
+		interceptors = append(interceptors, m.prom.grpc.UnaryServerInterceptor())
 	}
 	interceptors = append(interceptors,
 		logRPC(m.Logger),
@@ -217,8 +234,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	for name := range m.grpc.GetServiceInfo() { // each service answers too, not only the server
 		m.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
-	if m.metrics != nil {
-		m.metrics.GRPC.InitializeMetrics(m.grpc)
+	if m.prom != nil {
+		m.prom.grpc.InitializeMetrics(m.grpc)
 		m.serveMetrics(metricsListener)
 	}
 
@@ -236,6 +253,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	})
 	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db.records, m.Config.SweepInterval, m.swept) })
 	m.wg.Go(func() { m.watchHealth(ctx) })
+	m.serveHTTP()
 	return nil
 }
 
@@ -275,10 +293,12 @@ func (m *Main) watchHealth(ctx context.Context) {
 	}
 }
 
-// serveMetrics serves /metrics on lis.
+// serveMetrics serves /metrics on lis, and /healthz: 200 while the store
+// serves, 503 otherwise, as grpc.health.v1 reports it.
 func (m *Main) serveMetrics(lis net.Listener) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.metrics.Handler())
+	mux.Handle("/metrics", m.prom.handler())
+	mux.HandleFunc("/healthz", m.healthz)
 	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	m.Logger.Info("metrics listening", "addr", lis.Addr().String())
 	m.wg.Go(func() {
@@ -318,7 +338,9 @@ func (m *Main) Close() error {
 	m.health.Shutdown() // drain: load balancers stop sending
 	timer := time.AfterFunc(m.Config.ShutdownGrace, m.grpc.Stop)
 	defer timer.Stop()
+	httpStopped := m.shutdownHTTP() // beside gRPC's, within the same grace
 	m.grpc.GracefulStop()
+	httpStopped()
 	if m.http != nil {
 		m.http.Close()
 	}

@@ -21,7 +21,7 @@ func TestMakeRun_CtrlC_ServerExitsCleanlyMakeReportsNoError(t *testing.T) {
 	}
 	db := filepath.Join(t.TempDir(), "paymentsd.db")
 	cmd := exec.Command("make", "--no-print-directory", "-C", "../..", "run",
-		"ARGS=--listen 127.0.0.1:0 --db "+db)
+		"ARGS=--listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --db "+db)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StderrPipe()
 	if err != nil {

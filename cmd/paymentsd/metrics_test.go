@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 )
 
 // scrape reads /metrics into a map from `name{labels}` to value.
@@ -40,19 +38,34 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 	return out
 }
 
-func TestE2E_Metrics_CountOutcomes(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
-	var metricsAddr string
+// metricsAddr is the address of d's metrics listener, from its log.
+func (d *daemon) metricsAddr(t *testing.T) string {
+	t.Helper()
 	sc := bufio.NewScanner(strings.NewReader(d.stderr()))
 	for sc.Scan() {
 		var line struct{ Msg, Addr string }
 		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "metrics listening" {
-			metricsAddr = line.Addr
+			return line.Addr
 		}
 	}
-	if metricsAddr == "" {
-		t.Fatalf("no metrics address logged:\n%s", d.stderr())
+	t.Fatalf("no metrics address logged:\n%s", d.stderr())
+	return ""
+}
+
+// healthz returns the status code of GET /healthz on d's metrics listener.
+func (d *daemon) healthz(t *testing.T) int {
+	t.Helper()
+	resp, err := http.Get("http://" + d.metricsAddr(t) + "/healthz")
+	if err != nil {
+		t.Fatal(err)
 	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestE2E_Metrics_CountOutcomes(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
+	metricsAddr := d.metricsAddr(t)
 
 	for _, key := range []string{"m-1", "m-2"} {
 		if a := d.create(withCreds("metrics", key), seedRequest("1")); a.err != nil {
@@ -67,8 +80,9 @@ func TestE2E_Metrics_CountOutcomes(t *testing.T) {
 	d.list(t, "metrics")                                    // ignores keys
 
 	got := scrape(t, metricsAddr)
-	create := `method="` + paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName + `"`
-	list := `method="` + paymentsv1.PaymentIntentService_ListPaymentIntents_FullMethodName + `"`
+	// Labelled as go-grpc-middleware labels grpc_server_*, so that the two join.
+	create := `grpc_method="CreatePaymentIntent",grpc_service="payments.v1.PaymentIntentService"`
+	list := `grpc_method="ListPaymentIntents",grpc_service="payments.v1.PaymentIntentService"`
 	for series, want := range map[string]float64{
 		`idempotency_requests_total{` + create + `,outcome="fresh"}`:    2,
 		`idempotency_requests_total{` + create + `,outcome="replay"}`:   3,
@@ -79,6 +93,7 @@ func TestE2E_Metrics_CountOutcomes(t *testing.T) {
 		`idempotency_store_seconds_count{` + create + `}`:               6,
 		`idempotency_claims_in_flight`:                                  0,
 		`idempotency_records_swept_total`:                               0,
+		`idempotency_records`:                                           2, // m-1 and m-2
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="CreatePaymentIntent",grpc_service="payments.v1.PaymentIntentService",grpc_type="unary"}`:                 5,
 		`grpc_server_handled_total{grpc_code="FailedPrecondition",grpc_method="CreatePaymentIntent",grpc_service="payments.v1.PaymentIntentService",grpc_type="unary"}`: 1,
 		`grpc_server_handled_total{grpc_code="InvalidArgument",grpc_method="CreatePaymentIntent",grpc_service="payments.v1.PaymentIntentService",grpc_type="unary"}`:    1,
@@ -87,6 +102,9 @@ func TestE2E_Metrics_CountOutcomes(t *testing.T) {
 		if !ok || v != want {
 			t.Errorf("%s = %v (present %t), want %v", series, v, ok, want)
 		}
+	}
+	if code := d.healthz(t); code != http.StatusOK {
+		t.Errorf("GET /healthz = %d, want 200", code)
 	}
 	if strings.Contains(d.stderr(), "Bearer") || strings.Contains(d.stderr(), "dev:") {
 		t.Errorf("the log holds a credential or a principal:\n%s", d.stderr())

@@ -1,0 +1,32 @@
+package boltstore
+
+import (
+	"context"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// Get returns the record stored for k, live or expired, or nil when there
+// is none. It only reads: for an operator's question about a key. A claim
+// not yet committed (a transactional method's, held in memory) is not
+// stored, so Get does not see it.
+func (db *DB) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	_, rec, err := db.read(recordKey(k))
+	return rec, err
+}
+
+// CountRecords returns how many records the file holds, live or expired
+// but not yet swept.
+func (db *DB) CountRecords() (int, error) {
+	n := 0
+	err := db.view(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketRecords).Stats().KeyN
+		return nil
+	})
+	return n, err
+}

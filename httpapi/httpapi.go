@@ -1,0 +1,168 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/paymentsd/paymentsd"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// MaxBodyBytes is the largest request body accepted; a larger one is
+// answered 413 before anything reads it as JSON.
+const MaxBodyBytes = 1 << 20
+
+// The response headers of the idempotency contract, in their HTTP spelling.
+const (
+	ReplayedHeader  = "Idempotent-Replayed"
+	ExpiresAtHeader = "Idempotency-Expires-At"
+)
+
+// New returns the HTTP/JSON API, whose every call is a call of conn, a
+// connection to the server that does the work (see Dial). It also serves
+// the API's OpenAPI document at GET /v1/openapi.json.
+func New(conn grpc.ClientConnInterface) http.Handler {
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler{}),
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithForwardResponseOption(created),
+		runtime.WithErrorHandler(handleError),
+		runtime.WithRoutingErrorHandler(handleRoutingError),
+		runtime.WithDisableHTTPMethodOverride(), // a POST is a POST
+	)
+	// Neither can fail: registering a client only adds routes, and the
+	// path is a constant the mux accepts.
+	_ = paymentsv1.RegisterPaymentIntentServiceHandlerClient(context.Background(), mux, paymentsv1.NewPaymentIntentServiceClient(conn))
+	if err := mux.HandlePath(http.MethodGet, "/v1/openapi.json", serveOpenAPI); err != nil {
+		panic(err)
+	}
+	return guard(mux)
+}
+
+// NewServer returns an http.Server for h with the limits a listener open
+// to clients needs: slow or idle connections are closed, not kept.
+func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute, // headers and a body of at most MaxBodyBytes
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// guard refuses what the gateway should not see: a body over MaxBodyBytes
+// (413), a body that is not JSON (415), an Idempotency-Key that names no
+// key (400). It leaves the body read and buffered, and each key decoded.
+func guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxBodyBytes {
+			httpProblem(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, MaxBodyBytes))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			httpProblem(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the body is larger than the limit of %d bytes", MaxBodyBytes))
+			return
+		case err != nil:
+			httpProblem(w, http.StatusBadRequest, "invalid_body", "the body could not be read: "+err.Error())
+			return
+		}
+		if ct := r.Header.Get("Content-Type"); len(body) > 0 && !isJSON(ct) {
+			httpProblem(w, http.StatusUnsupportedMediaType, codeUnsupportedMedia,
+				fmt.Sprintf("Content-Type %q is not accepted: send the body as JSON, with Content-Type: application/json (curl: -H 'Content-Type: application/json', or --json)", ct))
+			return
+		}
+		if err := decodeKeys(r.Header); err != nil {
+			httpProblem(w, http.StatusBadRequest, codeKeyInvalid, "invalid Idempotency-Key: "+err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isJSON reports whether a body of Content-Type ct is to be read as JSON:
+// application/json in UTF-8, or no type declared.
+func isJSON(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	typ, params, err := mime.ParseMediaType(ct)
+	if err != nil || typ != "application/json" {
+		return false
+	}
+	cs, ok := params["charset"]
+	return !ok || strings.EqualFold(cs, "utf-8")
+}
+
+// incomingHeader forwards the one header the gateway would not: the
+// idempotency key, decoded by guard. The gateway itself forwards
+// Authorization; every other header stays out of the metadata the
+// interceptors read.
+func incomingHeader(h string) (string, bool) {
+	if h == keyHeader {
+		return interceptor.KeyHeader, true
+	}
+	return "", false
+}
+
+// outgoingHeader lets through the idempotency headers of the answer, and
+// nothing else of the server's metadata.
+func outgoingHeader(key string) (string, bool) {
+	switch key {
+	case interceptor.ReplayedHeader:
+		return ReplayedHeader, true
+	case interceptor.ExpiresAtHeader:
+		return ExpiresAtHeader, true
+	}
+	return "", false
+}
+
+// forwardHeaders sets on h the headers outgoingHeader lets through from
+// md, as the gateway does for answers that are not errors.
+func forwardHeaders(h http.Header, md metadata.MD) {
+	for k, vs := range md {
+		if name, ok := outgoingHeader(k); ok {
+			for _, v := range vs {
+				h.Add(name, v)
+			}
+		}
+	}
+}
+
+// created answers a create with 201 Created and the intent's Location, a
+// replay as much as the first answer: the status follows from the stored
+// response, not from whether the handler ran now.
+func created(_ context.Context, w http.ResponseWriter, resp proto.Message) error {
+	if r, ok := resp.ProtoReflect().Interface().(*paymentsv1.CreatePaymentIntentResponse); ok {
+		w.Header().Set("Location", "/v1/payment_intents/"+url.PathEscape(r.GetPaymentIntent().GetId()))
+		w.WriteHeader(http.StatusCreated)
+	}
+	return nil
+}
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request, _ map[string]string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(paymentsd.OpenAPI)
+}

@@ -1,0 +1,201 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/httpapi"
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// fakeService records the metadata of each call and answers with headers
+// of every kind: the idempotency ones, and others that must not leak.
+type fakeService struct {
+	paymentsv1.UnimplementedPaymentIntentServiceServer
+	mu   sync.Mutex
+	seen []metadata.MD
+}
+
+func (f *fakeService) record(ctx context.Context) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.mu.Lock()
+	f.seen = append(f.seen, md)
+	f.mu.Unlock()
+	grpc.SetHeader(ctx, metadata.Pairs(interceptor.ReplayedHeader, "true", interceptor.ExpiresAtHeader, "2030-01-01T00:00:00Z", "internal-secret", "x"))
+	grpc.SetTrailer(ctx, metadata.Pairs("internal-trailer", "y"))
+}
+
+func (f *fakeService) CreatePaymentIntent(ctx context.Context, req *paymentsv1.CreatePaymentIntentRequest) (*paymentsv1.CreatePaymentIntentResponse, error) {
+	f.record(ctx)
+	return &paymentsv1.CreatePaymentIntentResponse{PaymentIntent: &paymentsv1.PaymentIntent{Id: "pi_1", Amount: req.Amount, Version: 1, State: paymentsv1.State_STATE_CREATED}}, nil
+}
+
+func (f *fakeService) GetPaymentIntent(ctx context.Context, req *paymentsv1.GetPaymentIntentRequest) (*paymentsv1.GetPaymentIntentResponse, error) {
+	f.record(ctx)
+	return nil, status.Errorf(codes.NotFound, "no payment intent %q", req.Id)
+}
+
+func newAPI(t *testing.T) (*httptest.Server, *fakeService) {
+	t.Helper()
+	f := &fakeService{}
+	srv := grpc.NewServer()
+	paymentsv1.RegisterPaymentIntentServiceServer(srv, f)
+	conn := httpapi.Dial(srv)
+	ts := httptest.NewServer(httpapi.New(conn))
+	t.Cleanup(func() {
+		ts.Close()
+		srv.Stop()
+		conn.Close()
+	})
+	return ts, f
+}
+
+func do(t *testing.T, method, url, contentType, body string, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestCreate_ForwardsOnlyCredentialsAndKey_AnswersOnlyIdempotencyHeaders(t *testing.T) {
+	ts, f := newAPI(t)
+	resp, body := do(t, "POST", ts.URL+"/v1/payment_intents", "application/json", `{"amount":"5"}`,
+		"Authorization", "Bearer tok", "Idempotency-Key", `"order-\"1\""`, "X-Other", "z", "Grpc-Metadata-Sneaky", "s")
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Location") != "/v1/payment_intents/pi_1" {
+		t.Errorf("status %d, Location %q; want 201, /v1/payment_intents/pi_1", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if want := `{"id":"pi_1","state":"STATE_CREATED","version":"1",`; !strings.HasPrefix(body, want) {
+		t.Errorf("body %s, want the intent itself, compact, starting %s", body, want)
+	}
+	for h, want := range map[string]string{"Idempotent-Replayed": "true", "Idempotency-Expires-At": "2030-01-01T00:00:00Z"} {
+		if got := resp.Header.Get(h); got != want {
+			t.Errorf("%s: %q, want %q", h, got, want)
+		}
+	}
+	for h := range resp.Header {
+		if strings.HasPrefix(h, "Grpc-") || strings.Contains(strings.ToLower(h), "internal") {
+			t.Errorf("internal metadata leaked as header %s: %v", h, resp.Header[h])
+		}
+	}
+	md := f.seen[0]
+	if got := md.Get(interceptor.KeyHeader); len(got) != 1 || got[0] != `order-"1"` {
+		t.Errorf("idempotency-key metadata %q, want the decoded key order-\"1\"", got)
+	}
+	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer tok" {
+		t.Errorf("authorization metadata %q, want [Bearer tok]", got)
+	}
+	for k := range md {
+		if strings.HasPrefix(k, "grpcgateway-") || k == "sneaky" || k == "x-other" {
+			t.Errorf("header forwarded as metadata %s: %v", k, md[k])
+		}
+	}
+}
+
+func TestErrors_AreProblemJSON(t *testing.T) {
+	ts, _ := newAPI(t)
+	big := `{"chain":"` + strings.Repeat("9", httpapi.MaxBodyBytes) + `"}`
+	for _, tc := range []struct {
+		name, method, path, ct, body string
+		header                       []string
+		wantStatus                   int
+		wantError                    string
+	}{
+		{"unknown intent", "GET", "/v1/payment_intents/pi_x", "", "", nil, 404, "not_found"},
+		{"form body", "POST", "/v1/payment_intents", "application/x-www-form-urlencoded", `{"amount":"5"}`, nil, 415, "unsupported_media_type"},
+		{"body over 1 MiB", "POST", "/v1/payment_intents", "application/json", big, nil, 413, "request_too_large"},
+		{"unknown field", "POST", "/v1/payment_intents", "application/json", `{"amount":"5","tip":"1"}`, nil, 400, "invalid_argument"},
+		{"trailing garbage", "POST", "/v1/payment_intents", "application/json", `{"amount":"5"} {}`, nil, 400, "invalid_argument"},
+		{"unterminated quoted key", "POST", "/v1/payment_intents", "application/json", `{}`, []string{"Idempotency-Key", `"k`}, 400, "idempotency_key_invalid"},
+		{"no route", "GET", "/v2/nothing", "", "", nil, 404, "route_not_found"},
+		{"wrong method", "DELETE", "/v1/payment_intents/pi_x", "", "", nil, 405, "method_not_allowed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := do(t, tc.method, ts.URL+tc.path, tc.ct, tc.body, tc.header...)
+			var p struct {
+				Type, Title, Detail, Error string
+				Status                     int
+			}
+			if err := json.Unmarshal([]byte(body), &p); err != nil {
+				t.Fatalf("body %q: %v", body, err)
+			}
+			if resp.StatusCode != tc.wantStatus || p.Status != tc.wantStatus || p.Error != tc.wantError {
+				t.Errorf("%d %s (status %d), want %d %s\n%s", resp.StatusCode, p.Error, p.Status, tc.wantStatus, tc.wantError, body)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("Content-Type %q, want application/problem+json", ct)
+			}
+			if p.Type == "" || p.Title == "" || p.Detail == "" {
+				t.Errorf("type %q, title %q, detail %q: want all three", p.Type, p.Title, p.Detail)
+			}
+		})
+	}
+}
+
+func TestOpenAPI_IsServedAndNamesTheContract(t *testing.T) {
+	ts, _ := newAPI(t)
+	resp, body := do(t, "GET", ts.URL+"/v1/openapi.json", "", "")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct{ Name, In string }
+			Responses  map[string]struct {
+				Headers map[string]any
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	create := doc.Paths["/v1/payment_intents"]["post"]
+	hasKey := false
+	for _, p := range create.Parameters {
+		hasKey = hasKey || (p.Name == "Idempotency-Key" && p.In == "header")
+	}
+	if !hasKey {
+		t.Errorf("create's parameters %v name no Idempotency-Key header", create.Parameters)
+	}
+	for _, code := range []string{"201", "400", "401", "409", "413", "415", "422", "503"} {
+		if _, ok := create.Responses[code]; !ok {
+			t.Errorf("create has no %s response", code)
+		}
+	}
+	for _, h := range []string{"Location", "Idempotent-Replayed", "Idempotency-Expires-At"} {
+		if _, ok := create.Responses["201"].Headers[h]; !ok {
+			t.Errorf("create's 201 has no %s header", h)
+		}
+	}
+	if _, ok := create.Responses["409"].Headers["Retry-After"]; !ok {
+		t.Error("create's 409 has no Retry-After header")
+	}
+	if _, ok := doc.Paths["/v1/payment_intents/{id}"]["get"].Responses["404"]; !ok {
+		t.Error("get has no 404 response")
+	}
+}

@@ -1,0 +1,63 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// keyHeader is the HTTP spelling of interceptor.KeyHeader.
+const keyHeader = "Idempotency-Key"
+
+// readKey returns the idempotency key that one Idempotency-Key header value
+// names. The IETF draft (draft-ietf-httpapi-idempotency-key-header) makes the
+// header a structured-field string, "order-1001", with \" and \\ escapes
+// (RFC 8941); most clients send the key bare, order-1001. Both name the same
+// key: a value that starts with a double quote is read as a string, any
+// other is the key itself.
+func readKey(v string) (string, error) {
+	if !strings.HasPrefix(v, `"`) {
+		return v, nil
+	}
+	var key strings.Builder
+	for i := 1; i < len(v); i++ {
+		switch c := v[i]; c {
+		case '\\':
+			if i++; i == len(v) || (v[i] != '"' && v[i] != '\\') {
+				return "", errors.New(`in a quoted key, a backslash may only escape " or \`)
+			}
+			key.WriteByte(v[i])
+		case '"':
+			if i != len(v)-1 {
+				return "", errors.New("the quoted key is followed by more characters; send the key alone")
+			}
+			return key.String(), nil
+		default:
+			key.WriteByte(c)
+		}
+	}
+	return "", errors.New("the quoted key has no closing double quote")
+}
+
+// decodeKeys replaces each Idempotency-Key value of h by the key it names,
+// ready to be forwarded as gRPC metadata. A value that names no key, or a
+// key that gRPC metadata cannot carry (it drops values that are not
+// printable ASCII, which would turn a bad key into a missing one), is an
+// error for the caller; the key's own rules are interceptor.ParseKey's.
+// How many keys were sent is the interceptor's to judge.
+func decodeKeys(h http.Header) error {
+	vals := h[keyHeader] // keyHeader is canonical; the values are edited in place
+	for i, v := range vals {
+		key, err := readKey(v)
+		if err == nil {
+			err = interceptor.ParseKey(key)
+		}
+		if err != nil {
+			return err
+		}
+		vals[i] = key
+	}
+	return nil
+}

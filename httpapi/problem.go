@@ -1,0 +1,167 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// problemType prefixes each error code to make the problem's type URI: a
+// tag URI (RFC 4151), which names the kind of problem without promising a
+// page to fetch.
+const problemType = "tag:paymentsd.github.io,2026:"
+
+// problemContentType is the media type of every error answer (RFC 9457).
+const problemContentType = "application/problem+json"
+
+// The error codes of the HTTP face that no gRPC status carries.
+const (
+	codeTooLarge          = "request_too_large"
+	codeUnsupportedMedia  = "unsupported_media_type"
+	codeRouteNotFound     = "route_not_found"
+	codeMethodNotAllowed  = "method_not_allowed"
+	codeKeyInvalid        = "idempotency_key_invalid"
+	defaultUnavailableSec = 1 // Retry-After of an UNAVAILABLE that gives no delay
+)
+
+// keyReasons are the interceptor's own errors: their status and code
+// differ from those of the gRPC code they share with other errors.
+var keyReasons = map[string]struct {
+	status int
+	code   string
+	title  string
+}{
+	interceptor.ReasonKeyReused:         {http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key already used for another request"},
+	interceptor.ReasonKeyInUse:          {http.StatusConflict, "idempotency_key_in_use", "A request with this idempotency key is in progress"},
+	interceptor.ReasonKeyMissing:        {http.StatusBadRequest, "idempotency_key_missing", "Idempotency key required"},
+	interceptor.ReasonKeyInvalid:        {http.StatusBadRequest, codeKeyInvalid, "Invalid idempotency key"},
+	interceptor.ReasonAttemptSuperseded: {http.StatusConflict, "idempotency_attempt_superseded", "Superseded by a newer attempt"},
+}
+
+// problemFromStatus is the HTTP answer to a gRPC status: the problem, and
+// the headers that go with its status (Retry-After, WWW-Authenticate).
+func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
+	httpStatus := runtime.HTTPStatusFromCode(st.Code())
+	p := &paymentsv1.Problem{
+		Error:  snake(st.Code().String()),
+		Title:  http.StatusText(httpStatus),
+		Detail: st.Message(),
+	}
+	h := http.Header{}
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			k, ok := keyReasons[d.GetReason()]
+			if !ok || d.GetDomain() != interceptor.ErrorDomain {
+				continue
+			}
+			httpStatus, p.Error, p.Title = k.status, k.code, k.title
+			if d.GetReason() == interceptor.ReasonKeyReused && d.GetMetadata()["stored_scheme"] == "" {
+				// The seed's wording, in the header's HTTP spelling.
+				m := d.GetMetadata()
+				p.Detail = fmt.Sprintf("Idempotency-Key %q was already used for a different request (fingerprint %s, got %s)",
+					m["idempotency_key"], m["stored_fingerprint"], m["request_fingerprint"])
+			}
+		case *errdetails.RetryInfo:
+			retry = d
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
+				p.FieldViolations = append(p.FieldViolations, &paymentsv1.Problem_FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+			}
+		}
+	}
+	switch {
+	case retry != nil:
+		// Whole seconds, rounded up, and at least one: a client told 0
+		// would only ask again at once.
+		secs := max(1, int64(math.Ceil(retry.GetRetryDelay().AsDuration().Seconds())))
+		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	case st.Code() == codes.Unavailable:
+		h.Set("Retry-After", strconv.Itoa(defaultUnavailableSec))
+	case st.Code() == codes.Unauthenticated:
+		h.Set("WWW-Authenticate", `Bearer realm="paymentsd"`)
+	}
+	p.Status = int32(httpStatus)
+	return p, h
+}
+
+// snake turns a gRPC code's name into the error code of its problem:
+// InvalidArgument becomes invalid_argument.
+func snake(name string) string {
+	var b strings.Builder
+	for i, r := range name {
+		if unicode.IsUpper(r) && i > 0 {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// problemJSON encodes problems: snake_case names like every answer, and
+// no empty field_violations.
+var problemJSON = protojson.MarshalOptions{UseProtoNames: true}
+
+// writeProblem writes p as the answer, with the headers in h.
+func writeProblem(w http.ResponseWriter, p *paymentsv1.Problem, h http.Header) {
+	p.Type = problemType + p.Error
+	if p.Title == "" {
+		p.Title = http.StatusText(int(p.Status))
+	}
+	body, err := marshalCompact(problemJSON, p)
+	if err != nil { // unreachable: a Problem always encodes
+		http.Error(w, p.Detail, int(p.Status))
+		return
+	}
+	for k, v := range h {
+		w.Header()[k] = v
+	}
+	w.Header().Set("Content-Type", problemContentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(int(p.Status))
+	w.Write(body)
+}
+
+// httpProblem writes an error of the HTTP face itself, found before any
+// gRPC call.
+func httpProblem(w http.ResponseWriter, status int, code, detail string) {
+	writeProblem(w, &paymentsv1.Problem{Status: int32(status), Error: code, Detail: detail}, nil)
+}
+
+// handleError is the gateway's error handler: every error of a call,
+// from the gRPC server or from decoding the request, is answered as a
+// problem, with the idempotency headers the server sent.
+func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
+		forwardHeaders(w.Header(), md.HeaderMD)
+	}
+	p, h := problemFromStatus(status.Convert(err))
+	writeProblem(w, p, h)
+}
+
+// handleRoutingError answers a path or method the API does not have.
+func handleRoutingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	switch httpStatus {
+	case http.StatusMethodNotAllowed:
+		httpProblem(w, httpStatus, codeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+	case http.StatusNotFound:
+		httpProblem(w, httpStatus, codeRouteNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	default:
+		httpProblem(w, httpStatus, snake(strings.ReplaceAll(http.StatusText(httpStatus), " ", "")), http.StatusText(httpStatus))
+	}
+}

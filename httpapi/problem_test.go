@@ -1,0 +1,158 @@
+package httpapi
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+func withDetails(t *testing.T, code codes.Code, msg string, details ...protoadapt.MessageV1) *status.Status {
+	t.Helper()
+	st, err := status.New(code, msg).WithDetails(details...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func info(reason string, meta map[string]string) *errdetails.ErrorInfo {
+	return &errdetails.ErrorInfo{Reason: reason, Domain: interceptor.ErrorDomain, Metadata: meta}
+}
+
+func TestProblemFromStatus_StatusCodeAndHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		st         *status.Status
+		wantStatus int
+		wantError  string
+		wantDetail string // "" to skip
+		wantHeader map[string]string
+		wantFields []string
+	}{
+		{
+			name: "reused key: the seed's 422",
+			st: withDetails(t, codes.FailedPrecondition, `idempotency key "order-1001" was already used for a different request (fingerprint ff330e75a93099c4, got 90f56163d6f6ee6b)`,
+				info(interceptor.ReasonKeyReused, map[string]string{"idempotency_key": "order-1001", "stored_fingerprint": "ff330e75a93099c4", "request_fingerprint": "90f56163d6f6ee6b"})),
+			wantStatus: 422, wantError: "idempotency_key_reused",
+			wantDetail: `Idempotency-Key "order-1001" was already used for a different request (fingerprint ff330e75a93099c4, got 90f56163d6f6ee6b)`,
+		},
+		{
+			name: "reused key of another fingerprint scheme keeps the server's words",
+			st: withDetails(t, codes.FailedPrecondition, "scheme message",
+				info(interceptor.ReasonKeyReused, map[string]string{"idempotency_key": "k", "stored_scheme": "a", "request_scheme": "b"})),
+			wantStatus: 422, wantError: "idempotency_key_reused", wantDetail: "scheme message",
+		},
+		{
+			name: "in flight: 409, Retry-After rounded up",
+			st: withDetails(t, codes.Aborted, "in progress", info(interceptor.ReasonKeyInUse, nil),
+				&errdetails.RetryInfo{RetryDelay: durationpb.New(1200 * time.Millisecond)}),
+			wantStatus: 409, wantError: "idempotency_key_in_use", wantHeader: map[string]string{"Retry-After": "2"},
+		},
+		{
+			name: "in flight with no delay left: Retry-After 1",
+			st: withDetails(t, codes.Aborted, "in progress", info(interceptor.ReasonKeyInUse, nil),
+				&errdetails.RetryInfo{RetryDelay: durationpb.New(0)}),
+			wantStatus: 409, wantError: "idempotency_key_in_use", wantHeader: map[string]string{"Retry-After": "1"},
+		},
+		{
+			name:       "missing key",
+			st:         withDetails(t, codes.InvalidArgument, "requires a key", info(interceptor.ReasonKeyMissing, nil)),
+			wantStatus: 400, wantError: "idempotency_key_missing",
+		},
+		{
+			name:       "invalid key",
+			st:         withDetails(t, codes.InvalidArgument, "bad key", info(interceptor.ReasonKeyInvalid, nil)),
+			wantStatus: 400, wantError: "idempotency_key_invalid",
+		},
+		{
+			name:       "superseded attempt",
+			st:         withDetails(t, codes.Aborted, "superseded", info(interceptor.ReasonAttemptSuperseded, nil)),
+			wantStatus: 409, wantError: "idempotency_attempt_superseded",
+		},
+		{
+			name:       "a reason of another domain is not the interceptor's",
+			st:         withDetails(t, codes.Aborted, "other", &errdetails.ErrorInfo{Reason: interceptor.ReasonKeyInUse, Domain: "elsewhere"}),
+			wantStatus: 409, wantError: "aborted",
+		},
+		{
+			name:       "no credential",
+			st:         status.New(codes.Unauthenticated, "send a token"),
+			wantStatus: 401, wantError: "unauthenticated", wantDetail: "send a token",
+			wantHeader: map[string]string{"WWW-Authenticate": `Bearer realm="paymentsd"`},
+		},
+		{
+			name:       "unknown intent",
+			st:         status.New(codes.NotFound, "no intent pi_x"),
+			wantStatus: 404, wantError: "not_found",
+		},
+		{
+			name: "invalid fields",
+			st: withDetails(t, codes.InvalidArgument, "invalid request", &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+				{Field: "amount", Description: "must be positive"}, {Field: "chain", Description: "evm:<id>"}}}),
+			wantStatus: 400, wantError: "invalid_argument", wantFields: []string{"amount", "chain"},
+		},
+		{
+			name:       "store unavailable",
+			st:         status.New(codes.Unavailable, "storage failed"),
+			wantStatus: 503, wantError: "unavailable", wantHeader: map[string]string{"Retry-After": "1"},
+		},
+		{
+			name:       "deadline",
+			st:         status.New(codes.DeadlineExceeded, "late"),
+			wantStatus: 504, wantError: "deadline_exceeded",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, h := problemFromStatus(tc.st)
+			if int(p.Status) != tc.wantStatus || p.Error != tc.wantError {
+				t.Errorf("status %d, error %q; want %d, %q", p.Status, p.Error, tc.wantStatus, tc.wantError)
+			}
+			if tc.wantDetail != "" && p.Detail != tc.wantDetail {
+				t.Errorf("detail %q, want %q", p.Detail, tc.wantDetail)
+			}
+			if p.Title == "" {
+				t.Error("no title")
+			}
+			for k, v := range tc.wantHeader {
+				if got := h.Get(k); got != v {
+					t.Errorf("header %s %q, want %q", k, got, v)
+				}
+			}
+			if len(tc.wantHeader) == 0 && len(h) != 0 {
+				t.Errorf("headers %v, want none", h)
+			}
+			var fields []string
+			for _, v := range p.FieldViolations {
+				fields = append(fields, v.Field)
+			}
+			if len(fields) != len(tc.wantFields) || (len(fields) > 0 && fields[0] != tc.wantFields[0]) {
+				t.Errorf("field violations %v, want %v", fields, tc.wantFields)
+			}
+		})
+	}
+}
+
+func TestIsJSON(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"":                                  true,
+		"application/json":                  true,
+		"application/json; charset=utf-8":   true,
+		"Application/JSON; charset=UTF-8":   true,
+		"application/json; charset=latin1":  false,
+		"application/x-www-form-urlencoded": false,
+		"text/plain":                        false,
+		"application/jsonx":                 false,
+		"garbage;;":                         false,
+	} {
+		if got := isJSON(ct); got != want {
+			t.Errorf("isJSON(%q) = %t, want %t", ct, got, want)
+		}
+	}
+}
