@@ -49,6 +49,8 @@ lint:
 	go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
 
-## generate: regenerate gen/ from proto/
+## generate: regenerate gen/ from proto/, and the descriptors with their
+## comments that paymentsd's server reflection serves
 generate:
 	$(BUF) generate
+	$(BUF) build --exclude-imports -o gen/descriptors.binpb

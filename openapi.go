@@ -1,6 +1,6 @@
 // Package paymentsd holds what the repository's programs embed from its top
-// directory: the OpenAPI document that make generate writes under gen/,
-// which no package below gen/ can embed since buf empties gen/ on each run.
+// directory: files that make generate writes under gen/, which no package
+// below gen/ can embed since buf empties gen/ on each run.
 package paymentsd
 
 import _ "embed"
@@ -10,3 +10,10 @@ import _ "embed"
 //
 //go:embed gen/payments/v1/payments.swagger.json
 var OpenAPI []byte
+
+// Descriptors is a FileDescriptorSet of proto/, with the comments (source
+// info) that the descriptors compiled into gen/ leave out: paymentsd's
+// server reflection serves it, so that grpcurl describe shows them.
+//
+//go:embed gen/descriptors.binpb
+var Descriptors []byte

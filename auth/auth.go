@@ -38,6 +38,16 @@ func Dev() *Keys { return &Keys{} }
 // IsDev reports whether k accepts any token.
 func (k *Keys) IsDev() bool { return k.keys == nil }
 
+// Principals returns how many principals k accepts tokens of (0 in dev
+// mode, where any token is its own).
+func (k *Keys) Principals() int {
+	seen := map[string]bool{}
+	for _, key := range k.keys {
+		seen[key.principal] = true
+	}
+	return len(seen)
+}
+
 var principalPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // LoadFile reads API keys from path: one "<principal> sha256:<hex>" per line,

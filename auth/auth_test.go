@@ -96,3 +96,25 @@ func TestDev_EachTokenItsOwnPrincipal(t *testing.T) {
 		t.Errorf("dev principal %q contains the raw token", a)
 	}
 }
+
+func TestPrincipals_CountsEachPrincipalOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys")
+	line := func(principal, token string) string {
+		sum := sha256.Sum256([]byte(token))
+		return principal + " sha256:" + hex.EncodeToString(sum[:]) + "\n"
+	}
+	// bob rolls his token: two lines, one principal.
+	if err := os.WriteFile(path, []byte(line("alice", "a")+line("bob", "b1")+line("bob", "b2")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err := auth.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := k.Principals(); got != 2 {
+		t.Errorf("Principals() = %d, want 2", got)
+	}
+	if got := auth.Dev().Principals(); got != 0 {
+		t.Errorf("Dev().Principals() = %d, want 0", got)
+	}
+}

@@ -64,7 +64,7 @@ func BenchmarkCreate(b *testing.B) {
 				}
 				call := handler
 				if withInterceptor {
-					intercept := interceptor.UnaryServerInterceptor(db, interceptor.WithScope(auth.Scope),
+					intercept := interceptor.MustUnaryServerInterceptor(db, interceptor.WithScope(auth.Scope),
 						interceptor.WithKeyPolicy(method, interceptor.KeyRequired), interceptor.WithTransactional(method))
 					call = func(ctx context.Context, req any) (any, error) { return intercept(ctx, req, info, handler) }
 				}

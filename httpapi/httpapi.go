@@ -116,13 +116,17 @@ func isJSON(ct string) bool {
 	return !ok || strings.EqualFold(cs, "utf-8")
 }
 
-// incomingHeader forwards the one header the gateway would not: the
-// idempotency key, decoded by guard. The gateway itself forwards
-// Authorization; every other header stays out of the metadata the
+// incomingHeader forwards the headers the gateway would not: the
+// idempotency key, decoded by guard, and the W3C trace context, so that an
+// HTTP caller's trace continues into the server's span. The gateway itself
+// forwards Authorization; every other header stays out of the metadata the
 // interceptors read.
 func incomingHeader(h string) (string, bool) {
-	if h == keyHeader {
+	switch h {
+	case keyHeader:
 		return interceptor.KeyHeader, true
+	case "Traceparent", "Tracestate":
+		return strings.ToLower(h), true
 	}
 	return "", false
 }

@@ -37,7 +37,7 @@ func BenchmarkInterceptor(b *testing.B) {
 			metadata.Pairs("authorization", "Bearer bench-token", interceptor.KeyHeader, key))
 		return grpc.NewContextWithServerTransportStream(ctx, transport{})
 	}
-	intercept := interceptor.UnaryServerInterceptor(memstore.New(), interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
+	intercept := interceptor.MustUnaryServerInterceptor(memstore.New(), interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
 
 	b.Run("BareHandler", func(b *testing.B) {
 		ctx := ctxWith("k")

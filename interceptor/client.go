@@ -2,6 +2,8 @@ package interceptor
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -68,7 +70,11 @@ func WithAttemptTimeout(d time.Duration) ClientOption {
 // a retry gets). It never retries a replayed result, FAILED_PRECONDITION or
 // any other answer, stops after WithMaxAttempts, and never waits past the
 // caller's deadline or cancellation.
-func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+//
+// It fails without WithClientMethods (it would make no call safe), for a
+// method not named "/package.Service/Method", and for WithMaxAttempts below
+// 1.
+func UnaryClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, error) {
 	o := &clientOptions{
 		methods:     map[string]bool{},
 		maxAttempts: DefaultMaxAttempts,
@@ -78,33 +84,75 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 	for _, opt := range opts {
 		opt(o)
 	}
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		if !o.methods[method] {
-			return invoker(ctx, method, req, reply, cc, callOpts...)
+	if len(o.methods) == 0 {
+		return nil, errors.New("interceptor: UnaryClientInterceptor without WithClientMethods would make no call safe to retry")
+	}
+	for m := range o.methods {
+		if err := checkMethodName(m); err != nil {
+			return nil, fmt.Errorf("interceptor: WithClientMethods: %w", err)
 		}
-		if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(KeyHeader)) == 0 {
-			ctx = metadata.AppendToOutgoingContext(ctx, KeyHeader, uuid.NewString())
+	}
+	if o.maxAttempts < 1 {
+		return nil, fmt.Errorf("interceptor: WithMaxAttempts(%d): need at least 1", o.maxAttempts)
+	}
+	return o.intercept, nil
+}
+
+// MustUnaryClientInterceptor is UnaryClientInterceptor for options known
+// to be valid; it panics if they are not.
+func MustUnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+	i, err := UnaryClientInterceptor(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return i
+}
+
+// ChosenKey is a call option that stores in *key the idempotency key a
+// call under UnaryClientInterceptor carried: the caller's own, or the one
+// the interceptor chose. For the caller's logs: it names the call to the
+// server's operators.
+func ChosenKey(key *string) grpc.CallOption { return chosenKey{key: key} }
+
+type chosenKey struct {
+	grpc.EmptyCallOption
+	key *string
+}
+
+func (o *clientOptions) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+	if !o.methods[method] {
+		return invoker(ctx, method, req, reply, cc, callOpts...)
+	}
+	md, _ := metadata.FromOutgoingContext(ctx)
+	key := md.Get(KeyHeader)
+	if len(key) == 0 {
+		key = []string{uuid.NewString()}
+		ctx = metadata.AppendToOutgoingContext(ctx, KeyHeader, key[0])
+	}
+	for _, opt := range callOpts {
+		if c, ok := opt.(chosenKey); ok {
+			*c.key = key[0]
 		}
-		for attempt := 1; ; attempt++ {
-			header, err := o.attempt(ctx, method, req, reply, cc, invoker, callOpts)
-			if err == nil {
-				return nil
-			}
-			wait, retry := retryable(ctx, err, header)
-			if !retry || attempt >= o.maxAttempts {
-				return err
-			}
-			backoff := o.baseDelay << min(attempt-1, 30)
-			if backoff <= 0 || backoff > o.maxDelay {
-				backoff = o.maxDelay
-			}
-			timer := time.NewTimer(max(wait, rand.N(backoff+1)))
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				timer.Stop()
-				return err
-			}
+	}
+	for attempt := 1; ; attempt++ {
+		header, err := o.attempt(ctx, method, req, reply, cc, invoker, callOpts)
+		if err == nil {
+			return nil
+		}
+		wait, retry := retryable(ctx, err, header)
+		if !retry || attempt >= o.maxAttempts {
+			return err
+		}
+		backoff := o.baseDelay << min(attempt-1, 30)
+		if backoff <= 0 || backoff > o.maxDelay {
+			backoff = o.maxDelay
+		}
+		timer := time.NewTimer(max(wait, rand.N(backoff+1)))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return err
 		}
 	}
 }

@@ -64,7 +64,7 @@ func startClient(t *testing.T, copts ...interceptor.ClientOption) *clientHarness
 	}
 	h := &clientHarness{service: &testService{handler: echo}, flaky: &flaky{}}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(h.flaky.intercept,
-		interceptor.UnaryServerInterceptor(db, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))))
+		interceptor.MustUnaryServerInterceptor(db, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))))
 	testgrpc.RegisterTestServiceServer(srv, h.service)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -76,7 +76,7 @@ func startClient(t *testing.T, copts ...interceptor.ClientOption) *clientHarness
 		interceptor.WithBackoff(time.Millisecond, 10*time.Millisecond),
 	}, copts...)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(interceptor.UnaryClientInterceptor(copts...)))
+		grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(copts...)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,9 @@
 //   - fresh: no live record; the handler runs and its result is stored.
 //   - replay: the same request completed; its stored result is returned.
 //   - in flight: the same request is running; ABORTED with ErrorInfo reason
-//     IDEMPOTENCY_KEY_IN_USE and a RetryInfo delay.
+//     IDEMPOTENCY_KEY_IN_USE and a RetryInfo delay: the method's usual
+//     handler time as this process has seen it (1s before it has run),
+//     never past the lease left.
 //   - mismatch: the key was used for a different request;
 //     FAILED_PRECONDITION, reason IDEMPOTENCY_KEY_REUSED.
 //   - takeover: the same request's lease ran out (its worker presumably
@@ -83,8 +85,32 @@
 // UnaryClientInterceptor is the client half: it gives each call of the
 // methods it is configured for a random key, keeps it across retries, and
 // retries what is safe to retry (UNAVAILABLE, an attempt's own timeout,
-// ABORTED from this layer) with backoff. Every answer about a record
-// carries ExpiresAtHeader, the time until which a retry stays safe.
+// ABORTED from this layer) with backoff. ChosenKey tells the caller the key,
+// for its logs. Every answer about a record carries ExpiresAtHeader, the
+// time until which a retry stays safe.
+//
+// Put the client interceptor first in the chain, outside (before) any other
+// retry interceptor, such as go-grpc-middleware's retry: it picks the key
+// once per call, so a retry interceptor outside it would have each attempt
+// pick a new one, and the server would run every attempt. On the server,
+// keep middleware that rewrites statuses inside (after) this interceptor:
+// one outside would rewrite replays and in-flight answers too, and clients
+// decide whether to retry from exactly those codes.
+//
+// The constructors return an error for options that cannot work (no client
+// methods, a method not named "/package.Service/Method", a lease not under
+// the TTL); the Must variants panic instead, for options fixed in code.
+//
+// # Tracing
+//
+// The interceptor annotates the current OpenTelemetry span, the one a
+// stats handler such as otelgrpc's started for the call, when it is
+// recording; it uses only the trace API, so without an SDK, or with no
+// span, it costs a context lookup. Every call it sees gets
+// idempotency.key_present (bool: whether an idempotency-key header came);
+// a call it deduplicated also gets idempotency.outcome (fresh, replay,
+// in_flight, mismatch or takeover) and idempotency.attempt (int). Neither
+// the key nor the credential is ever put on a span.
 //
 // # Streaming
 //

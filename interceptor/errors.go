@@ -34,7 +34,7 @@ const (
 )
 
 // maxRetryDelay caps the RetryInfo delay of an in-flight answer: most
-// handlers finish long before their lease ends.
+// handlers finish long before their lease ends. See handlerTimes.
 const maxRetryDelay = time.Second
 
 // newError returns a status error with an ErrorInfo of reason and any
@@ -58,8 +58,7 @@ func errKeyInvalid(why string) error {
 	return newError(codes.InvalidArgument, ReasonKeyInvalid, "invalid idempotency-key: "+why, nil)
 }
 
-func errInFlight(key string, leaseLeft time.Duration) error {
-	delay := min(max(leaseLeft, 0), maxRetryDelay)
+func errInFlight(key string, delay time.Duration) error {
 	return newError(codes.Aborted, ReasonKeyInUse,
 		fmt.Sprintf("a request with idempotency key %q is still in progress; retry after %v", key, delay),
 		map[string]string{"idempotency_key": key},

@@ -39,7 +39,7 @@ func Example() {
 	}
 	defer store.Close()
 
-	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.UnaryServerInterceptor(store,
+	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.MustUnaryServerInterceptor(store,
 		interceptor.WithKeyPolicy(testgrpc.TestService_UnaryCall_FullMethodName, interceptor.KeyRequired),
 	)))
 	service := &charges{}

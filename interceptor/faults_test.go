@@ -203,7 +203,7 @@ func TestRestart_OrphanedClaimTakenOverAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		h = &harness{service: &testService{handler: handler}, db: db}
-		srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.UnaryServerInterceptor(db,
+		srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.MustUnaryServerInterceptor(db,
 			interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))))
 		testgrpc.RegisterTestServiceServer(srv, h.service)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")

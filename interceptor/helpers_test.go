@@ -79,7 +79,7 @@ func startWith(t *testing.T, wrap func(*boltstore.DB) interceptor.Store, opts ..
 		interceptor.WithClock(h.clock.Now),
 		interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired),
 	}, opts...)
-	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.UnaryServerInterceptor(wrap(db), opts...)))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.MustUnaryServerInterceptor(wrap(db), opts...)))
 	testgrpc.RegisterTestServiceServer(srv, h.service)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -164,7 +164,7 @@ func newRetryingClient(t *testing.T, h *harness, opts ...interceptor.ClientOptio
 	t.Helper()
 	opts = append([]interceptor.ClientOption{interceptor.WithClientMethods(testgrpc.TestService_UnaryCall_FullMethodName)}, opts...)
 	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(interceptor.UnaryClientInterceptor(opts...)))
+		grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(opts...)))
 	if err != nil {
 		t.Fatal(err)
 	}

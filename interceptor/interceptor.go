@@ -23,16 +23,30 @@ const completeTimeout = 10 * time.Second
 // UnaryServerInterceptor returns an interceptor that runs each request's
 // handler at most once per (scope, idempotency key) and replays its stored
 // result to every retry. See the package documentation.
-func UnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterceptor {
+//
+// It fails for options that cannot work: a lease not shorter than the TTL,
+// or a method named in WithKeyPolicy or WithTransactional other than as
+// "/package.Service/Method".
+func UnaryServerInterceptor(store Store, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	o := evaluateOptions(opts)
-	if o.lease <= 0 || o.ttl <= o.lease {
-		panic(fmt.Sprintf("interceptor: need 0 < lease < ttl, got lease %v, ttl %v", o.lease, o.ttl))
+	if err := o.check(); err != nil {
+		return nil, err
 	}
 	i := &idempotency{store: store, opts: o, fingerprinter: newFingerprinter(o.exclude)}
 	i.txStore, _ = store.(TxStore)
 	i.watcher, _ = store.(Watcher)
 	i.scheme = i.fingerprinter.scheme()
-	return i.intercept
+	return i.intercept, nil
+}
+
+// MustUnaryServerInterceptor is UnaryServerInterceptor for options known
+// to be valid; it panics if they are not.
+func MustUnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterceptor {
+	i, err := UnaryServerInterceptor(store, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return i
 }
 
 type idempotency struct {
@@ -43,12 +57,14 @@ type idempotency struct {
 	fingerprinter fingerprinter
 	scheme        string
 	flights       flights
+	handlerTimes  handlerTimes
 }
 
 func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	obs := &Observation{FullMethod: info.FullMethod}
 	defer func() {
 		obs.Code = status.Code(err)
+		traceObservation(ctx, obs)
 		i.opts.observer.Finished(ctx, *obs)
 	}()
 	rk, dedup, fp, err := i.identify(ctx, req, info.FullMethod)
@@ -86,7 +102,7 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	case OutcomeReplay:
 		return replay(ctx, rec.Result)
 	case OutcomeInFlight:
-		return nil, errInFlight(rk.Key, rec.LeaseExpiry.Sub(now))
+		return nil, errInFlight(rk.Key, i.handlerTimes.retryDelay(obs.FullMethod, rec.LeaseExpiry.Sub(now)))
 	case OutcomeMismatch:
 		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
 	}
@@ -253,6 +269,7 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	start := time.Now()
 	resp, herr := handler(hctx, req)
 	obs.Handler = time.Since(start)
+	i.handlerTimes.observe(obs.FullMethod, obs.Handler)
 	stopRenewing()
 
 	header, trailer := capture.metadata()

@@ -375,7 +375,7 @@ func TestFingerprint_DeterministicAndMethodBound(t *testing.T) {
 // metadata, so other clients' keys are fed to the interceptor directly.
 func TestKey_ControlOrNonASCII_InvalidAndNotRun(t *testing.T) {
 	h := start(t)
-	intercept := interceptor.UnaryServerInterceptor(h.db, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
+	intercept := interceptor.MustUnaryServerInterceptor(h.db, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
 	info := &grpc.UnaryServerInfo{FullMethod: testgrpc.TestService_UnaryCall_FullMethodName}
 	for _, key := range []string{"tab\there", "caf\xc3\xa9", "nul\x00", "del\x7f", "\xff"} {
 		ctx := metadata.NewIncomingContext(context.Background(),
@@ -447,8 +447,8 @@ func TestFingerprintScheme_ChangeIsMismatchNotReplay(t *testing.T) {
 	info := &grpc.UnaryServerInfo{FullMethod: testgrpc.TestService_UnaryCall_FullMethodName}
 	runs := 0
 	handler := func(ctx context.Context, req any) (any, error) { runs++; return &testgrpc.SimpleResponse{}, nil }
-	before := interceptor.UnaryServerInterceptor(store, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
-	after := interceptor.UnaryServerInterceptor(store, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired),
+	before := interceptor.MustUnaryServerInterceptor(store, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
+	after := interceptor.MustUnaryServerInterceptor(store, interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired),
 		interceptor.WithFingerprintExclude("grpc.testing.SimpleRequest.fill_username"))
 
 	req := &testgrpc.SimpleRequest{ResponseSize: 1}

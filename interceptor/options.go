@@ -2,7 +2,9 @@ package interceptor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -201,6 +203,40 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 
 // WithObserver has o told of every request the interceptor sees.
 func WithObserver(o Observer) Option { return func(opts *options) { opts.observer = o } }
+
+// check reports options that cannot work: a lease not shorter than the
+// TTL, a method name not of the form "/package.Service/Method" (a typo
+// there would silently leave the method without its policy).
+func (o *options) check() error {
+	if o.lease <= 0 || o.ttl <= o.lease {
+		return fmt.Errorf("interceptor: need 0 < lease < ttl, got lease %v, ttl %v", o.lease, o.ttl)
+	}
+	if o.handlerTimeout <= 0 {
+		return fmt.Errorf("interceptor: WithHandlerTimeout(%v): need a positive limit", o.handlerTimeout)
+	}
+	for m := range o.policies {
+		if err := checkMethodName(m); err != nil {
+			return fmt.Errorf("interceptor: WithKeyPolicy: %w", err)
+		}
+	}
+	for m := range o.transactional {
+		if err := checkMethodName(m); err != nil {
+			return fmt.Errorf("interceptor: WithTransactional: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkMethodName reports a name that is not a full gRPC method name,
+// "/package.Service/Method", as grpc.UnaryServerInfo.FullMethod has it.
+func checkMethodName(name string) error {
+	service, method, ok := strings.Cut(strings.TrimPrefix(name, "/"), "/")
+	if !strings.HasPrefix(name, "/") || !ok || service == "" || method == "" ||
+		strings.ContainsAny(method, "/ ") || strings.ContainsAny(service, " ") {
+		return fmt.Errorf("method %q is not a full method name of the form /package.Service/Method", name)
+	}
+	return nil
+}
 
 func (o *options) policy(fullMethod string) KeyPolicy {
 	if p, ok := o.policies[fullMethod]; ok {

@@ -56,8 +56,8 @@ func TestInFlightWait_WatcherStore_WokenByNoticeNotByPolling(t *testing.T) {
 	}
 	// Two processes on one store: "other" runs the request; "here" gets its
 	// duplicate and waits for it.
-	other := interceptor.UnaryServerInterceptor(store.Store)
-	here := interceptor.UnaryServerInterceptor(store, interceptor.WithInFlightWait(30*time.Second))
+	other := interceptor.MustUnaryServerInterceptor(store.Store)
+	here := interceptor.MustUnaryServerInterceptor(store, interceptor.WithInFlightWait(30*time.Second))
 
 	release, running := make(chan struct{}), make(chan struct{})
 	otherDone := make(chan error, 1)

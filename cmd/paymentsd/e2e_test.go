@@ -31,6 +31,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
@@ -467,6 +468,9 @@ func TestE2E_APIKeys_OnlyListedCredentials(t *testing.T) {
 	if strings.Contains(d.stderr(), "dev mode") {
 		t.Errorf("paymentsd warns of dev mode although --api-keys is set")
 	}
+	if !strings.Contains(d.stderr(), `"msg":"api keys loaded"`) || !strings.Contains(d.stderr(), `"principals":1`) {
+		t.Errorf("start log does not say how many principals were loaded:\n%s", d.stderr())
+	}
 	if a := d.create(withCreds("mallory-secret", "k"), seedRequest("1")); status.Code(a.err) != codes.Unauthenticated {
 		t.Errorf("unknown token: %v, want UNAUTHENTICATED", a.err)
 	}
@@ -514,6 +518,29 @@ func TestE2E_ReflectionAndHealth(t *testing.T) {
 	}
 	if !slices.Contains(names, paymentsv1.PaymentIntentService_ServiceDesc.ServiceName) {
 		t.Errorf("reflection lists %v, want PaymentIntentService among them", names)
+	}
+
+	// The descriptors carry the protos' comments, for grpcurl describe.
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "payments.v1.CreatePaymentIntentRequest"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	documented := false
+	for _, raw := range resp.GetFileDescriptorResponse().GetFileDescriptorProto() {
+		var fd descriptorpb.FileDescriptorProto
+		if err := proto.Unmarshal(raw, &fd); err != nil {
+			t.Fatal(err)
+		}
+		for _, loc := range fd.GetSourceCodeInfo().GetLocation() {
+			documented = documented || strings.Contains(loc.GetLeadingComments(), "base units")
+		}
+	}
+	if !documented {
+		t.Error("reflection serves payment_intent.proto without its comments")
 	}
 }
 

@@ -327,7 +327,7 @@ func TestE2E_SlowDiskImpatientClients_OneIntentEachNoKeyLocked(t *testing.T) {
 	}
 
 	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(interceptor.UnaryClientInterceptor(
+		grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(
 			interceptor.WithClientMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
 			interceptor.WithAttemptTimeout(20*time.Millisecond), interceptor.WithMaxAttempts(20))))
 	if err != nil {

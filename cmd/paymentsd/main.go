@@ -27,7 +27,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/paymentsd/paymentsd/auth"
@@ -38,6 +37,9 @@ import (
 )
 
 func main() {
+	if code, ok := runSubcommand(os.Args[1:]); ok { // record, backup, check, ...: see subcommands.go
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -53,8 +55,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "paymentsd:", err)
 		os.Exit(1)
 	}
+	admin := m.serveAdmin() // nil for PostgreSQL
 	<-ctx.Done()
 	stop() // a second signal kills at once
+	admin.close()
 	if err := m.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "paymentsd:", err)
 		os.Exit(1)
@@ -93,6 +97,7 @@ type Main struct {
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
 	api      *httpAPI // the HTTP/JSON API; nil without --http-listen
+	tracing  *tracing // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
 }
 
 // NewMain returns a Main with the default configuration, logging to w.
@@ -207,7 +212,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		auth.UnaryServerInterceptor(keys, "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
 	)
 	if !benchWithoutIdempotency {
-		interceptors = append(interceptors, interceptor.UnaryServerInterceptor(m.db.records,
+		interceptors = append(interceptors, interceptor.MustUnaryServerInterceptor(m.db.records, // fixed options, tested
 			interceptor.WithScope(auth.Scope),
 			interceptor.WithLease(m.Config.Lease),
 			interceptor.WithTTL(m.Config.TTL),
@@ -226,11 +231,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			interceptor.WithLogger(m.Logger),
 		))
 	}
-	m.grpc = grpc.NewServer(grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...))
+	if m.tracing, err = startTracing(ctx, m.Logger); err != nil {
+		m.db.records.Close()
+		return err
+	}
+	m.grpc = grpc.NewServer(grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...), m.tracing.serverOption())
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.intents, nil))
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
-	reflection.Register(m.grpc)
+	if err := registerReflection(m.grpc); err != nil {
+		m.db.records.Close()
+		return err
+	}
 	for name := range m.grpc.GetServiceInfo() { // each service answers too, not only the server
 		m.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
@@ -241,6 +253,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	if keys.IsDev() {
 		m.Logger.Warn("dev mode: any bearer token is accepted as a principal of its own; pass --api-keys in production")
+	} else {
+		m.Logger.Info("api keys loaded", "file", m.Config.APIKeysPath, "principals", keys.Principals())
 	}
 	m.Logger.Info("paymentsd listening", "addr", m.listener.Addr().String(), "db", m.db.desc,
 		"lease", m.Config.Lease.String(), "ttl", m.Config.TTL.String())
@@ -346,6 +360,7 @@ func (m *Main) Close() error {
 	}
 	m.wg.Wait()
 	m.Logger.LogAttrs(context.Background(), slog.LevelInfo, "closed", m.db.closedAttrs()...)
+	m.tracing.shutdown(m.Logger) // every call has ended: its span is buffered
 	return m.db.records.Close()
 }
 

@@ -126,7 +126,7 @@ func TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach(t *testing.T) {
 				grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 					BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 50 * time.Millisecond,
 				}}),
-				grpc.WithUnaryInterceptor(interceptor.UnaryClientInterceptor(
+				grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(
 					interceptor.WithClientMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
 					interceptor.WithMaxAttempts(50),
 					interceptor.WithBackoff(2*time.Millisecond, 50*time.Millisecond),

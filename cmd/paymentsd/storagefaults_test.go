@@ -340,7 +340,7 @@ func startInProcess(t *testing.T, opts ...interceptor.Option) *inProcess {
 	}, opts...)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 		auth.UnaryServerInterceptor(auth.Dev(), "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
-		interceptor.UnaryServerInterceptor(db, opts...),
+		interceptor.MustUnaryServerInterceptor(db, opts...),
 	))
 	paymentsv1.RegisterPaymentIntentServiceServer(srv, server.New(p.intents, nil))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,0 +1,112 @@
+package boltstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+)
+
+// ReadOnly is a data file opened for reading only, for an operator's tools
+// (a lookup, a backup, a check) while no server holds it. It takes bbolt's
+// shared lock: other readers may open the file too, a server may not until
+// it is closed, so close it soon.
+type ReadOnly struct {
+	bolt *bolt.DB
+}
+
+// OpenReadOnly opens the existing data file at path for reading. It fails
+// within lockTimeout (zero: one second) with ErrLocked when a process
+// holds the file for writing, and with an ErrDamaged when bbolt cannot
+// trust it. It never creates or changes the file.
+func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if info.Size() == 0 {
+		return nil, fmt.Errorf("open %s: the file is empty: no server has written to it yet", path)
+	}
+	if err := checkFileSize(path); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	lockTimeout = cmp.Or(lockTimeout, time.Second)
+	b, err := openBoltReadOnly(path, lockTimeout)
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return &ReadOnly{bolt: b}, nil
+}
+
+// openBoltReadOnly is openBolt's read-only twin, with the same recovery of
+// bbolt's panics on damaged files.
+func openBoltReadOnly(path string, lockTimeout time.Duration) (b *bolt.DB, err error) {
+	defer guardFaults()()
+	defer func() {
+		if p := recover(); p != nil {
+			err = asDamaged(p)
+		}
+	}()
+	b, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: lockTimeout, FreelistType: bolt.FreelistMapType})
+	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
+		err = &damaged{cause: err, latch: true}
+	}
+	return b, err
+}
+
+// view runs fn in a read transaction, a damaged page's panic or fault
+// turned into an ErrDamaged.
+func (r *ReadOnly) view(fn func(*bolt.Tx) error) (err error) {
+	defer guardFaults()()
+	defer func() {
+		if p := recover(); p != nil {
+			err = recovered(p)
+		}
+	}()
+	return r.bolt.View(fn)
+}
+
+// Get returns the record stored for k, live or expired, or nil when there
+// is none.
+func (r *ReadOnly) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var rec *interceptor.Record
+	err := r.view(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketRecords) == nil { // a bbolt file boltstore never opened
+			return nil
+		}
+		var err error
+		rec, err = getRecord(tx, recordKey(k))
+		return err
+	})
+	return rec, err
+}
+
+// Check verifies the file's structure as DB.Check does.
+func (r *ReadOnly) Check() error { return check(r.bolt) }
+
+// WriteTo writes a copy of the file to w, tx.Size() bytes, from one read
+// transaction: a bbolt file that opens and checks like the original.
+func (r *ReadOnly) WriteTo(w io.Writer) (n int64, err error) {
+	err = r.view(func(tx *bolt.Tx) error {
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	return n, err
+}
+
+// Close releases the file.
+func (r *ReadOnly) Close() error { return r.bolt.Close() }

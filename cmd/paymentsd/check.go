@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+)
+
+const checkAbout = `Checks the bbolt data file's structure (page links, freelist, key order),
+as paymentsd does before it serves from a file: exit 0 when it is sound,
+1 with the findings when it is damaged, 3 when it could not be checked.
+With the server running, the server checks it (through DB.admin.sock),
+while it serves. PostgreSQL checks its own data.`
+
+// runCheck is paymentsd check.
+func runCheck(ctx context.Context, sio *stdio, args []string) int {
+	fs := newFlagSet(sio, "check", "[--db DB]", checkAbout)
+	db := fs.String("db", defaultDB(), "the bbolt data file to check")
+	operands, code, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return code
+	case len(operands) > 0:
+		return usageError(fs, "unexpected arguments %q", operands)
+	case isPostgres(*db):
+		return usageError(fs, "check is for bbolt files; PostgreSQL checks its own")
+	}
+	via := ""
+	src, err := openBoltSource(*db)
+	if err == nil {
+		via = sourceName(src)
+		err = src.Check(ctx)
+		src.Close()
+	}
+	switch {
+	case err == nil:
+		fmt.Fprintf(sio.out, "%s: sound (%s)\n", *db, via)
+		return exitOK
+	case errors.Is(err, boltstore.ErrDamaged):
+		fmt.Fprintf(sio.out, "%s: damaged\n%v\nRestore it from a backup, or move it aside to start empty.\n", *db, err)
+		return exitNo
+	default:
+		return fail(sio, "check", err)
+	}
+}

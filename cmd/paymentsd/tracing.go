@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"google.golang.org/grpc"
+)
+
+// tracingShutdownTimeout bounds the flush of the last spans at Close, so
+// that a collector that is down cannot hold up shutdown.
+const tracingShutdownTimeout = 5 * time.Second
+
+// tracing exports the server's spans over OTLP/gRPC. A nil *tracing is
+// tracing off, and all its methods work on it.
+type tracing struct {
+	provider *sdktrace.TracerProvider
+}
+
+// tracingEnabled reports whether the standard OpenTelemetry environment
+// asks for spans to be exported: an OTLP endpoint is set, and the SDK and
+// the traces exporter are not turned off.
+func tracingEnabled(getenv func(string) string) bool {
+	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") ||
+		strings.EqualFold(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")), "none") {
+		return false
+	}
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// startTracing starts exporting spans if the environment asks for it (see
+// tracingEnabled), and returns nil otherwise: then nothing is dialed and no
+// stats handler is installed, so tracing off costs nothing per call. The
+// exporter reads the rest of the standard OTEL_EXPORTER_OTLP_* variables
+// (headers, TLS, compression, timeout), the batch processor OTEL_BSP_*, the
+// sampler OTEL_TRACES_SAMPLER, and the resource OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES over the default service.name, paymentsd.
+func startTracing(ctx context.Context, logger *slog.Logger) (*tracing, error) {
+	if !tracingEnabled(os.Getenv) {
+		return nil, nil
+	}
+	res, err := resource.New(ctx,
+		resource.WithTelemetrySDK(),
+		resource.WithAttributes(semconv.ServiceName("paymentsd")),
+		resource.WithFromEnv(), // last, so that it wins
+	)
+	if errors.Is(err, resource.ErrPartialResource) {
+		// A malformed OTEL_RESOURCE_ATTRIBUTES is no reason not to serve.
+		logger.Warn("tracing: resource partly detected", "err", err)
+	} else if err != nil {
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	// The client does not dial until the first export, and keeps trying in
+	// the background: a collector that is down never delays startup.
+	exporter, err := otlptracegrpc.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+	}
+	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
+	logger.Info("tracing: exporting spans over OTLP/gRPC")
+	return &tracing{provider: provider}, nil
+}
+
+// serverOption is the stats handler that starts a span for each call, or,
+// with tracing off, no option at all. The provider and propagator are
+// passed rather than made global, so that two Mains in one process (as in
+// the tests) each trace to their own. Incoming calls continue a W3C
+// traceparent; metrics stay with Prometheus, so otelgrpc's are no-ops.
+// Health checks, which load balancers send every few seconds, get no
+// spans: they would drown the calls.
+func (t *tracing) serverOption() grpc.ServerOption {
+	if t == nil {
+		return grpc.EmptyServerOption{}
+	}
+	return grpc.StatsHandler(otelgrpc.NewServerHandler(
+		otelgrpc.WithTracerProvider(t.provider),
+		otelgrpc.WithPropagators(propagation.TraceContext{}),
+		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+		otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+	))
+}
+
+// shutdown exports the spans still buffered and stops the exporter. Its
+// failure (the collector is down) is logged, not returned: the data is
+// safe, and an exit status is no place for lost spans.
+func (t *tracing) shutdown(logger *slog.Logger) {
+	if t == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+	defer cancel()
+	if err := t.provider.Shutdown(ctx); err != nil {
+		logger.Warn("tracing: flushing the last spans failed", "err", err)
+	}
+}

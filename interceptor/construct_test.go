@@ -1,0 +1,93 @@
+package interceptor_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/memstore"
+)
+
+// Options that cannot work are refused when the interceptor is built, not
+// discovered as a silent no-op later.
+func TestUnaryServerInterceptor_BadOptions_AreErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  interceptor.Option
+		want string
+	}{
+		{"policy without leading slash", interceptor.WithKeyPolicy("shop.v1.Orders/PlaceOrder", interceptor.KeyRequired), "shop.v1.Orders/PlaceOrder"},
+		{"policy with a dot for a slash", interceptor.WithKeyPolicy("/shop.v1.Orders.PlaceOrder", interceptor.KeyRequired), "/shop.v1.Orders.PlaceOrder"},
+		{"policy without method", interceptor.WithKeyPolicy("/shop.v1.Orders/", interceptor.KeyRequired), "/shop.v1.Orders/"},
+		{"transactional method with a space", interceptor.WithTransactional("/shop.v1.Orders/Place Order"), "Place Order"},
+		{"lease not under ttl", interceptor.WithLease(48 * time.Hour), "lease"},
+		{"no handler limit", interceptor.WithHandlerTimeout(0), "WithHandlerTimeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			i, err := interceptor.UnaryServerInterceptor(memstore.New(), tc.opt)
+			if err == nil || i != nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("UnaryServerInterceptor = %v, %v; want an error naming %q", i != nil, err, tc.want)
+			}
+			defer func() {
+				if recover() == nil {
+					t.Error("MustUnaryServerInterceptor did not panic")
+				}
+			}()
+			interceptor.MustUnaryServerInterceptor(memstore.New(), tc.opt)
+		})
+	}
+	if _, err := interceptor.UnaryServerInterceptor(memstore.New(),
+		interceptor.WithKeyPolicy(testgrpc.TestService_UnaryCall_FullMethodName, interceptor.KeyRequired),
+		interceptor.WithKeyPolicy("/NoPackage/Method", interceptor.KeyIgnored)); err != nil {
+		t.Errorf("valid options: %v", err)
+	}
+}
+
+func TestUnaryClientInterceptor_BadOptions_AreErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []interceptor.ClientOption
+		want string
+	}{
+		{"no methods", nil, "WithClientMethods"},
+		{"malformed method", []interceptor.ClientOption{interceptor.WithClientMethods("PlaceOrder")}, `"PlaceOrder"`},
+		{"no attempts", []interceptor.ClientOption{interceptor.WithClientMethods("/s.S/M"), interceptor.WithMaxAttempts(0)}, "WithMaxAttempts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if i, err := interceptor.UnaryClientInterceptor(tc.opts...); err == nil || i != nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("UnaryClientInterceptor = %v, %v; want an error naming %q", i != nil, err, tc.want)
+			}
+		})
+	}
+}
+
+// ChosenKey reports the key a call carried: the one the interceptor chose,
+// as the server saw it, or the caller's own.
+func TestChosenKey_ReportsTheKeyTheServerSaw(t *testing.T) {
+	retrying := interceptor.MustUnaryClientInterceptor(interceptor.WithClientMethods(testgrpc.TestService_UnaryCall_FullMethodName))
+	var sent string
+	invoker := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		md, _ := metadata.FromOutgoingContext(ctx)
+		sent = md.Get(interceptor.KeyHeader)[0]
+		return nil
+	}
+	for _, own := range []string{"", "order-77"} {
+		ctx := context.Background()
+		if own != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, interceptor.KeyHeader, own)
+		}
+		var key string
+		if err := retrying(ctx, testgrpc.TestService_UnaryCall_FullMethodName, nil, nil, nil, invoker, interceptor.ChosenKey(&key)); err != nil {
+			t.Fatal(err)
+		}
+		if key == "" || key != sent || (own != "" && key != own) {
+			t.Errorf("caller's key %q: ChosenKey = %q, the server got %q", own, key, sent)
+		}
+	}
+}
