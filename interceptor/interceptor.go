@@ -306,7 +306,7 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	case err != nil:
 		obs.Err = err
 		return nil, status.Error(codes.Unavailable,
-			"idempotency store failed to save the request's writes and result, so none were kept; retry with the same key")
+			"idempotency store failed to save the request's writes and result, which were most likely not kept (a commit whose answer was lost may have been); retry with the same key to learn which")
 	}
 	if err := sendMetadata(ctx, result, nil); err != nil {
 		return nil, err

@@ -43,6 +43,9 @@ var (
 	// ErrSchemaTooNew is returned when the database was migrated by a newer
 	// binary than this one.
 	ErrSchemaTooNew = errors.New("pgstore: database schema is newer than this binary")
+	// ErrSchemaTooOld is returned, with NoMigrate, when the database has
+	// not been migrated to this binary's schema.
+	ErrSchemaTooOld = errors.New("pgstore: database schema is older than this binary")
 )
 
 // Errors returned by a DB in use.
@@ -72,6 +75,11 @@ type Options struct {
 	CallerClock bool
 	// Logger receives the notice listener's reconnections. Default: none.
 	Logger *slog.Logger
+	// NoMigrate opens a database without bringing its schema up to date:
+	// the schema must already be at this binary's version, or Open fails.
+	// For tools that read what servers wrote (paymentsd record), which must
+	// not change the schema under the servers.
+	NoMigrate bool
 }
 
 // DB is an idempotency store on a PostgreSQL database.
@@ -98,7 +106,7 @@ type DB struct {
 func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	o := Options{MaxConns: 20, LockTimeout: 500 * time.Millisecond}
 	if opts != nil {
-		o.CallerClock, o.Logger = opts.CallerClock, opts.Logger
+		o.CallerClock, o.Logger, o.NoMigrate = opts.CallerClock, opts.Logger, opts.NoMigrate
 		if opts.MaxConns > 0 {
 			o.MaxConns = opts.MaxConns
 		}
@@ -124,7 +132,11 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
 	sub, _ := fs.Sub(migrations, "migrations")
-	if err := Migrate(ctx, pool, "idempotency", sub); err != nil {
+	migrate := Migrate
+	if o.NoMigrate {
+		migrate = CheckVersion
+	}
+	if err := migrate(ctx, pool, "idempotency", sub); err != nil {
 		pool.Close()
 		return nil, err
 	}

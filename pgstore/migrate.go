@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -36,6 +38,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 		return fmt.Errorf("migrate %s: %w", component, err)
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// The pool's lock_timeout is for claims; a migration waits for the
+		// lock and for its tables as long as ctx lets it.
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = 0`); err != nil {
+			return fmt.Errorf("migrate %s: %w", component, err)
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
 			return fmt.Errorf("migrate %s: lock: %w", component, err)
 		}
@@ -47,7 +54,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 		}
 		var version int
 		err := tx.QueryRow(ctx, `SELECT version FROM schema_versions WHERE component = $1`, component).Scan(&version)
-		if err != nil && err != pgx.ErrNoRows {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("migrate %s: read version: %w", component, err)
 		}
 		if version > len(files) {
@@ -69,6 +76,32 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 			ON CONFLICT (component) DO UPDATE SET version = excluded.version`, component, version)
 		return err
 	})
+}
+
+// CheckVersion reports whether component's tables are at the version of
+// the newest migration in fsys, changing nothing: ErrSchemaTooNew or
+// ErrSchemaTooOld, naming both versions, when they are not.
+func CheckVersion(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.FS) error {
+	files, err := migrationFiles(fsys)
+	if err != nil {
+		return fmt.Errorf("check %s schema: %w", component, err)
+	}
+	var version int
+	err = pool.QueryRow(ctx, `SELECT version FROM schema_versions WHERE component = $1`, component).Scan(&version)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "42P01": // no schema_versions yet
+		version = 0
+	case err != nil:
+		return fmt.Errorf("check %s schema: %w", component, err)
+	}
+	switch {
+	case version > len(files):
+		return fmt.Errorf("%w: the database's %s schema is version %d, this binary knows versions up to %d", ErrSchemaTooNew, component, version, len(files))
+	case version < len(files):
+		return fmt.Errorf("%w: the database's %s schema is version %d, this binary needs %d; start a server of this version first, which migrates it", ErrSchemaTooOld, component, version, len(files))
+	}
+	return nil
 }
 
 // migrationFiles lists the .sql files of fsys in order, checking that they

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -120,7 +121,7 @@ func TestDatabaseClock_SkewedProcess_NeitherTakesOverNorExpiresEarly(t *testing.
 	claim(t, honest, req, interceptor.OutcomeReplay)
 }
 
-// A duplicate on another process finds the key's row locked by an
+// A duplicate on another process finds the key locked by an
 // uncommitted claim: it waits for the lock and replays the result once it
 // commits; past LockTimeout it answers in flight instead.
 func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing.T) {
@@ -318,4 +319,77 @@ func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
 		t.Fatalf("Probe after restart = %v, Health %v", err, db.Health())
 	}
 	claim(t, db, request("cut", time.Now()), interceptor.OutcomeFresh) // nothing of the cut claim was stored
+}
+
+// A claim whose read waits past the lock timeout behind a table lock (a
+// schema change, say), after it took the key's lock, leaves no lock
+// behind: another process claims the key once the table is free.
+func TestClaim_ReadTimesOutAfterKeyLock_LeavesNoLock(t *testing.T) {
+	name := fresh("read_timeout")
+	opts := &pgstore.Options{MaxConns: 1, LockTimeout: 200 * time.Millisecond}
+	a, b := open(t, name, opts), open(t, name, nil)
+	ctx := context.Background()
+	claim(t, a, request("warm", time.Now()), interceptor.OutcomeFresh) // its statements are prepared: none waits now
+
+	locker, err := pgx.Connect(ctx, cluster.URL(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE idempotency_records IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if outcome, _, err := a.Claim(ctx, request("k", time.Now())); err == nil && outcome.Claimed() {
+		t.Fatalf("Claim behind a table lock = %v, want in flight or an error", outcome)
+	}
+	tx.Rollback(ctx)
+
+	var advisory int
+	if err := locker.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&advisory); err != nil || advisory != 0 {
+		t.Errorf("advisory locks held after the claim gave up = %d, %v; want 0", advisory, err)
+	}
+	claim(t, b, request("k", time.Now()), interceptor.OutcomeFresh)
+}
+
+// Migrating waits for another process's migration however long it takes
+// (within the caller's context), not the claims' lock timeout; a tool that
+// must not migrate is refused by a database not yet at its version.
+func TestOpen_MigrationWaitsPastLockTimeout_NoMigrateRefusesOldSchema(t *testing.T) {
+	c := pgtest.Require(t, cluster)
+	name := fresh("migrate_wait")
+	url := c.NewDatabase(t, name)
+	ctx := context.Background()
+
+	if _, err := pgstore.Open(ctx, url, &pgstore.Options{NoMigrate: true}); !errors.Is(err, pgstore.ErrSchemaTooOld) {
+		t.Errorf("NoMigrate Open of a new database = %v, want ErrSchemaTooOld", err)
+	}
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	const migrateLock = 0x7061796d656e7473
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrateLock)); err != nil {
+		t.Fatal(err)
+	}
+	unlocked := make(chan struct{})
+	time.AfterFunc(time.Second, func() {
+		defer close(unlocked)
+		holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(migrateLock))
+	})
+	db, err := pgstore.Open(ctx, url, &pgstore.Options{LockTimeout: 100 * time.Millisecond})
+	<-unlocked // holder is used by one goroutine at a time
+	if err != nil {
+		t.Fatalf("Open while another process migrates for 1s = %v, want it to wait", err)
+	}
+	db.Close()
+	if db, err := pgstore.Open(ctx, url, &pgstore.Options{NoMigrate: true}); err != nil {
+		t.Errorf("NoMigrate Open of a migrated database = %v", err)
+	} else {
+		db.Close()
+	}
 }

@@ -113,7 +113,10 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	t := &Tx{db: db, key: req.Key, lock: lockID(req.Key), durable: durable, conn: conn, locked: true}
+	// Taken before the lock is asked for: a duplicate waiting elsewhere
+	// times its wait from no earlier than this (see Tx.Commit's notice).
+	claimedAt := time.Now()
+	t := &Tx{db: db, key: req.Key, lock: lockID(req.Key), durable: durable, conn: conn}
 	defer func() {
 		if tx == nil {
 			t.rollbackLocked()
@@ -138,10 +141,13 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 		return err
 	})
 	if err != nil {
+		// A lock wait that ran out may have been the read's (a table lock
+		// queued behind a schema change) after the key's lock was taken:
+		// rollbackLocked releases it either way. Any other failure may have
+		// left the connection unusable: it is closed, which releases all.
 		if !errors.Is(err, errLocked) {
-			conn.Conn().Close(ctx) // the lock may be held: the connection goes
+			conn.Conn().Close(ctx)
 		}
-		t.locked = false
 		return 0, nil, nil, err
 	}
 	db.sawClock(now)
@@ -153,7 +159,7 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 		db.remember(req.Key, rec)
 		return outcome, rec, nil, nil
 	}
-	t.claim, t.prior, t.lease, t.claimedAt = rec, stored, req.Lease, time.Now()
+	t.claim, t.prior, t.lease, t.claimedAt = rec, stored, req.Lease, claimedAt
 	if !durable {
 		db.setPending(req.Key, rec)
 		return outcome, rec, t, nil
@@ -166,12 +172,12 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 		return 0, nil, nil, err
 	}
 	b.Queue(`COMMIT`)
-	b.Queue(`SELECT pg_advisory_unlock($1)`, t.lock)
+	b.Queue(`SELECT pg_advisory_unlock_all()`)
 	if err := sendBatch(ctx, conn, b, execAll(b)); err != nil {
 		return 0, nil, nil, replaced(err)
 	}
 	conn.Release()
-	t.conn, t.locked = nil, false // its Tx begins on the handler's first statement
+	t.conn = nil // its Tx begins on the handler's first statement
 	return outcome, rec, t, nil
 }
 
@@ -292,7 +298,7 @@ func (db *DB) removePending(k interceptor.RecordKey, rec *interceptor.Record) {
 }
 
 // inFlightGuess is the record a claim answers in flight with when another
-// process holds the key's row locked, uncommitted: what that claim most
+// process holds the key locked, not yet committed: what that claim most
 // likely is. Its lease is the lock timeout, the retry hint a waiter gets.
 func inFlightGuess(req interceptor.ClaimRequest, lockTimeout time.Duration) *interceptor.Record {
 	return &interceptor.Record{

@@ -36,7 +36,7 @@ type txKey struct{}
 type Tx struct {
 	db        *DB
 	key       interceptor.RecordKey
-	lock      int64 // the key's advisory lock
+	lock      int64 // the key's advisory lock, a session lock held by conn
 	claim     *interceptor.Record
 	prior     *interceptor.Record // the record the claim replaces, if any
 	lease     time.Duration
@@ -44,8 +44,7 @@ type Tx struct {
 	claimedAt time.Time
 
 	mu     sync.Mutex    // one statement at a time: a connection is not safe for concurrent use
-	conn   *pgxpool.Conn // in a transaction; nil for a durable claim until its first statement
-	locked bool          // conn holds the key's lock
+	conn   *pgxpool.Conn // in a transaction, holding the key's lock; nil for a durable claim until its first statement
 	failed error         // the first failure of a statement run through t
 	ended  bool
 }
@@ -124,12 +123,11 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 		b.Queue(`SELECT pg_notify($1, $2)`, noticeChannel, noticePayload(t.key))
 	}
 	b.Queue(`COMMIT`)
-	b.Queue(`SELECT pg_advisory_unlock($1)`, t.lock)
+	b.Queue(`SELECT pg_advisory_unlock_all()`)
 	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
 		t.rollbackLocked()
 		return replaced(err)
 	}
-	t.locked = false
 	t.conn.Release()
 	t.conn = nil
 	t.db.remember(t.key, done)
@@ -197,8 +195,11 @@ func (t *Tx) endLocked() {
 }
 
 // rollbackLocked ends t's transaction, if it has one, releases the key's
-// lock if it holds it, and returns its connection to the pool. A
-// connection that fails to do so is closed, which ends both as well.
+// lock, and returns its connection to the pool. It releases every session
+// lock of the connection, held or not: a claim's connection holds no other,
+// and no connection may go back to the pool holding one (it would keep its
+// key locked for every process). A connection that fails to do so is
+// closed, which ends both as well.
 func (t *Tx) rollbackLocked() {
 	if t.conn == nil {
 		return
@@ -207,13 +208,10 @@ func (t *Tx) rollbackLocked() {
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(`ROLLBACK`)
-	if t.locked {
-		b.Queue(`SELECT pg_advisory_unlock($1)`, t.lock)
-	}
+	b.Queue(`SELECT pg_advisory_unlock_all()`)
 	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
 		t.conn.Conn().Close(ctx)
 	}
-	t.locked = false
 	t.conn.Release()
 	t.conn = nil
 }

@@ -129,8 +129,9 @@ func lookupRecord(ctx context.Context, db string, k interceptor.RecordKey) (*int
 	if isPostgres(db) {
 		ctx, cancel := context.WithTimeout(ctx, postgresTimeout)
 		defer cancel()
-		// Opening migrates a database that is not yet, as a server would.
-		pg, err := pgstore.Open(ctx, db, &pgstore.Options{MaxConns: 2})
+		// A lookup never changes the schema under the servers: a database
+		// not at this binary's version is refused, naming both.
+		pg, err := pgstore.Open(ctx, db, &pgstore.Options{MaxConns: 2, NoMigrate: true})
 		if err != nil {
 			return nil, err
 		}

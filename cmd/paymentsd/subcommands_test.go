@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/pgtest"
 )
 
 // run is one run of a subcommand.
@@ -218,6 +220,23 @@ func TestRecord_Postgres(t *testing.T) {
 	// The server need not run.
 	paymentsd(t, "", "record", "--db", url, "--principal", devPrincipal("merchant-demo"), "--key", "order-pg").want(t, 0, id)
 	paymentsd(t, "", "record", "--db", url, "--principal", devPrincipal("merchant-demo"), "--key", "nope").want(t, 1)
+
+	// A lookup never migrates: a database no server has migrated is
+	// refused, and left as it was.
+	empty := pgtest.Require(t, pgCluster).NewDatabase(t, pgtest.DatabaseName(t.Name()+"/empty"))
+	r := paymentsd(t, "", "record", "--db", empty, "--principal", "p", "--key", "k")
+	if r.code != 3 || !strings.Contains(r.stderr, "older than this binary") {
+		t.Errorf("record on a database never migrated: exit %d, stderr %q; want 3, naming the old schema", r.code, r.stderr)
+	}
+	conn, err := pgx.Connect(context.Background(), empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var tables int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil || tables != 0 {
+		t.Errorf("tables after record = %d, %v; want none created", tables, err)
+	}
 }
 
 func TestBackup_WhileRunning_CopyHoldsTheIntent(t *testing.T) {
