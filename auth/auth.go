@@ -50,6 +50,17 @@ func (k *Keys) Principals() int {
 
 var principalPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
+// ValidPrincipal reports whether name may name a principal in an API key
+// file: 1 to 64 of A-Z a-z 0-9 . _ -.
+func ValidPrincipal(name string) bool { return principalPattern.MatchString(name) }
+
+// KeyLine returns the API key file line that accepts token for principal,
+// as LoadFile reads it.
+func KeyLine(principal, token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return principal + " sha256:" + hex.EncodeToString(sum[:])
+}
+
 // LoadFile reads API keys from path: one "<principal> sha256:<hex>" per line,
 // the hex being the SHA-256 of the token (`printf %s "$TOKEN" | sha256sum`).
 // Blank lines and lines starting with # are skipped. The file holds no
@@ -76,7 +87,7 @@ func LoadFile(path string) (*Keys, error) {
 			return nil, fmt.Errorf("api keys: %s:%d: want \"<principal> sha256:<hex of the token's SHA-256>\"", path, line)
 		}
 		principal, hexSum := fields[0], strings.TrimPrefix(fields[1], "sha256:")
-		if !principalPattern.MatchString(principal) {
+		if !ValidPrincipal(principal) {
 			return nil, fmt.Errorf("api keys: %s:%d: principal %q: use 1 to 64 of A-Z a-z 0-9 . _ -", path, line, principal)
 		}
 		sum, err := hex.DecodeString(hexSum)

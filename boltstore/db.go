@@ -92,7 +92,11 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err := checkFileSize(path); err != nil {
 		return nil, refuse(path, err)
 	}
-	b, err := openBolt(path, lockTimeout)
+	// The freelist is synced with every commit: bbolt rebuilds an unsynced
+	// one at open in goroutines of its own, where a damaged page's panic
+	// cannot be recovered. It is kept in a hash map, as etcd does, so that
+	// allocating from a large one stays cheap.
+	b, err := openBolt(path, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags, FreelistType: bolt.FreelistMapType})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)
 	}
@@ -108,22 +112,18 @@ func Open(path string, opts *Options) (*DB, error) {
 	return db, nil
 }
 
-// openBolt opens path with bbolt, which panics on some damaged files (an
-// invalid freelist page, say).
-func openBolt(path string, lockTimeout time.Duration) (b *bolt.DB, err error) {
+// openBolt opens path with bbolt and opts, turning bbolt's panics on some
+// damaged files (an invalid freelist page, say) and the meta pages it
+// rejects into an ErrDamaged; other errors are the system's.
+func openBolt(path string, opts *bolt.Options) (b *bolt.DB, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = asDamaged(p)
 		}
 	}()
-	// The freelist is synced with every commit: bbolt rebuilds an unsynced
-	// one at open in goroutines of its own, where a damaged page's panic
-	// cannot be recovered. It is kept in a hash map, as etcd does, so that
-	// allocating from a large one stays cheap.
-	b, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags,
-		FreelistType: bolt.FreelistMapType})
+	b, err = bolt.Open(path, 0o600, opts)
 	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
-		err = &damaged{cause: err, latch: true} // meta pages bbolt rejects; other errors are the system's
+		err = &damaged{cause: err, latch: true}
 	}
 	return b, err
 }

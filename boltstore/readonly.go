@@ -39,7 +39,9 @@ func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	lockTimeout = cmp.Or(lockTimeout, time.Second)
-	b, err := openBoltReadOnly(path, lockTimeout)
+	restore := guardFaults() // a fault reading a damaged file's mapping is an ErrDamaged too
+	b, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: lockTimeout, FreelistType: bolt.FreelistMapType})
+	restore()
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)
 	}
@@ -47,22 +49,6 @@ func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return &ReadOnly{bolt: b}, nil
-}
-
-// openBoltReadOnly is openBolt's read-only twin, with the same recovery of
-// bbolt's panics on damaged files.
-func openBoltReadOnly(path string, lockTimeout time.Duration) (b *bolt.DB, err error) {
-	defer guardFaults()()
-	defer func() {
-		if p := recover(); p != nil {
-			err = asDamaged(p)
-		}
-	}()
-	b, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: lockTimeout, FreelistType: bolt.FreelistMapType})
-	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
-		err = &damaged{cause: err, latch: true}
-	}
-	return b, err
 }
 
 // view runs fn in a read transaction, a damaged page's panic or fault

@@ -197,8 +197,7 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (rk 
 	if policy == KeyIgnored {
 		return RecordKey{}, false, Fingerprint{}, nil
 	}
-	if policy == KeyOptional && len(metadata.ValueFromIncomingContext(ctx, KeyHeader)) == 0 &&
-		len(metadata.ValueFromIncomingContext(ctx, KeyHeader+"-bin")) == 0 {
+	if policy == KeyOptional && !keySent(ctx) {
 		return RecordKey{}, false, Fingerprint{}, nil
 	}
 	// The credential comes first: without one, the key is not even read.

@@ -43,6 +43,13 @@ func ParseKey(key string) error {
 	return nil
 }
 
+// keySent reports whether the request carries an idempotency key header,
+// valid or not.
+func keySent(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, KeyHeader)) > 0 ||
+		len(metadata.ValueFromIncomingContext(ctx, KeyHeader+"-bin")) > 0
+}
+
 // keyFromContext returns the request's idempotency key and whether one was
 // sent; the error is a status error ready to return.
 func keyFromContext(ctx context.Context) (string, bool, error) {

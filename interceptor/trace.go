@@ -5,7 +5,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/metadata"
 )
 
 // Span attributes the interceptor sets on the current span. See the
@@ -26,8 +25,7 @@ func traceObservation(ctx context.Context, obs *Observation) {
 	if !span.IsRecording() {
 		return
 	}
-	present := len(metadata.ValueFromIncomingContext(ctx, KeyHeader)) > 0 ||
-		len(metadata.ValueFromIncomingContext(ctx, KeyHeader+"-bin")) > 0
+	present := keySent(ctx)
 	if obs.Outcome == 0 {
 		span.SetAttributes(AttrKeyPresent.Bool(present))
 		return

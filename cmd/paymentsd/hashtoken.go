@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"regexp"
+
+	"github.com/paymentsd/paymentsd/auth"
 )
 
 const hashTokenAbout = `Reads a bearer token from standard input (its first line) and prints the
@@ -16,10 +15,6 @@ line of the --api-keys file that accepts it for PRINCIPAL:
 
 The file holds no token, so leaking it gives no access. The token never
 appears on the command line, where ps and shell history would show it.`
-
-// principalPattern is auth.LoadFile's rule for a principal; the tests
-// check that every line hash-token prints is one LoadFile accepts.
-var principalPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // runHashToken is paymentsd hash-token PRINCIPAL.
 func runHashToken(_ context.Context, sio *stdio, args []string) int {
@@ -38,7 +33,7 @@ func runHashToken(_ context.Context, sio *stdio, args []string) int {
 	case principal == "":
 		return usageError(fs, "give the PRINCIPAL the token belongs to")
 	}
-	if !principalPattern.MatchString(principal) {
+	if !auth.ValidPrincipal(principal) {
 		return usageError(fs, "principal %q: use 1 to 64 of A-Z a-z 0-9 . _ -", principal)
 	}
 	if f, ok := sio.in.(*os.File); ok {
@@ -50,7 +45,6 @@ func runHashToken(_ context.Context, sio *stdio, args []string) int {
 	if err != nil {
 		return fail(sio, "hash-token", err)
 	}
-	sum := sha256.Sum256([]byte(token))
-	fmt.Fprintf(sio.out, "%s sha256:%s\n", principal, hex.EncodeToString(sum[:]))
+	fmt.Fprintln(sio.out, auth.KeyLine(principal, token))
 	return exitOK
 }
