@@ -95,12 +95,14 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	// Every answer about a record says when it is forgotten: until then a
 	// retry with this key is safe. Truncated to the second, so never late.
 	// A caller that has gone gets no header; its claim still runs.
-	if err := grpc.SetHeader(ctx, metadata.Pairs(ExpiresAtHeader, rec.Expiry.UTC().Format(time.RFC3339))); err != nil && ctx.Err() == nil {
+	expires := metadata.MD{ExpiresAtHeader: {rec.Expiry.UTC().Format(time.RFC3339)}}
+	if outcome == OutcomeReplay {
+		return replay(ctx, rec.Result, expires)
+	}
+	if err := grpc.SetHeader(ctx, expires); err != nil && ctx.Err() == nil {
 		return nil, status.Errorf(codes.Internal, "idempotency: set header: %v", err)
 	}
 	switch outcome {
-	case OutcomeReplay:
-		return replay(ctx, rec.Result)
 	case OutcomeInFlight:
 		return nil, errInFlight(rk.Key, i.handlerTimes.retryDelay(obs.FullMethod, rec.LeaseExpiry.Sub(now)))
 	case OutcomeMismatch:
@@ -307,7 +309,7 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		return nil, status.Error(codes.Unavailable,
 			"idempotency store failed to save the request's writes and result, which were most likely not kept (a commit whose answer was lost may have been); retry with the same key to learn which")
 	}
-	if err := sendMetadata(ctx, result, nil); err != nil {
+	if err := sendMetadata(ctx, result.Header, result.Trailer); err != nil {
 		return nil, err
 	}
 	if result.Status != nil {
@@ -352,9 +354,14 @@ func (i *idempotency) renewWhileRunning(ctx context.Context, rk RecordKey, claim
 	}
 }
 
-// replay answers with a stored result, marked as replayed.
-func replay(ctx context.Context, result *Result) (any, error) {
-	if err := sendMetadata(ctx, result, metadata.Pairs(ReplayedHeader, "true")); err != nil {
+// replay answers with a stored result, marked as replayed, its header
+// sent after header (the record's expiry) in one piece.
+func replay(ctx context.Context, result *Result, header metadata.MD) (any, error) {
+	for k, vs := range result.Header {
+		header[k] = append(header[k], vs...) // copies: the stored result is shared
+	}
+	header[ReplayedHeader] = append(header[ReplayedHeader], "true")
+	if err := sendMetadata(ctx, header, result.Trailer); err != nil {
 		return nil, err
 	}
 	if result.Status != nil {
@@ -402,17 +409,16 @@ func (r *Result) size() int {
 	return n
 }
 
-// sendMetadata sets the result's header, joined with extra, and trailer on
-// the call; for a caller that has gone, it sets what it can.
-func sendMetadata(ctx context.Context, r *Result, extra metadata.MD) error {
-	if len(r.Header) > 0 || len(extra) > 0 { // Join allocates even for nothing
-		header := metadata.Join(r.Header, extra)
+// sendMetadata sets header and trailer on the call (grpc-go copies them);
+// for a caller that has gone, it sets what it can.
+func sendMetadata(ctx context.Context, header, trailer metadata.MD) error {
+	if len(header) > 0 {
 		if err := grpc.SetHeader(ctx, header); err != nil && ctx.Err() == nil {
 			return status.Errorf(codes.Internal, "idempotency: set header: %v", err)
 		}
 	}
-	if len(r.Trailer) > 0 {
-		if err := grpc.SetTrailer(ctx, r.Trailer); err != nil && ctx.Err() == nil {
+	if len(trailer) > 0 {
+		if err := grpc.SetTrailer(ctx, trailer); err != nil && ctx.Err() == nil {
 			return status.Errorf(codes.Internal, "idempotency: set trailer: %v", err)
 		}
 	}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,6 +164,9 @@ func TestTracing_ExportsSpansWithIdempotencyOverOTLP(t *testing.T) {
 	if len(creates) != 3 {
 		t.Fatalf("%d CreatePaymentIntent spans exported, want 3 (gRPC fresh, gRPC replay, HTTP)", len(creates))
 	}
+	// In the order the calls were made: a span is exported once it ends,
+	// which can be after the client has its answer and made the next call.
+	slices.SortFunc(creates, func(a, b *tracepb.Span) int { return cmp.Compare(a.StartTimeUnixNano, b.StartTimeUnixNano) })
 	var outcomes []string
 	for _, s := range creates {
 		a := attrs(s.Attributes)
