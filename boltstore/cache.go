@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/paymentsd/paymentsd/interceptor"
 )
@@ -15,11 +16,12 @@ const (
 	decodedMaxSize = 16 << 10
 )
 
-// decoded keeps records as they were last decoded, by key, with the
-// encoding they were decoded from. A read that finds the same bytes stored
-// reuses the record instead of decoding it again: retries of one key, the
-// hot path of a replay, then cost a lookup and a comparison. Entries are
-// checked against the stored bytes on every use, so they are never stale.
+// decoded keeps completed records as they were last decoded, by key, with
+// the encoding they were decoded from. A read that finds the same bytes
+// stored reuses the record instead of decoding it again; a retry that comes
+// before the record expires does not even read (see unexpired). Entries are
+// checked against the stored bytes on every other use, and forgotten when
+// their record is replaced or swept, so they are never stale.
 type decoded struct {
 	m sync.Map // string(key) -> *decodedRecord
 	n atomic.Int64
@@ -45,6 +47,30 @@ func (d *decoded) get(key, stored []byte) (*interceptor.Record, []byte) {
 	}
 	r := *e.rec
 	return &r, e.raw
+}
+
+// unexpired returns a copy of the record kept for key if it expires after
+// now. Kept records are completed, and a completed record that has not
+// expired never changes: only an expired one is swept or claimed anew. So
+// it answers a retry as the stored bytes would, without reading them.
+func (d *decoded) unexpired(key []byte, now time.Time) *interceptor.Record {
+	v, ok := d.m.Load(string(key))
+	if !ok {
+		return nil
+	}
+	e := v.(*decodedRecord)
+	if !now.Before(e.rec.Expiry) {
+		return nil
+	}
+	r := *e.rec
+	return &r
+}
+
+// forget drops what is kept for key, once its stored record has changed.
+func (d *decoded) forget(key []byte) {
+	if _, ok := d.m.LoadAndDelete(string(key)); ok {
+		d.n.Add(-1)
+	}
 }
 
 // put keeps rec, decoded from raw (which the caller no longer changes).

@@ -56,8 +56,16 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 		return 0, nil, nil, err
 	}
 	key := recordKey(req.Key)
-	// Retries that only read (replays, mismatches, requests in flight) are
-	// decided on a read transaction, with no lock and no write.
+	// Retries of a completed record before it expires are decided in memory;
+	// other retries that only read (requests in flight, and those whose
+	// record is not kept) on a read transaction, with no lock and no write.
+	if db.health.damagedErr() == nil {
+		if rec := db.decoded.unexpired(key, req.Now); rec != nil {
+			if outcome, rec := interceptor.Decide(rec, req, db.claimant); !outcome.Claimed() {
+				return outcome, rec, nil, nil
+			}
+		}
+	}
 	released := db.releasedOf(key)
 	raw, stored, err := db.read(key)
 	if err != nil {
@@ -90,6 +98,9 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 		mine = rec
 		return putClaim(tx, key, stored, rec)
 	})
+	if mine != nil {
+		db.decoded.forget(key) // whether or not it committed: the record it replaced had expired
+	}
 	if err != nil {
 		if mine != nil {
 			db.release(key, mine)
@@ -289,10 +300,17 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 // records they point to, in one transaction. It collects the batch before
 // deleting: a bbolt cursor skips keys when deleted under.
 func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, deleted int, err error) {
+	var batch [][]byte
+	defer func() {
+		for _, k := range batch { // whether or not they were deleted: they had expired
+			_, key := splitExpiryKey(k)
+			db.decoded.forget(key)
+		}
+	}()
 	err = db.update(ctx, func(tx *bolt.Tx) error {
 		scanned, deleted = 0, 0 // in case the batch runs again
 		records, index := tx.Bucket(bucketRecords), tx.Bucket(bucketRecordExpiry)
-		var batch [][]byte
+		batch = batch[:0]
 		c := index.Cursor()
 		for k, _ := c.First(); k != nil && len(batch) < db.sweepBatch; k, _ = c.Next() {
 			if expiry, _ := splitExpiryKey(k); expiry.After(now) {

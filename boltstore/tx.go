@@ -98,6 +98,7 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 	if err != nil {
 		return err
 	}
+	defer t.db.decoded.forget(t.key) // the record it replaces, if any, had expired
 	return t.db.update(ctx, func(tx *bolt.Tx) error {
 		prior, err := t.stillClaimed(tx)
 		if err != nil {

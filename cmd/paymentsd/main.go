@@ -36,14 +36,6 @@ import (
 	"github.com/paymentsd/paymentsd/server"
 )
 
-// streamWorkers is how many goroutines serve calls, each keeping the stack
-// it has grown. Without them grpc-go starts a goroutine per call, whose
-// stack grows from its smallest size by copying, several times, on every
-// call: a tenth of the server's CPU on replays. A call waiting for its
-// commit holds a worker, so there are enough for the calls that share a
-// commit under load; past that, calls get goroutines of their own as before.
-const streamWorkers = 64
-
 func main() {
 	if code, ok := runSubcommand(os.Args[1:]); ok { // record, backup, check, ...: see subcommands.go
 		os.Exit(code)
@@ -243,8 +235,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.db.records.Close()
 		return err
 	}
-	m.grpc = grpc.NewServer(grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...),
-		grpc.NumStreamWorkers(streamWorkers), m.tracing.serverOption())
+	m.grpc = grpc.NewServer(grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...), m.tracing.serverOption())
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.intents, nil))
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
