@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"bytes"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,20 @@ const (
 type decoded struct {
 	m sync.Map // string(key) -> *decodedRecord
 	n atomic.Int64
+	// forgotten counts the forgets of the keys that hash alike, so that a
+	// put of bytes read before its key was forgotten keeps nothing.
+	forgotten [256]atomic.Uint64
 }
+
+// forgetSeed hashes keys to their slot of decoded.forgotten.
+var forgetSeed = maphash.MakeSeed()
+
+func (d *decoded) forgottenSlot(key []byte) *atomic.Uint64 {
+	return &d.forgotten[maphash.Bytes(forgetSeed, key)%uint64(len(d.forgotten))]
+}
+
+// generation is to be taken before key's record is read, and given to put.
+func (d *decoded) generation(key []byte) uint64 { return d.forgottenSlot(key).Load() }
 
 type decodedRecord struct {
 	raw []byte
@@ -66,23 +80,40 @@ func (d *decoded) unexpired(key []byte, now time.Time) *interceptor.Record {
 	return &r
 }
 
-// forget drops what is kept for key, once its stored record has changed.
+// forget drops what is kept for key, once its stored record has changed,
+// and what a read made before now would keep.
 func (d *decoded) forget(key []byte) {
+	d.forgottenSlot(key).Add(1)
 	if _, ok := d.m.LoadAndDelete(string(key)); ok {
 		d.n.Add(-1)
 	}
 }
 
-// put keeps rec, decoded from raw (which the caller no longer changes).
-func (d *decoded) put(key, raw []byte, rec *interceptor.Record) {
+// put keeps rec, decoded from raw (which the caller no longer changes), as
+// read after generation(key) returned gen: unless key was forgotten since,
+// for the record read may be gone.
+func (d *decoded) put(key, raw []byte, rec *interceptor.Record, gen uint64) {
 	if rec.State != interceptor.StateCompleted || len(raw) > decodedMaxSize {
-		return // claims in flight change; results do not
-	}
-	kept := *rec
-	if _, loaded := d.m.Swap(string(key), &decodedRecord{raw: raw, rec: &kept}); loaded {
+		d.forget(key) // claims in flight change, results do not; and what was kept is not stored
 		return
 	}
-	if d.n.Add(1) <= decodedCap {
+	slot := d.forgottenSlot(key)
+	if slot.Load() != gen {
+		return
+	}
+	kept := *rec
+	e := &decodedRecord{raw: raw, rec: &kept}
+	_, loaded := d.m.Swap(string(key), e)
+	if !loaded {
+		d.n.Add(1)
+	}
+	if slot.Load() != gen { // forgotten while being kept
+		if d.m.CompareAndDelete(string(key), e) {
+			d.n.Add(-1)
+		}
+		return
+	}
+	if loaded || d.n.Load() <= decodedCap {
 		return
 	}
 	// Full: forget an arbitrary entry or so.

@@ -87,3 +87,71 @@ func TestKeptRecord_AnswersWithoutReadingUntilReplacedOrSwept(t *testing.T) {
 		tx.Rollback()
 	}
 }
+
+// A durable claim that takes over a key whose record expired forgets it.
+func TestKeptRecord_ForgottenWhenADurableClaimTakesTheKey(t *testing.T) {
+	db, err := boltstore.Open(filepath.Join(t.TempDir(), "db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	key := interceptor.RecordKey{Scope: "s", Key: "k"}
+	first, second := sha256.Sum256([]byte("first")), sha256.Sum256([]byte("second"))
+	t0 := time.Now()
+	req := func(fp interceptor.Fingerprint, now time.Time) interceptor.ClaimRequest {
+		return interceptor.ClaimRequest{Key: key, Fingerprint: fp, Scheme: interceptor.FingerprintScheme,
+			Now: now, Lease: time.Minute, TTL: time.Hour}
+	}
+	_, rec, err := db.Claim(ctx, req(first, t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := anypb.New(wrapperspb.String("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Complete(ctx, key, rec.Completed(&interceptor.Result{Response: resp})); err != nil {
+		t.Fatal(err)
+	}
+	if outcome, _, err := db.Claim(ctx, req(first, t0.Add(time.Minute))); err != nil || outcome != interceptor.OutcomeReplay {
+		t.Fatalf("retry: %v, %v; want a replay", outcome, err)
+	}
+	if outcome, _, err := db.Claim(ctx, req(second, t0.Add(2*time.Hour))); err != nil || outcome != interceptor.OutcomeFresh {
+		t.Fatalf("another request after the expiry: %v, %v; want fresh", outcome, err)
+	}
+	if outcome, _, err := db.Claim(ctx, req(first, t0.Add(2*time.Minute))); err != nil || outcome != interceptor.OutcomeMismatch {
+		t.Errorf("the first request, its clock set back, after the key was claimed again: %v, %v; want a mismatch with the claim", outcome, err)
+	}
+}
+
+// A closed DB answers nothing, not even from memory.
+func TestKeptRecord_NotAnsweredAfterClose(t *testing.T) {
+	db, err := boltstore.Open(filepath.Join(t.TempDir(), "db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := interceptor.ClaimRequest{Key: interceptor.RecordKey{Scope: "s", Key: "k"}, Fingerprint: sha256.Sum256(nil),
+		Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}
+	_, rec, err := db.Claim(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := anypb.New(wrapperspb.String("done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Complete(ctx, req.Key, rec.Completed(&interceptor.Result{Response: resp})); err != nil {
+		t.Fatal(err)
+	}
+	if outcome, _, err := db.Claim(ctx, req); err != nil || outcome != interceptor.OutcomeReplay {
+		t.Fatalf("retry: %v, %v; want a replay", outcome, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if outcome, _, err := db.Claim(ctx, req); err == nil {
+		t.Errorf("retry after Close: %v, want an error", outcome)
+	}
+}

@@ -213,6 +213,16 @@ func (db *DB) Close() error {
 	return err
 }
 
+// closed reports whether Close has begun.
+func (db *DB) closed() bool {
+	select {
+	case <-db.quit:
+		return true
+	default:
+		return false
+	}
+}
+
 // view is bbolt's View, with its panics on damaged pages turned into an
 // ErrDamaged that Health reports from then on.
 func (db *DB) view(fn func(*bolt.Tx) error) (err error) {

@@ -59,7 +59,7 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 	// Retries of a completed record before it expires are decided in memory;
 	// other retries that only read (requests in flight, and those whose
 	// record is not kept) on a read transaction, with no lock and no write.
-	if db.health.damagedErr() == nil {
+	if db.health.damagedErr() == nil && !db.closed() {
 		if rec := db.decoded.unexpired(key, req.Now); rec != nil {
 			if outcome, rec := interceptor.Decide(rec, req, db.claimant); !outcome.Claimed() {
 				return outcome, rec, nil, nil
@@ -200,6 +200,7 @@ func (db *DB) releasedOf(key []byte) uint64 { return db.releasedSlot(key).Load()
 // read returns the stored record of key and its encoding, under a read
 // transaction.
 func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err error) {
+	gen := db.decoded.generation(key)
 	err = db.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get(key)
 		if stored, raw = db.decoded.get(key, v); stored == nil {
@@ -214,7 +215,7 @@ func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err erro
 	if err := stored.UnmarshalBinary(raw); err != nil {
 		return nil, nil, recordError(key, err)
 	}
-	db.decoded.put(key, raw, stored)
+	db.decoded.put(key, raw, stored, gen)
 	return raw, stored, nil
 }
 
