@@ -99,10 +99,14 @@ type DB struct {
 	clockOffset time.Duration
 }
 
+// listenWait bounds how long Open waits for the watcher to listen.
+const listenWait = 5 * time.Second
+
 // Open connects to the database connString names (a postgres:// URL or
 // key=value pairs; the libpq environment variables, PGPASSWORD and the
 // like, fill in what it leaves out), brings its schema up to date, and
-// starts listening for ended claims. Errors never contain the password.
+// listens for ended claims (waiting up to 5 s for that). Errors never
+// contain the password.
 func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	o := Options{MaxConns: 20, LockTimeout: 500 * time.Millisecond}
 	if opts != nil {
@@ -150,6 +154,12 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 			net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), url.PathEscape(cfg.ConnConfig.Database)),
 	}
 	db.watcher = newWatcher(cfg.ConnConfig.Copy(), o.Logger)
+	// Notices sent before the watcher listens are missed, and a waiter
+	// would then find its claim ended only by polling.
+	if !db.watcher.waitListening(ctx, listenWait) {
+		o.Logger.LogAttrs(ctx, slog.LevelWarn, "pgstore: not yet listening for ended claims; waiters poll until it does",
+			slog.Duration("waited", listenWait))
+	}
 	return db, nil
 }
 

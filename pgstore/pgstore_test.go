@@ -177,7 +177,6 @@ func TestWatch_ClaimEndsInOtherProcess_WakesWatcher(t *testing.T) {
 	defer stop()
 	other, stopOther := b.Watch(interceptor.RecordKey{Scope: "alice", Key: "other"})
 	defer stopOther()
-	time.Sleep(100 * time.Millisecond) // the watcher's connection has been listening since Open; this is slack
 	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), true); err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,10 @@ type watcher struct {
 	log  *slog.Logger
 	stop context.CancelFunc
 	done chan struct{}
+	// listening is closed once the first LISTEN has taken effect: notices
+	// sent before it are missed.
+	listening     chan struct{}
+	listeningOnce sync.Once
 
 	mu      sync.Mutex
 	watches map[string]map[chan struct{}]struct{} // by notice payload
@@ -45,9 +49,24 @@ type watcher struct {
 
 func newWatcher(cfg *pgx.ConnConfig, log *slog.Logger) *watcher {
 	ctx, stop := context.WithCancel(context.Background())
-	w := &watcher{cfg: cfg, log: log, stop: stop, done: make(chan struct{}), watches: map[string]map[chan struct{}]struct{}{}}
+	w := &watcher{cfg: cfg, log: log, stop: stop, done: make(chan struct{}), listening: make(chan struct{}),
+		watches: map[string]map[chan struct{}]struct{}{}}
 	go w.run(ctx)
 	return w
+}
+
+// waitListening waits until the watcher listens, up to timeout or ctx's
+// end, and reports whether it does.
+func (w *watcher) waitListening(ctx context.Context, timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-w.listening:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 func (w *watcher) close() {
@@ -127,6 +146,7 @@ func (w *watcher) listen(ctx context.Context) (listening bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+noticeChannel); err != nil {
 		return false, err
 	}
+	w.listeningOnce.Do(func() { close(w.listening) })
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
