@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"bytes"
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,20 +25,13 @@ const (
 type decoded struct {
 	m sync.Map // string(key) -> *decodedRecord
 	n atomic.Int64
-	// forgotten counts the forgets of the keys that hash alike, so that a
-	// put of bytes read before its key was forgotten keeps nothing.
-	forgotten [256]atomic.Uint64
-}
-
-// forgetSeed hashes keys to their slot of decoded.forgotten.
-var forgetSeed = maphash.MakeSeed()
-
-func (d *decoded) forgottenSlot(key []byte) *atomic.Uint64 {
-	return &d.forgotten[maphash.Bytes(forgetSeed, key)%uint64(len(d.forgotten))]
+	// forgotten counts the forgets, so that a put of bytes read before its
+	// key was forgotten keeps nothing.
+	forgotten keyCounts
 }
 
 // generation is to be taken before key's record is read, and given to put.
-func (d *decoded) generation(key []byte) uint64 { return d.forgottenSlot(key).Load() }
+func (d *decoded) generation(key []byte) uint64 { return d.forgotten.of(key) }
 
 type decodedRecord struct {
 	raw []byte
@@ -83,7 +75,7 @@ func (d *decoded) unexpired(key []byte, now time.Time) *interceptor.Record {
 // forget drops what is kept for key, once its stored record has changed,
 // and what a read made before now would keep.
 func (d *decoded) forget(key []byte) {
-	d.forgottenSlot(key).Add(1)
+	d.forgotten.add(key)
 	if _, ok := d.m.LoadAndDelete(string(key)); ok {
 		d.n.Add(-1)
 	}
@@ -97,8 +89,7 @@ func (d *decoded) put(key, raw []byte, rec *interceptor.Record, gen uint64) {
 		d.forget(key) // claims in flight change, results do not; and what was kept is not stored
 		return
 	}
-	slot := d.forgottenSlot(key)
-	if slot.Load() != gen {
+	if d.forgotten.of(key) != gen {
 		return
 	}
 	kept := *rec
@@ -107,7 +98,7 @@ func (d *decoded) put(key, raw []byte, rec *interceptor.Record, gen uint64) {
 	if !loaded {
 		d.n.Add(1)
 	}
-	if slot.Load() != gen { // forgotten while being kept
+	if d.forgotten.of(key) != gen { // forgotten while being kept
 		if d.m.CompareAndDelete(string(key), e) {
 			d.n.Add(-1)
 		}

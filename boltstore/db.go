@@ -64,10 +64,10 @@ type DB struct {
 	// memory until they commit with their result; see ClaimTx.
 	mu      sync.Mutex
 	pending map[string]*interceptor.Record
-	// released counts the claims that left pending, by a hash of their key:
-	// a transactional claim that read its record without mu reads it again
-	// only if a claim of its slot was released since.
-	released [256]atomic.Uint64
+	// released counts the claims that left pending: a transactional claim
+	// that read its record without mu reads it again only if a claim of its
+	// key's slot was released since.
+	released keyCounts
 	decoded  decoded
 
 	queue         chan *write // unbuffered; see update

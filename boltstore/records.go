@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"hash/maphash"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -66,7 +64,7 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 			}
 		}
 	}
-	released := db.releasedOf(key)
+	released := db.released.of(key)
 	raw, stored, err := db.read(key)
 	if err != nil {
 		return 0, nil, nil, err
@@ -125,7 +123,7 @@ func (db *DB) claimInMemory(req interceptor.ClaimRequest, key, raw []byte, store
 	}
 	// A record changes only as a claim of it ends and leaves pending. If one
 	// of this slot's did since the read, read again, under the lock.
-	if db.releasedOf(key) != released {
+	if db.released.of(key) != released {
 		var err error
 		if raw, stored, err = db.read(key); err != nil {
 			return 0, nil, nil, err
@@ -183,19 +181,8 @@ func (db *DB) release(key []byte, claim *interceptor.Record) {
 // forgetLocked removes key's pending claim and counts it released.
 func (db *DB) forgetLocked(key []byte) {
 	delete(db.pending, string(key))
-	db.releasedSlot(key).Add(1)
+	db.released.add(key)
 }
-
-// releaseSeed hashes keys to their slot of DB.released.
-var releaseSeed = maphash.MakeSeed()
-
-// releasedSlot counts the claims released of the keys that hash like key.
-func (db *DB) releasedSlot(key []byte) *atomic.Uint64 {
-	return &db.released[maphash.Bytes(releaseSeed, key)%uint64(len(db.released))]
-}
-
-// releasedOf is how many claims of key's slot have been released.
-func (db *DB) releasedOf(key []byte) uint64 { return db.releasedSlot(key).Load() }
 
 // read returns the stored record of key and its encoding, under a read
 // transaction.

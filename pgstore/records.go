@@ -43,10 +43,11 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 }
 
 // ClaimTx decides req as Claim does and, when it is claimed, returns the Tx
-// that completes it. A claim that is not durable is a row inserted (or
-// replaced) in the Tx's transaction, uncommitted: other processes cannot
-// see it, but their claims of the key wait for its lock, and see its result
-// once it commits. A crash, or a connection lost, rolls it back.
+// that completes it. A claim that is not durable writes nothing yet: it
+// holds the key's lock in the Tx's open transaction, and its record is
+// inserted, completed, when the Tx commits. Other processes' claims of the
+// key wait for the lock, and see the result once it commits. A crash, or a
+// connection lost, releases the lock and leaves nothing.
 func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, durable)
 	if tx == nil {
@@ -181,10 +182,16 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 	return outcome, rec, t, nil
 }
 
-// lockID is the advisory lock of k: the first 8 bytes of a hash. Two keys
-// that share one only wait for each other.
+// keyDigest is the hash that names k to the database where the key itself
+// must not go: in its advisory lock and in the notices of its claims.
+func keyDigest(k interceptor.RecordKey) [sha256.Size]byte {
+	return sha256.Sum256([]byte(k.Scope + "\x00" + k.Key))
+}
+
+// lockID is the advisory lock of k: the first 8 bytes of its digest. Two
+// keys that share one only wait for each other.
 func lockID(k interceptor.RecordKey) int64 {
-	h := sha256.Sum256([]byte(k.Scope + "\x00" + k.Key))
+	h := keyDigest(k)
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
 

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
 	"sync"
@@ -16,10 +15,11 @@ import (
 // noticeChannel is the channel of the notices sent when a claim ends.
 const noticeChannel = "idempotency_claim_ended"
 
-// noticePayload names k in a notice: a hash, so that neither scope nor key
-// travels or lands in a log, and short, well under the payload limit.
+// noticePayload names k in a notice: 12 bytes of its digest, so that
+// neither scope nor key travels or lands in a log, well under the payload
+// limit.
 func noticePayload(k interceptor.RecordKey) string {
-	h := sha256.Sum256([]byte(k.Scope + "\x00" + k.Key))
+	h := keyDigest(k)
 	return hex.EncodeToString(h[:12])
 }
 
