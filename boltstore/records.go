@@ -216,6 +216,15 @@ func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
 	return putClaimRaw(tx, key, stored, rec.Expiry, v)
 }
 
+// indexFillPercent is how full the expiry index's pages are left when they
+// split. Its keys start with the expiry, now plus the TTL, so nearly every
+// entry goes after the last: bbolt's default, half full, would leave each
+// page that a split leaves behind half empty for good, making twice the
+// pages, a deeper tree and more pages written per commit. (etcd fills its
+// append-only bucket the same way.) The tenth left free takes the few
+// entries that come out of order, from claims decided at the same time.
+const indexFillPercent = 0.9
+
 // putClaimRaw is putClaim of a record already encoded as v.
 func putClaimRaw(tx *bolt.Tx, key []byte, stored *interceptor.Record, expiry time.Time, v []byte) error {
 	if stored != nil && !stored.Expiry.Equal(expiry) {
@@ -223,7 +232,9 @@ func putClaimRaw(tx *bolt.Tx, key []byte, stored *interceptor.Record, expiry tim
 			return err
 		}
 	}
-	if err := tx.Bucket(bucketRecordExpiry).Put(expiryKey(expiry, key), nil); err != nil {
+	index := tx.Bucket(bucketRecordExpiry)
+	index.FillPercent = indexFillPercent
+	if err := index.Put(expiryKey(expiry, key), nil); err != nil {
 		return err
 	}
 	return tx.Bucket(bucketRecords).Put(key, v)
