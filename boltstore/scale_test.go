@@ -47,12 +47,8 @@ func TestScale(t *testing.T) {
 				for i := lo; i < min(lo+20000, to); i++ {
 					r := req(fmt.Sprintf("fill-%09d", i), t0)
 					_, rec := interceptor.Decide(nil, r, db.claimant)
-					key := recordKey(r.Key)
-					if err := tx.Bucket(bucketRecordExpiry).Put(expiryKey(rec.Expiry, key), nil); err != nil {
-						return err
-					}
-					if err := putRecord(tx, key, rec.Completed(result)); err != nil {
-						return err
+					if err := putClaim(tx, recordKey(r.Key), nil, rec.Completed(result)); err != nil {
+						return err // the record and its index entry, as a claim writes them
 					}
 				}
 				return nil
