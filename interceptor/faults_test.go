@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/boltstore"
@@ -190,6 +191,55 @@ func TestRenewal_SlowLiveWorkerIsNeverTakenOver(t *testing.T) {
 	time.Sleep(lease)
 	if fs.renewals.Load() != n {
 		t.Errorf("renewals went on after the handler returned")
+	}
+}
+
+// countingRenewals is memstore, a store shared by processes (claims are
+// durable and renewed), counting its renewals.
+type countingRenewals struct {
+	*memstore.Store
+	renewals atomic.Int64
+}
+
+func (s *countingRenewals) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+	s.renewals.Add(1)
+	return s.Store.Renew(ctx, key, claim)
+}
+
+// A handler that panics under a server that recovers panics must not leave
+// its claim renewed for good: renewals stop with it, so that a retry takes
+// the claim over once its lease ends, as it would a dead worker's.
+func TestRenewal_StopsWhenTheHandlerPanics(t *testing.T) {
+	const lease = 30 * time.Millisecond
+	store := &countingRenewals{Store: memstore.New()}
+	intercept := interceptor.MustUnaryServerInterceptor(store, interceptor.WithLease(lease),
+		interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
+	ctx := grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(context.Background(),
+		metadata.Pairs("authorization", "Bearer tok", interceptor.KeyHeader, "k")), transport{})
+	info := &grpc.UnaryServerInfo{FullMethod: testgrpc.TestService_UnaryCall_FullMethodName}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the handler's panic did not reach the server")
+			}
+		}()
+		intercept(ctx, payload("x"), info, func(context.Context, any) (any, error) {
+			for store.renewals.Load() < 2 { // its claim is being renewed
+				time.Sleep(lease / 10)
+			}
+			panic("handler bug")
+		})
+	}()
+	n := store.renewals.Load()
+	time.Sleep(5 * lease)
+	if more := store.renewals.Load() - n; more != 0 {
+		t.Errorf("%d renewals after the handler panicked, want none", more)
+	}
+	resp, err := intercept(ctx, payload("x"), info, func(ctx context.Context, req any) (any, error) {
+		return echo(ctx, req.(*testgrpc.SimpleRequest))
+	})
+	if err != nil || resp == nil {
+		t.Errorf("retry past the lease: %v, want a takeover that runs", err)
 	}
 }
 

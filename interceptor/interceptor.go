@@ -251,6 +251,7 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	}
 	if durable {
 		stopRenewing = i.renewWhileRunning(ctx, rk, *claim, obs.FullMethod)
+		defer stopRenewing() // for a handler that panics; else stopped below, before the commit
 	}
 	// A handler deaf to its context must not hold its key for good: once it
 	// has overrun its limit by as much again (so that one that returns at
