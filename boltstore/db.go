@@ -60,15 +60,18 @@ type DB struct {
 	sweepBatch int
 	claimant   interceptor.Claimant
 
-	// pending holds the claims of transactional methods, which live in
-	// memory until they commit with their result; see ClaimTx.
+	// mu guards pending and renewed. pending holds the claims whose Tx this
+	// process runs, until it ends; see ClaimTx.
 	mu      sync.Mutex
 	pending map[string]*interceptor.Record
 	// released counts the claims that left pending: a transactional claim
 	// that read its record without mu reads it again only if a claim of its
 	// key's slot was released since.
 	released keyCounts
-	decoded  decoded
+	// renewed holds the leases that renewals asked for of durable claims
+	// in pending, which Renew does not write; see renewal.
+	renewed map[string]renewal
+	decoded decoded
 
 	queue         chan *write // unbuffered; see update
 	quit          chan struct{}
@@ -175,6 +178,7 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 		// made by a process that has let go of the file.
 		claimant: interceptor.Claimant{ID: newProcessID(), Exclusive: true},
 		pending:  map[string]*interceptor.Record{},
+		renewed:  map[string]renewal{},
 
 		queue:         make(chan *write),
 		quit:          make(chan struct{}),

@@ -69,7 +69,7 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable b
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	if outcome, rec := interceptor.Decide(stored, req, db.claimant); !outcome.Claimed() {
+	if outcome, rec := db.decide(key, stored, req); !outcome.Claimed() {
 		return outcome, rec, nil, nil
 	}
 	if err := db.health.damagedErr(); err != nil {
@@ -129,7 +129,7 @@ func (db *DB) claimInMemory(req interceptor.ClaimRequest, key, raw []byte, store
 			return 0, nil, nil, err
 		}
 	}
-	outcome, rec := interceptor.Decide(stored, req, db.claimant)
+	outcome, rec := db.decideLocked(key, stored, req)
 	if !outcome.Claimed() {
 		return outcome, rec, nil, nil
 	}
@@ -148,7 +148,7 @@ func (db *DB) decideDurable(key []byte, req interceptor.ClaimRequest, stored, mi
 	if p := db.pending[string(key)]; p != nil && p != mine {
 		return db.decidePendingLocked(key, req)
 	}
-	outcome, rec := interceptor.Decide(stored, req, db.claimant)
+	outcome, rec := db.decideLocked(key, stored, req)
 	if outcome.Claimed() {
 		db.pending[string(key)] = rec
 	} else if mine != nil {
@@ -167,6 +167,57 @@ func (db *DB) decidePendingLocked(key []byte, req interceptor.ClaimRequest) (int
 		return outcome, rec
 	}
 	return interceptor.OutcomeInFlight, p
+}
+
+// A renewal is the lease that a renewal asked for of a durable claim held
+// in memory. Renew writes nothing for such a claim (a live worker needs no
+// lease on disk), so if its Tx ends without a result (the handler overran,
+// or its result could not be stored), the stored lease is older than the
+// last one its worker was known alive for, and a retry could take over at
+// once. Decisions use the renewed lease instead; the entry goes once a
+// claim supersedes it, its result commits or its record is swept.
+type renewal struct {
+	attempt uint64
+	token   interceptor.ClaimToken
+	lease   time.Time
+}
+
+// decide is decideLocked for a record read without mu; only a claim in
+// flight can have been renewed, so only then does it take mu.
+func (db *DB) decide(key []byte, stored *interceptor.Record, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
+	if stored == nil || stored.State != interceptor.StateInFlight {
+		return interceptor.Decide(stored, req, db.claimant)
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.decideLocked(key, stored, req)
+}
+
+// decideLocked is interceptor.Decide on stored, with the lease renewed in
+// memory when stored is the claim renewed. A claim it makes supersedes the
+// renewal.
+func (db *DB) decideLocked(key []byte, stored *interceptor.Record, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
+	if r, ok := db.renewed[string(key)]; ok && stored != nil && stored.State == interceptor.StateInFlight &&
+		stored.Attempt == r.attempt && stored.Token == r.token && r.lease.After(stored.LeaseExpiry) {
+		renewed := *stored // stored may be shared: change a copy
+		renewed.LeaseExpiry = r.lease
+		stored = &renewed
+	}
+	outcome, rec := interceptor.Decide(stored, req, db.claimant)
+	if outcome.Claimed() {
+		delete(db.renewed, string(key))
+	}
+	return outcome, rec
+}
+
+// forgetRenewals drops the renewals of keys whose claims ended with a result
+// or whose records were swept.
+func (db *DB) forgetRenewals(keys ...[]byte) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	for _, key := range keys {
+		delete(db.renewed, string(key))
+	}
 }
 
 // release forgets the pending claim of key, if it is still claim.
@@ -246,13 +297,19 @@ func (db *DB) Claimant() interceptor.Claimant { return db.claimant }
 
 // Renew stores claim with its later lease if it is still the stored claim.
 // A claim whose Tx this process still runs needs no renewal (see ClaimTx):
-// Renew then writes nothing, so that a slow disk delays no renewal.
+// Renew then writes nothing, so that a slow disk delays no renewal, and
+// keeps the lease in memory for when the Tx ends without a result (see
+// renewal).
 func (db *DB) Renew(ctx context.Context, rk interceptor.RecordKey, claim *interceptor.Record) error {
 	key := recordKey(rk)
 	db.mu.Lock()
 	p := db.pending[string(key)]
+	held := p != nil && p.Attempt == claim.Attempt && p.Token == claim.Token
+	if held {
+		db.renewed[string(key)] = renewal{attempt: claim.Attempt, token: claim.Token, lease: claim.LeaseExpiry}
+	}
 	db.mu.Unlock()
-	if p != nil && p.Attempt == claim.Attempt && p.Token == claim.Token {
+	if held {
 		return nil
 	}
 	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, key, claim) })
@@ -301,10 +358,12 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, deleted int, err error) {
 	var batch [][]byte
 	defer func() {
-		for _, k := range batch { // whether or not they were deleted: they had expired
-			_, key := splitExpiryKey(k)
-			db.decoded.forget(key)
+		keys := make([][]byte, len(batch))
+		for i, k := range batch { // whether or not they were deleted: they had expired
+			_, keys[i] = splitExpiryKey(k)
+			db.decoded.forget(keys[i])
 		}
+		db.forgetRenewals(keys...)
 	}()
 	err = db.update(ctx, func(tx *bolt.Tx) error {
 		scanned, deleted = 0, 0 // in case the batch runs again

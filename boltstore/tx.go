@@ -99,7 +99,7 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 		return err
 	}
 	defer t.db.decoded.forget(t.key) // the record it replaces, if any, had expired
-	return t.db.update(ctx, func(tx *bolt.Tx) error {
+	err = t.db.update(ctx, func(tx *bolt.Tx) error {
 		prior, err := t.stillClaimed(tx)
 		if err != nil {
 			return err
@@ -114,6 +114,10 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 		}
 		return putClaimRaw(tx, t.key, prior, done.Expiry, v)
 	})
+	if err == nil {
+		t.db.forgetRenewals(t.key) // its record has its result
+	}
+	return err
 }
 
 // stillClaimed returns ErrSuperseded unless the claim still stands in tx.

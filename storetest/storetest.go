@@ -101,6 +101,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"Commit_Durable_StoresResult", testTxDurableCommit},
 		{"Commit_AfterTakeover_IsSupersededAndStoresNothing_ExclusiveNeverTakesOverALiveTx", testTxSuperseded},
 		{"Rollback_Durable_StaysInFlight", testTxDurableRollback},
+		{"Rollback_DurableRenewed_StaysInFlightUntilTheRenewedLease", testTxDurableRenewedRollback},
 		{"Commit_AfterCommitOrRollback_IsRefused", testTxEnded},
 	}
 	for _, tc := range tests {
@@ -851,6 +852,33 @@ func testTxDurableRollback(t *testing.T, open Opener) {
 	}
 	if rec := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover); rec.Attempt != 2 {
 		t.Errorf("takeover after the lease: attempt %d, want 2", rec.Attempt)
+	}
+}
+
+// testTxDurableRenewedRollback: renewals said the worker of a durable claim
+// was alive until the renewed lease; a Tx that ends without a result (its
+// handler overran, its result could not be stored) leaves the claim in
+// flight until then, so that no retry runs the handler again meanwhile.
+func testTxDurableRenewedRollback(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	ts := asTxStore(t, s)
+	req := request("k", "body", t0)
+	first, tx := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
+	renewed := *first
+	renewed.LeaseExpiry = t0.Add(3 * lease)
+	if err := s.Renew(context.Background(), req.Key, &renewed); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	tx.Rollback()
+	for _, at := range []time.Duration{lease / 2, 2 * lease} { // before and after the first lease
+		rec := claim(t, s, request("k", "body", t0.Add(at)), interceptor.OutcomeInFlight)
+		if rec.Attempt != 1 || rec.Token != first.Token || !rec.LeaseExpiry.Equal(renewed.LeaseExpiry) {
+			t.Errorf("at +%v after Rollback: attempt %d, same token %t, lease %v; want attempt 1 of the same token, lease %v",
+				at, rec.Attempt, rec.Token == first.Token, rec.LeaseExpiry, renewed.LeaseExpiry)
+		}
+	}
+	if rec := claim(t, s, request("k", "body", t0.Add(3*lease)), interceptor.OutcomeTakeover); rec.Attempt != 2 {
+		t.Errorf("takeover after the renewed lease: attempt %d, want 2", rec.Attempt)
 	}
 }
 
