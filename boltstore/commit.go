@@ -131,7 +131,9 @@ func (db *DB) commit(batch []*write) {
 			answer(batch, err)       // nil, or the commit's own failure for everyone
 			return
 		}
-		// Each write runs at most twice, however many of the batch fail.
+		// Each write runs at most twice, however many of the batch fail, if
+		// a write that succeeded succeeds again on the same data (Update asks
+		// that it be safe to run again in any case).
 		batch[failed].done <- err
 		db.commit(batch[:failed])
 		batch = batch[failed+1:]
