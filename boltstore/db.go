@@ -291,21 +291,35 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // Check verifies the file's structure (page links, freelist, key order) and
 // returns what is wrong, an ErrDamaged, for tests and operators. Open and
 // New run it before serving from a file.
-func (db *DB) Check() error { return check(db.bolt) }
-
-func check(b *bolt.DB) error {
-	return b.View(func(tx *bolt.Tx) error {
-		var errs []error
-		for err := range tx.Check(bolt.WithKVStringer(redacted{})) { // recovers bbolt's panics itself
-			if len(errs) < 10 {
-				errs = append(errs, err)
-			}
-		}
-		if len(errs) > 0 {
-			return &damaged{cause: errors.Join(errs...), latch: true}
-		}
-		return nil
+//
+// On a DB that serves, it runs as a write of the group commit, in its
+// transaction: bbolt's check of a read transaction is only sound while no
+// write commits, and would report pages freed meanwhile as damage. So
+// writes wait while it runs.
+func (db *DB) Check() error {
+	var found error
+	err := db.update(context.Background(), func(tx *bolt.Tx) error {
+		found = checkTx(tx)
+		return nil // what it found is for the caller, not a failure of the batch
 	})
+	return cmp.Or(err, found)
+}
+
+// check checks a file that nothing writes to: one that is opening, or open
+// read-only.
+func check(b *bolt.DB) error { return b.View(checkTx) }
+
+func checkTx(tx *bolt.Tx) error {
+	var errs []error
+	for err := range tx.Check(bolt.WithKVStringer(redacted{})) { // recovers bbolt's panics itself
+		if len(errs) < 10 {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return &damaged{cause: errors.Join(errs...), latch: true}
+	}
+	return nil
 }
 
 // redacted keeps keys and values, principals and idempotency keys among

@@ -12,7 +12,8 @@ const checkAbout = `Checks the bbolt data file's structure (page links, freelist
 as paymentsd does before it serves from a file: exit 0 when it is sound,
 1 with the findings when it is damaged, 3 when it could not be checked.
 With the server running, the server checks it (through DB.admin.sock),
-while it serves. PostgreSQL checks its own data.`
+in one of its write transactions: writes wait for the check, reads do not.
+PostgreSQL checks its own data.`
 
 // runCheck is paymentsd check.
 func runCheck(ctx context.Context, sio *stdio, args []string) int {
