@@ -111,6 +111,15 @@ func TestOpen_DamagedFile_RefusedNamingFileAndRemedy(t *testing.T) {
 				!strings.Contains(msg, "backup") || !strings.Contains(msg, "check") || !strings.Contains(msg, tc.want) {
 				t.Errorf("Open = %v\nwant ErrDamaged naming %s, %q, a backup and the check", err, path, tc.want)
 			}
+			// An operator's tools read nothing from a file the server refuses.
+			ro, err := boltstore.OpenReadOnly(path, 0)
+			if err == nil {
+				ro.Close()
+				t.Fatal("OpenReadOnly opened a file that Open refuses")
+			}
+			if !errors.Is(err, boltstore.ErrDamaged) {
+				t.Errorf("OpenReadOnly = %v, want ErrDamaged", err)
+			}
 		})
 	}
 }

@@ -117,10 +117,24 @@ func Open(path string, opts *Options) (*DB, error) {
 
 // openBolt opens path with bbolt and opts, turning bbolt's panics on some
 // damaged files (an invalid freelist page, say) and the meta pages it
-// rejects into an ErrDamaged; other errors are the system's.
+// rejects into an ErrDamaged; other errors are the system's. bbolt does not
+// unlock and close the file when it panics, so openBolt does: its lock
+// would keep every later opening out, this process's own included. (Its
+// mapping, if made, stays: bbolt keeps no handle on it that openBolt can
+// reach.)
 func openBolt(path string, opts *bolt.Options) (b *bolt.DB, err error) {
+	var file *os.File
+	opts.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(name, flag, perm)
+		file = f
+		return f, err
+	}
 	defer func() {
 		if p := recover(); p != nil {
+			if file != nil {
+				unlock(file)
+				file.Close()
+			}
 			err = asDamaged(p)
 		}
 	}()

@@ -1,8 +1,15 @@
 package boltstore
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // mmapFlags prefaults the file's pages when bbolt maps it, as etcd does:
 // reads then never take a page fault, so a lookup in a large file costs
 // about what it does in a small one.
 const mmapFlags = syscall.MAP_POPULATE
+
+// unlock releases bbolt's lock on f. Closing f alone would not, while
+// bbolt's mapping of the file still refers to it.
+func unlock(f *os.File) { syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

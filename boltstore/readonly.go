@@ -26,7 +26,9 @@ type ReadOnly struct {
 // OpenReadOnly opens the existing data file at path for reading. It fails
 // within lockTimeout (zero: one second) with ErrLocked when a process
 // holds the file for writing, and with an ErrDamaged when bbolt cannot
-// trust it. It never creates or changes the file.
+// trust it or its structure does not check out: what it reads is then what
+// a server opening the file would serve, or nothing. It never creates or
+// changes the file.
 func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -46,6 +48,10 @@ func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
 		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)
 	}
 	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := check(b); err != nil { // as Open does before it serves
+		b.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return &ReadOnly{bolt: b}, nil
