@@ -2,7 +2,8 @@
 // idempotency key, however often a client retries.
 //
 // A client names each operation with an `idempotency-key` request header (1
-// to 255 printable ASCII characters) and retries with the same key. The
+// to 255 printable ASCII characters, the first not a double quote) and
+// retries with the same key. The
 // interceptor fingerprints the request (SHA-256 over the full method name
 // and the request's deterministic protobuf encoding), claims (scope, key) in
 // one atomic step of its Store, runs the handler once, stores the whole

@@ -311,6 +311,9 @@ func TestParseKey(t *testing.T) {
 		{"nul\x00", false},
 		{"del\x7f", false},
 		{"café", false},
+		{`"order-1001"`, false}, // over HTTP, the key order-1001
+		{`"`, false},
+		{`order "1001"`, true},
 	} {
 		if err := interceptor.ParseKey(tc.key); (err == nil) != tc.ok {
 			t.Errorf("ParseKey(%q) = %v, want ok %t", tc.key, err, tc.ok)
