@@ -114,7 +114,7 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 		}
 		return putClaimRaw(tx, t.key, prior, done.Expiry, v)
 	})
-	if err == nil {
+	if err == nil && t.durable { // only a durable claim is renewed
 		t.db.forgetRenewals(t.key) // its record has its result
 	}
 	return err
