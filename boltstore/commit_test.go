@@ -219,3 +219,18 @@ func TestCheck_WhileWritesCommit_FindsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestCheck_AfterACommitFailed_WalksTheFile: once a commit failed after its
+// meta page was written, the DB takes no more writes, though its file may
+// well be sound; Check still walks the file and says what it finds, rather
+// than answer with that failure, which an operator would read as damage.
+func TestCheck_AfterACommitFailed_WalksTheFile(t *testing.T) {
+	db := openTest(t)
+	db.health.poison(&damaged{latch: true, cause: errors.New("transaction 7 failed (fdatasync: EIO) after its meta page was written")})
+	if err := db.Update(context.Background(), func(*bolt.Tx) error { return nil }); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("a write after the failure: %v, want it refused", err)
+	}
+	if err := db.Check(); err != nil {
+		t.Errorf("Check of a sound file after a failed commit: %v, want nil", err)
+	}
+}

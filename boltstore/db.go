@@ -309,14 +309,24 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // On a DB that serves, it runs as a write of the group commit, in its
 // transaction: bbolt's check of a read transaction is only sound while no
 // write commits, and would report pages freed meanwhile as damage. So
-// writes wait while it runs.
+// writes wait while it runs, and a write's own function must not call it:
+// the committer would wait for itself. On a DB that takes no more writes,
+// its damage known, it checks in a read transaction, since nothing can
+// commit: the damage known may be a commit's failure, not the file's.
 func (db *DB) Check() error {
+	ran := false
 	var found error
 	err := db.update(context.Background(), func(tx *bolt.Tx) error {
-		found = checkTx(tx)
+		ran, found = true, checkTx(tx)
 		return nil // what it found is for the caller, not a failure of the batch
 	})
-	return cmp.Or(err, found)
+	switch {
+	case ran:
+		return found // whatever became of the batch's commit
+	case db.health.damagedErr() != nil:
+		return check(db.bolt)
+	}
+	return err
 }
 
 // check checks a file that nothing writes to: one that is opening, or open
