@@ -2,14 +2,14 @@
 // idempotency key, however often a client retries.
 //
 // A client names each operation with an `idempotency-key` request header (1
-// to 255 printable ASCII characters, the first not a double quote) and
-// retries with the same key. The interceptor fingerprints the request
-// (SHA-256 over the full method name and the request's deterministic
-// protobuf encoding), claims (scope, key) in one atomic step of its Store,
-// runs the handler once, stores the whole result — the response, or the
-// full status with its details, whatever its code, plus the header and
-// trailer metadata the handler set — and replays that result to every
-// retry with the header `idempotent-replayed: true`.
+// to 255 printable ASCII characters, neither starting with a double quote
+// nor starting or ending with a space) and retries with the same key. The
+// interceptor fingerprints the request (SHA-256 over the full method name
+// and the request's deterministic protobuf encoding), claims (scope, key)
+// in one atomic step of its Store, runs the handler once, stores the whole
+// result — the response, or the full status with its details, whatever its
+// code, plus the header and trailer metadata the handler set — and replays
+// that result to every retry with the header `idempotent-replayed: true`.
 //
 // Each request meets one of five outcomes:
 //

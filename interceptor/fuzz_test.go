@@ -13,11 +13,12 @@ import (
 )
 
 func FuzzParseKey(f *testing.F) {
-	for _, seed := range []string{"order-1001", "", " ", "~", "tab\t", "café", "\x7f", string(make([]byte, 256)), `"order-1001"`, `a"b`} {
+	for _, seed := range []string{"order-1001", "", " ", "~", "tab\t", "café", "\x7f", string(make([]byte, 256)), `"order-1001"`, `a"b`, " order-1001", "order 1001 "} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		want := len(key) >= 1 && len(key) <= interceptor.MaxKeyLength && key[0] != '"'
+		want := len(key) >= 1 && len(key) <= interceptor.MaxKeyLength &&
+			key[0] != '"' && key[0] != ' ' && key[len(key)-1] != ' '
 		for i := 0; i < len(key); i++ {
 			want = want && key[i] >= 0x20 && key[i] <= 0x7e
 		}

@@ -303,7 +303,9 @@ func TestParseKey(t *testing.T) {
 		ok  bool
 	}{
 		{"order-1001", true},
-		{" ~", true},
+		{"~ ~", true},
+		{" order-1001", false}, // over HTTP, the key order-1001
+		{"order-1001 ", false},
 		{strings.Repeat("a", 255), true},
 		{strings.Repeat("a", 256), false},
 		{"", false},

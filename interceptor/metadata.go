@@ -27,11 +27,13 @@ const (
 )
 
 // ParseKey checks an idempotency key: 1 to MaxKeyLength printable ASCII
-// characters (0x20 to 0x7E), the first not a double quote. Over HTTP, a
-// header value that starts with one is a quoted string ("order-1" is the
-// key order-1, as the IETF draft has it), so a key that started with one
-// would be another key there than over gRPC, and a client that changed
-// route would run its request twice. The error says what is wrong, for the
+// characters (0x20 to 0x7E), the first not a double quote and neither the
+// first nor the last a space. Over HTTP, a header value that starts with a
+// quote is a quoted string ("order-1" is the key order-1, as the IETF draft
+// has it), and spaces around a value are dropped; gRPC keeps both. A key
+// that started with a quote, or started or ended with a space, would be
+// another key over HTTP than over gRPC, and a client that changed route
+// would run its request twice. The error says what is wrong, for the
 // caller.
 func ParseKey(key string) error {
 	switch {
@@ -41,6 +43,8 @@ func ParseKey(key string) error {
 		return fmt.Errorf("key is %d bytes long, longer than %d", len(key), MaxKeyLength)
 	case key[0] == '"':
 		return fmt.Errorf(`key starts with a double quote, which over HTTP delimits a key ("order-1" is the key order-1); send the key without quotes`)
+	case key[0] == ' ' || key[len(key)-1] == ' ':
+		return fmt.Errorf("key starts or ends with a space, which HTTP drops; send the key without it")
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c > 0x7e {
