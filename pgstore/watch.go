@@ -58,15 +58,14 @@ func newWatcher(cfg *pgx.ConnConfig, log *slog.Logger) *watcher {
 // waitListening waits until the watcher listens, up to timeout or ctx's
 // end, and reports whether it does.
 func (w *watcher) waitListening(ctx context.Context, timeout time.Duration) bool {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	select {
 	case <-w.listening:
 		return true
 	case <-ctx.Done():
-	case <-t.C:
+		return false
 	}
-	return false
 }
 
 func (w *watcher) close() {
