@@ -29,8 +29,8 @@ var (
 )
 
 // errChanged is a compare-and-set that lost: the intent changed between
-// its read and its write.
-var errChanged = errors.New("payment intent changed while it was being updated")
+// its read and its write. Inside a boltstore.Tx, it runs the request again.
+var errChanged = fmt.Errorf("payment intent changed while it was being updated: %w", boltstore.ErrConflict)
 
 // Store is a server.IntentStore in a boltstore.DB.
 type Store struct {
@@ -94,7 +94,8 @@ func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.Pa
 // reports a change, with a compare-and-set on the stored bytes: a
 // concurrent change makes it read and apply update again. Inside a
 // boltstore.Tx the write is staged, and a concurrent change fails the Tx
-// when it commits.
+// when it commits, with boltstore.ErrConflict, so that the interceptor runs
+// a transactional request again.
 func (s *Store) UpdateIntent(ctx context.Context, owner, id string, update func(*paymentsv1.PaymentIntent) bool) (*paymentsv1.PaymentIntent, error) {
 	for {
 		pi, before, err := s.read(ctx, owner, id)

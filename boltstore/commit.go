@@ -6,10 +6,18 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // ErrClosed is returned by writes to a closed DB.
 var ErrClosed = errors.New("boltstore: closed")
+
+// ErrConflict is for a write function that finds the data its caller read
+// changed since (a compare-and-set that lost): one that returns an error
+// wrapping it inside a Tx makes the interceptor run a transactional
+// method's handler again, on the data as it now stands.
+var ErrConflict = interceptor.ErrConflict
 
 // maxBatch bounds how many writes share one commit, so that one commit's
 // transaction never grows without limit under load.
@@ -36,7 +44,8 @@ type write struct {
 // When ctx carries a Tx of this DB (a handler under the interceptor), fn
 // is not run now: it joins the Tx, to run in the transaction that
 // completes the Tx's record, and Update returns nil. Its error then fails
-// the whole Tx, which stores nothing. Reads made meanwhile through View see
+// the whole Tx, which stores nothing; an error wrapping ErrConflict runs a
+// transactional method again. Reads made meanwhile through View see
 // the data as committed, without the Tx's writes.
 //
 // A ctx that is done before fn is queued writes nothing.

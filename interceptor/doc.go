@@ -51,7 +51,10 @@
 // such writes, have a claim that is not durable before the handler runs:
 // nothing outside the store happened, so a crash loses nothing, and claim,
 // writes and result take one commit. A retry after a failure runs them
-// afresh.
+// afresh. A commit that fails with ErrConflict (the data the handler read
+// changed before its writes committed) runs such a method again at once,
+// as if the requests had come one after the other; after 8 lost runs the
+// caller gets ABORTED, reason IDEMPOTENCY_WRITE_CONFLICT, nothing stored.
 //
 // # Failures
 //

@@ -31,6 +31,10 @@ const (
 	// ReasonAttemptSuperseded: ABORTED, this attempt's lease expired and a
 	// newer attempt took the key over; its result was not stored.
 	ReasonAttemptSuperseded = "IDEMPOTENCY_ATTEMPT_SUPERSEDED"
+	// ReasonWriteConflict: ABORTED, a transactional method's writes lost to
+	// other requests changing the same data every time it ran; nothing was
+	// stored, and a retry with the same key runs it afresh.
+	ReasonWriteConflict = "IDEMPOTENCY_WRITE_CONFLICT"
 )
 
 // maxRetryDelay caps the RetryInfo delay of an in-flight answer: most
@@ -80,5 +84,11 @@ func errMismatch(key string, stored *Record, got Fingerprint, scheme string) err
 func errSuperseded(key string, attempt uint64) error {
 	return newError(codes.Aborted, ReasonAttemptSuperseded,
 		fmt.Sprintf("attempt %d for idempotency key %q was superseded by a newer attempt; its result was discarded", attempt, key),
+		map[string]string{"idempotency_key": key})
+}
+
+func errWriteConflict(key string, runs int) error {
+	return newError(codes.Aborted, ReasonWriteConflict,
+		fmt.Sprintf("the request with idempotency key %q ran %d times and each time other requests changed the data it changes before it could commit; nothing was stored: retry with the same key", key, runs),
 		map[string]string{"idempotency_key": key})
 }

@@ -75,41 +75,66 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		return handler(ctx, req)
 	}
 
-	outcome, rec, tx, now, err := i.claim(ctx, rk, fp, obs)
-	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
+	expiresSent := false
+	for runs := 1; ; runs++ {
+		outcome, rec, tx, now, err := i.claim(ctx, rk, fp, obs)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
+			}
+			obs.Err = err
+			if status.Code(err) == codes.DataLoss {
+				return nil, status.Error(codes.DataLoss, "idempotency store found its data damaged; the request was not run")
+			}
+			return nil, status.Error(codes.Unavailable, "idempotency store unavailable, the request was not run; retry with the same key")
 		}
-		obs.Err = err
-		if status.Code(err) == codes.DataLoss {
-			return nil, status.Error(codes.DataLoss, "idempotency store found its data damaged; the request was not run")
+		if tx != nil {
+			defer tx.Rollback() // a handler that panics releases its claim
 		}
-		return nil, status.Error(codes.Unavailable, "idempotency store unavailable, the request was not run; retry with the same key")
-	}
-	if tx != nil {
-		defer tx.Rollback() // a handler that panics releases its claim
-	}
-	obs.Outcome, obs.Attempt = outcome, rec.Attempt
-	i.opts.observer.Claimed(ctx, *obs)
+		obs.Outcome, obs.Attempt = outcome, rec.Attempt
+		i.opts.observer.Claimed(ctx, *obs)
 
-	// Every answer about a record says when it is forgotten: until then a
-	// retry with this key is safe. Truncated to the second, so never late.
-	// A caller that has gone gets no header; its claim still runs.
-	expires := metadata.MD{ExpiresAtHeader: {rec.Expiry.UTC().Format(time.RFC3339)}}
-	if outcome == OutcomeReplay {
-		return replay(ctx, rec.Result, expires)
+		// Every answer about a record says when it is forgotten: until then
+		// a retry with this key is safe. Truncated to the second, so never
+		// late (nor after a run again, whose claim expires later still). A
+		// caller that has gone gets no header; its claim still runs.
+		expires := metadata.MD{}
+		if !expiresSent {
+			expires[ExpiresAtHeader] = []string{rec.Expiry.UTC().Format(time.RFC3339)}
+		}
+		if outcome == OutcomeReplay {
+			return replay(ctx, rec.Result, expires)
+		}
+		if !expiresSent {
+			if err := grpc.SetHeader(ctx, expires); err != nil && ctx.Err() == nil {
+				return nil, status.Errorf(codes.Internal, "idempotency: set header: %v", err)
+			}
+			expiresSent = true
+		}
+		switch outcome {
+		case OutcomeInFlight:
+			return nil, errInFlight(rk.Key, i.handlerTimes.retryDelay(obs.FullMethod, rec.LeaseExpiry.Sub(now)))
+		case OutcomeMismatch:
+			return nil, errMismatch(rk.Key, rec, fp, i.scheme)
+		}
+		resp, err := i.run(ctx, req, handler, rk, rec, tx, obs)
+		if !errors.Is(err, errRunAgain) {
+			return resp, err
+		}
+		if runs == maxConflictRuns {
+			return nil, errWriteConflict(rk.Key, runs)
+		}
 	}
-	if err := grpc.SetHeader(ctx, expires); err != nil && ctx.Err() == nil {
-		return nil, status.Errorf(codes.Internal, "idempotency: set header: %v", err)
-	}
-	switch outcome {
-	case OutcomeInFlight:
-		return nil, errInFlight(rk.Key, i.handlerTimes.retryDelay(obs.FullMethod, rec.LeaseExpiry.Sub(now)))
-	case OutcomeMismatch:
-		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
-	}
-	return i.run(ctx, req, handler, rk, rec, tx, obs)
 }
+
+// maxConflictRuns bounds how many times a transactional method runs for one
+// request whose writes keep losing to other requests (ErrConflict).
+const maxConflictRuns = 8
+
+// errRunAgain is run's answer when a transactional method's writes lost
+// to a concurrent change: nothing was stored and the claim was released,
+// so the request is claimed and run again.
+var errRunAgain = errors.New("idempotency: run again")
 
 // claim claims rk, through ClaimTx when the store is a TxStore. With
 // WithInFlightWait, a request that finds the same request in flight waits
@@ -301,6 +326,8 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	case status.Code(err) == codes.DataLoss:
 		obs.Err = err
 		return nil, status.Errorf(codes.DataLoss, "idempotency store found its data damaged; the result of attempt %d was not stored", claim.Attempt)
+	case errors.Is(err, ErrConflict) && !durable:
+		return nil, errRunAgain
 	case err != nil && durable:
 		obs.Err = err
 		return nil, status.Errorf(codes.Unavailable,

@@ -103,6 +103,15 @@ type Watcher interface {
 // record expired and was replaced.
 var ErrSuperseded = errors.New("idempotency: attempt superseded")
 
+// ErrConflict, wrapped in the error of Tx.Commit, says that nothing was
+// stored because data the handler read changed before its writes could
+// commit: a compare-and-set it staged lost to another request. A
+// transactional method, whose only effects are its writes through the Tx,
+// is then run again on the data as it now stands, as if the two requests
+// had come one after the other. Any other method may have acted outside
+// the store, so its claim stays in flight, as after any failed commit.
+var ErrConflict = errors.New("idempotency: data the handler read changed before its writes committed")
+
 // RecordKey names one record: an idempotency key within a caller's scope.
 // The same key under two scopes names two records.
 type RecordKey struct {

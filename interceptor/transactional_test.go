@@ -3,7 +3,9 @@ package interceptor_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
+	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
 )
 
@@ -171,6 +174,139 @@ func TestTransactional_FailedWrite_UnavailableNothingStoredKeyRunsFresh(t *testi
 		t.Error("the retry's order was not stored")
 	}
 	h.wantCalls(t, 2)
+}
+
+// countOrders makes the handler add one to a stored count as a repository
+// would, with a compare-and-set staged through the store: read the count,
+// then write count+1 if it is unchanged, else fail with ErrConflict. It
+// answers with the count it wrote.
+func (h *harness) countOrders(t *testing.T) {
+	t.Helper()
+	count := []byte("count")
+	if err := h.db.Update(context.Background(), func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketOrders)
+		if err != nil {
+			return err
+		}
+		return b.Put(count, []byte("0"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		var read []byte
+		h.db.View(ctx, func(tx *bolt.Tx) error {
+			read = bytes.Clone(tx.Bucket(bucketOrders).Get(count))
+			return nil
+		})
+		n, err := strconv.Atoi(string(read))
+		if err != nil {
+			return nil, err
+		}
+		next := []byte(strconv.Itoa(n + 1))
+		err = h.db.Update(ctx, func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketOrders)
+			if !bytes.Equal(b.Get(count), read) {
+				return fmt.Errorf("count changed: %w", boltstore.ErrConflict)
+			}
+			return b.Put(count, next)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &testgrpc.SimpleResponse{Payload: &testgrpc.Payload{Body: next}}, nil
+	}
+}
+
+// Requests under different keys that change the same data race: all but
+// one of each race lose their compare-and-set at commit. A transactional
+// method is run again on the data as it now stands, so each is answered as
+// if they had come one after another, and no change is lost.
+func TestTransactional_ConflictingWrites_RunAgainNoChangeLost(t *testing.T) {
+	h := start(t, interceptor.WithTransactional(unaryCall))
+	h.countOrders(t)
+	const n = 6
+	answers := make([]call, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			answers[i] = h.send("tok", fmt.Sprintf("k%d", i), payload("+1"))
+		})
+	}
+	close(start)
+	wg.Wait()
+	counts := map[string]bool{}
+	for i, a := range answers {
+		if a.err != nil {
+			t.Fatalf("request %d: %v", i, a.err)
+		}
+		if got := a.header.Get(interceptor.ExpiresAtHeader); len(got) != 1 {
+			t.Errorf("request %d: %s %q, want one value", i, interceptor.ExpiresAtHeader, got)
+		}
+		counts[string(a.resp.Payload.Body)] = true
+	}
+	for c := 1; c <= n; c++ {
+		if !counts[strconv.Itoa(c)] {
+			t.Errorf("answers wrote counts %v, want each of 1..%d once", counts, n)
+		}
+	}
+	for i, a := range answers { // the answer that was stored is the one given
+		if again := h.send("tok", fmt.Sprintf("k%d", i), payload("+1")); again.err != nil || !again.replayed() ||
+			!bytes.Equal(again.resp.Payload.Body, a.resp.Payload.Body) {
+			t.Errorf("retry of request %d: replayed %t, %v, %v; want the replay of %s", i, again.replayed(), again.resp, again.err, a.resp.Payload.Body)
+		}
+	}
+}
+
+// A write that loses every time ends, after a bounded number of runs, in
+// ABORTED with nothing stored; the same key then runs afresh. A method
+// that is not transactional may have acted outside the store, so it is
+// never run again: its claim stays in flight, as after any failed commit.
+func TestConflict_EveryRunLoses(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     []interceptor.Option
+		wantCode codes.Code
+		wantRuns int64
+	}{
+		{"transactional", []interceptor.Option{interceptor.WithTransactional(unaryCall)}, codes.Aborted, 8},
+		{"durable claim", nil, codes.Unavailable, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, tc.opts...)
+			h.writeOrder(t, nil)
+			inner := h.service.handler
+			lose := true
+			h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+				if lose {
+					h.db.Update(ctx, func(tx *bolt.Tx) error { return fmt.Errorf("lost: %w", boltstore.ErrConflict) })
+				}
+				return inner(ctx, req)
+			}
+			a := h.send("tok", "k", payload("o1"))
+			if status.Code(a.err) != tc.wantCode {
+				t.Fatalf("answer %v, want %v", a.err, tc.wantCode)
+			}
+			if tc.wantCode == codes.Aborted {
+				wantReason(t, a.err, codes.Aborted, interceptor.ReasonWriteConflict)
+			}
+			h.wantCalls(t, tc.wantRuns)
+			if h.hasOrder("o1") {
+				t.Error("an order was stored")
+			}
+			if tc.wantCode != codes.Aborted {
+				return
+			}
+			lose = false
+			if a := h.send("tok", "k", payload("o1")); a.err != nil || a.replayed() {
+				t.Fatalf("retry: replayed %t, %v; want a fresh run that succeeds", a.replayed(), a.err)
+			}
+			if !h.hasOrder("o1") {
+				t.Error("the retry's order was not stored")
+			}
+		})
+	}
 }
 
 func TestRenewal_FailureIsLogged(t *testing.T) {

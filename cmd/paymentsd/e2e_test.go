@@ -311,6 +311,43 @@ func TestE2E_ConcurrentDuplicates_OneIntent(t *testing.T) {
 	}
 }
 
+// Cancels of one intent under different keys race: each reads the intent
+// as created, and all but one find it canceled when they commit. Each must
+// be answered as if they had run one after another.
+func TestE2E_ConcurrentCancels_EachAnsweredWithTheOneCancellation(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	for round := range 5 {
+		a := d.create(withCreds("merchant-demo", fmt.Sprintf("order-%d", round)), seedRequest("100000000"))
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		id := a.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+		const n = 12
+		canceled := make([]*paymentsv1.PaymentIntent, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				ctx := withCreds("merchant-demo", fmt.Sprintf("cancel-%d-%d", round, i))
+				resp, err := d.client.CancelPaymentIntent(ctx, &paymentsv1.CancelPaymentIntentRequest{Id: id})
+				canceled[i], errs[i] = resp.GetPaymentIntent(), err
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: cancel %d: %v", round, i, err)
+			}
+			if canceled[i].State != paymentsv1.State_STATE_CANCELED || !proto.Equal(canceled[i], canceled[0]) {
+				t.Errorf("round %d: cancel %d answered %v, want the one cancellation %v", round, i, canceled[i], canceled[0])
+			}
+		}
+	}
+}
+
 func TestE2E_InvalidRequest_ErrorStoredAndReplayed(t *testing.T) {
 	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
 	ctx := withCreds("merchant-demo", "order-zero")
