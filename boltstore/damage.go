@@ -123,19 +123,19 @@ type meta struct {
 
 // checkFileSize refuses a file that is shorter than its meta page says:
 // bbolt would map pages past its end and die of SIGBUS on the first read
-// of one. A missing or empty file is new, and fine.
+// of one. An empty file was emptied, since Open creates files whole.
 func checkFileSize(path string) error {
 	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	info, err := f.Stat()
-	if err != nil || info.Size() == 0 {
+	if err != nil {
 		return err
+	}
+	if info.Size() == 0 {
+		return &damaged{cause: errors.New("the file is empty, though a data file is created whole: it was emptied")}
 	}
 	m0, err0 := readMeta(f, 0)
 	var m1 meta

@@ -97,6 +97,9 @@ func TestOpen_DamagedFile_RefusedNamingFileAndRemedy(t *testing.T) {
 		{"every page after the metas zeroed", func(t *testing.T, path string) {
 			zeroPages(t, path, 2, pages(t, path)-2)
 		}, ""},
+		{"emptied", func(t *testing.T, path string) {
+			os.Truncate(path, 0)
+		}, "the file is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := makeFile(t)
@@ -122,6 +125,66 @@ func TestOpen_DamagedFile_RefusedNamingFileAndRemedy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A new data file appears whole, never empty or half written, which is
+// what lets Open refuse an empty one; and of two Opens racing to create
+// it, neither replaces the file the other made.
+func TestOpen_NewFile_CreatedWholeByOneOfTwo(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "paymentsd.db")
+	type opened struct {
+		db  *boltstore.DB
+		err error
+	}
+	results := make(chan opened, 2)
+	for range 2 {
+		go func() {
+			db, err := boltstore.Open(path, &boltstore.Options{LockTimeout: 200 * time.Millisecond})
+			results <- opened{db, err}
+		}()
+	}
+	var winner *boltstore.DB
+	for range 2 {
+		r := <-results
+		switch {
+		case r.err == nil && winner == nil:
+			winner = r.db
+			t.Cleanup(func() { winner.Close() })
+		case r.err == nil:
+			r.db.Close()
+			t.Fatal("two Opens of one new file both succeeded")
+		case !errors.Is(r.err, boltstore.ErrLocked):
+			t.Fatalf("Open = %v, want success or ErrLocked", r.err)
+		}
+	}
+	if winner == nil {
+		t.Fatal("neither Open succeeded")
+	}
+	bolttest.Fill(t, winner, "orders", 1)
+	winner.Close()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "paymentsd.db" {
+		t.Errorf("the directory holds %v, want the data file alone", entries)
+	}
+	info, err := os.Stat(path)
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("data file: %v, %v; want mode 0600", info, err)
+	}
+	db, err := boltstore.Open(path, nil) // the winner's file, with its writes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.View(context.Background(), func(tx *bolt.Tx) error {
+		if tx.Bucket([]byte("orders")) == nil {
+			t.Error("the winner's writes are not in the file")
+		}
+		return nil
+	})
 }
 
 // Pages damaged under a running store: reads and writes that meet them

@@ -92,6 +92,9 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	if err := create(path); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	if err := checkFileSize(path); err != nil {
 		return nil, refuse(path, err)
 	}
@@ -113,6 +116,51 @@ func Open(path string, opts *Options) (*DB, error) {
 	}
 	db.ownsBolt = true
 	return db, nil
+}
+
+// create makes a new data file at path, when there is none, whole: bbolt
+// writes its first pages to a file of another name beside it, which is
+// linked into place once synced. So path is never a file that is empty or
+// half written, and an empty data file is not new but damaged (emptied by
+// a failed copy, say): it is refused rather than served as a store that
+// has forgotten every key. A link, unlike a rename, never replaces a file
+// that another process created meanwhile.
+func create(path string) error {
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".new-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	f.Close()
+	defer os.Remove(tmp)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return err
+	}
+	b, err := bolt.Open(tmp, 0o600, nil) // syncs its first pages
+	if err != nil {
+		return err
+	}
+	if err := b.Close(); err != nil {
+		return err
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes the names in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // openBolt opens path with bbolt and opts, turning bbolt's panics on some

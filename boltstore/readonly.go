@@ -30,12 +30,8 @@ type ReadOnly struct {
 // a server opening the file would serve, or nothing. It never creates or
 // changes the file.
 func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
-	info, err := os.Stat(path)
-	if err != nil {
+	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	if info.Size() == 0 {
-		return nil, fmt.Errorf("open %s: the file is empty: no server has written to it yet", path)
 	}
 	if err := checkFileSize(path); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)

@@ -111,6 +111,7 @@ func TestE2E_DamagedDataFile_RefusedAtStartNamingFileAndRemedy(t *testing.T) {
 		{"truncated to half", func(t *testing.T, path string) { truncate(t, path, bolttest.UsedSize(t, path)/2) }},
 		{"truncated by 10%", func(t *testing.T, path string) { truncate(t, path, bolttest.UsedSize(t, path)*9/10) }},
 		{"every page after the metas zeroed", func(t *testing.T, path string) { damageWithDD(t, path, 2, filePages(t, path)-2) }},
+		{"emptied", func(t *testing.T, path string) { truncate(t, path, 0) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := bigDataFile(t)
