@@ -22,6 +22,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/dirsync"
 )
 
 // Errors of Open and New.
@@ -150,17 +151,7 @@ func create(path string) error {
 	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return syncDir(dir)
-}
-
-// syncDir makes the names in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return dirsync.Sync(dir)
 }
 
 // openBolt opens path with bbolt and opts, turning bbolt's panics on some

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/internal/dirsync"
 )
 
 const backupAbout = `Writes a consistent copy of the bbolt data file to FILE (mode 0600), from
@@ -77,7 +78,7 @@ func backup(ctx context.Context, db, dest string) (n int64, via string, err erro
 	if err := os.Link(tmp.Name(), dest); err != nil { // fails if dest appeared meanwhile
 		return 0, "", err
 	}
-	return n, via, syncDir(filepath.Dir(dest))
+	return n, via, dirsync.Sync(filepath.Dir(dest))
 }
 
 // checkCopy checks the file a backup wrote.
@@ -88,16 +89,6 @@ func checkCopy(path string) error {
 	}
 	defer ro.Close()
 	return ro.Check()
-}
-
-// syncDir makes the new name in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // sourceName says where src reads from, for the operator.

@@ -1,0 +1,16 @@
+// Package dirsync makes a directory's entries durable: a file created,
+// linked or renamed into it survives a crash only once its directory is
+// synced too.
+package dirsync
+
+import "os"
+
+// Sync syncs the directory dir.
+func Sync(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
