@@ -17,6 +17,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/internal/sealed"
 	"github.com/paymentsd/paymentsd/server"
 )
 
@@ -41,12 +42,12 @@ var _ server.IntentStore = (*Store)(nil)
 
 // New returns the intents kept in db, creating their buckets if needed.
 func New(ctx context.Context, db *boltstore.DB) (*Store, error) {
-	exist := false
+	ready := false
 	db.View(ctx, func(tx *bolt.Tx) error {
-		exist = tx.Bucket(bucketIntents) != nil && tx.Bucket(bucketByOwner) != nil
+		ready = tx.Bucket(bucketIntents) != nil && tx.Bucket(bucketByOwner) != nil && sealed.Marked(tx, bucketIntents)
 		return nil
 	})
-	if exist { // no write, so that opening a file costs no commit
+	if ready { // no write, so that opening a file costs no commit
 		return &Store{db: db}, nil
 	}
 	err := db.Update(ctx, func(tx *bolt.Tx) error {
@@ -59,6 +60,10 @@ func New(ctx context.Context, db *boltstore.DB) (*Store, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("intents: create buckets: %w", err)
+	}
+	update := func(fn func(*bolt.Tx) error) error { return db.Update(ctx, fn) }
+	if err := sealed.Migrate(update, bucketIntents); err != nil {
+		return nil, fmt.Errorf("intents: seal the intents written before checksums: %w", err)
 	}
 	return &Store{db: db}, nil
 }
@@ -194,32 +199,37 @@ func ownerCursor(pi *paymentsv1.PaymentIntent) []byte {
 }
 
 // getIntent returns owner's intent id and a copy of its stored bytes, or
-// server.ErrNotFound.
+// server.ErrNotFound. An intent damaged on disk is a
+// boltstore.DamagedValue (DATA_LOSS), never another intent.
 func getIntent(tx *bolt.Tx, owner, id string) (*paymentsv1.PaymentIntent, []byte, error) {
 	v := tx.Bucket(bucketIntents).Get([]byte(id))
 	if v == nil {
 		return nil, nil, server.ErrNotFound
 	}
-	n, w := binary.Uvarint(v)
-	if w <= 0 || uint64(len(v)-w) < n {
-		return nil, nil, fmt.Errorf("intent %s: corrupt owner", id)
+	b, err := sealed.Open(v)
+	if err != nil {
+		return nil, nil, boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
 	}
-	if string(v[w:w+int(n)]) != owner {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || uint64(len(b)-w) < n {
+		return nil, nil, boltstore.DamagedValue(fmt.Errorf("intent %s: corrupt owner", id))
+	}
+	if string(b[w:w+int(n)]) != owner {
 		return nil, nil, server.ErrNotFound
 	}
 	pi := new(paymentsv1.PaymentIntent)
-	if err := proto.Unmarshal(v[w+int(n):], pi); err != nil {
-		return nil, nil, fmt.Errorf("intent %s: %w", id, err)
+	if err := proto.Unmarshal(b[w+int(n):], pi); err != nil {
+		return nil, nil, boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
 	}
 	return pi, bytes.Clone(v), nil
 }
 
 // encodeIntent is the stored form of pi: its owner, then its deterministic
-// encoding.
+// encoding, sealed with a checksum.
 func encodeIntent(owner string, pi *paymentsv1.PaymentIntent) ([]byte, error) {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(pi)
 	if err != nil {
 		return nil, fmt.Errorf("encode intent %s: %w", pi.Id, err)
 	}
-	return append(ownerPrefix(owner), b...), nil
+	return sealed.Seal(append(ownerPrefix(owner), b...)), nil
 }

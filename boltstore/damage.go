@@ -1,7 +1,6 @@
 package boltstore
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
 // ErrDamaged is returned when the data file is damaged: by Open, which
@@ -69,9 +70,13 @@ func guardFaults() (restore func()) {
 // caller's principal and idempotency key, which never reach a log, so the
 // record is named by a hash of them.
 func recordError(key []byte, err error) error {
-	sum := sha256.Sum256(key)
-	return &damaged{cause: fmt.Errorf("record %x: %w", sum[:6], err)}
+	return DamagedValue(fmt.Errorf("record %s: %w", sealed.KeyHash(key), err))
 }
+
+// DamagedValue is the error for one stored value found damaged (its
+// checksum does not match, it does not decode): an ErrDamaged, DATA_LOSS,
+// for the calls about that value alone, while the store serves on.
+func DamagedValue(cause error) error { return &damaged{cause: cause} }
 
 // panickedIn reports whether the goroutine's panic in progress was raised
 // by a function whose name starts with one of prefixes. It looks at the

@@ -23,6 +23,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/internal/dirsync"
+	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
 // Errors of Open and New.
@@ -224,6 +225,10 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 		inUse.Delete(b)
 		return nil, fmt.Errorf("create buckets: %w", err)
 	}
+	if err := sealed.Migrate(b.Update, bucketRecords); err != nil {
+		inUse.Delete(b)
+		return nil, fmt.Errorf("seal the records written before checksums: %w", err)
+	}
 	db := &DB{
 		bolt:       b,
 		sweepBatch: cmp.Or(opts.SweepBatch, 1000),
@@ -341,9 +346,11 @@ func joinParts(parts ...[]byte) []byte {
 // transaction.
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
-// Check verifies the file's structure (page links, freelist, key order) and
-// returns what is wrong, an ErrDamaged, for tests and operators. Open and
-// New run it before serving from a file.
+// Check verifies the file's structure (page links, freelist, key order)
+// and the checksum of every sealed value (records, and an embedder's
+// values sealed with internal/sealed), and returns what is wrong, an
+// ErrDamaged, for tests and operators. Open and New check the structure
+// before serving from a file; a value is checked whenever it is read.
 //
 // On a DB that serves, it runs as a write of the group commit, in its
 // transaction: bbolt's check of a read transaction is only sound while no
@@ -356,16 +363,35 @@ func (db *DB) Check() error {
 	ran := false
 	var found error
 	err := db.update(context.Background(), func(tx *bolt.Tx) error {
-		ran, found = true, checkTx(tx)
+		ran, found = true, checkAll(tx)
 		return nil // what it found is for the caller, not a failure of the batch
 	})
 	switch {
 	case ran:
 		return found // whatever became of the batch's commit
 	case db.health.damagedErr() != nil:
-		return check(db.bolt)
+		return db.bolt.View(checkAll)
 	}
 	return err
+}
+
+// checkAll checks the structure of tx's file and every sealed value in it.
+// Pages damaged by another process while it reads them are damage it
+// finds, not a crash.
+func checkAll(tx *bolt.Tx) (err error) {
+	defer guardFaults()()
+	defer func() {
+		if p := recover(); p != nil {
+			err = recovered(p)
+		}
+	}()
+	if err := checkTx(tx); err != nil {
+		return err
+	}
+	if err := sealed.Verify(tx); err != nil {
+		return &damaged{cause: err}
+	}
+	return nil
 }
 
 // check checks a file that nothing writes to: one that is opening, or open

@@ -13,6 +13,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
 // ReadOnly is a data file opened for reading only, for an operator's tools
@@ -76,15 +77,23 @@ func (r *ReadOnly) Get(ctx context.Context, k interceptor.RecordKey) (*intercept
 		if tx.Bucket(bucketRecords) == nil { // a bbolt file boltstore never opened
 			return nil
 		}
-		var err error
-		rec, err = getRecord(tx, recordKey(k))
+		key := recordKey(k)
+		v := tx.Bucket(bucketRecords).Get(key)
+		if v == nil {
+			return nil
+		}
+		b, err := sealed.Unseal(tx, bucketRecords, v)
+		if err != nil {
+			return recordError(key, err)
+		}
+		rec, err = unmarshalRecord(key, b)
 		return err
 	})
 	return rec, err
 }
 
-// Check verifies the file's structure as DB.Check does.
-func (r *ReadOnly) Check() error { return check(r.bolt) }
+// Check verifies the file as DB.Check does.
+func (r *ReadOnly) Check() error { return r.view(checkAll) }
 
 // WriteTo writes a copy of the file to w, tx.Size() bytes, from one read
 // transaction: a bbolt file that opens and checks like the original.

@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
 // DB is an interceptor.TxStore.
@@ -249,9 +250,8 @@ func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err erro
 	if err != nil || raw == nil || stored != nil {
 		return raw, stored, err
 	}
-	stored = new(interceptor.Record)
-	if err := stored.UnmarshalBinary(raw); err != nil {
-		return nil, nil, recordError(key, err)
+	if stored, err = decodeRecord(key, raw); err != nil {
+		return nil, nil, err
 	}
 	db.decoded.put(key, raw, stored, gen)
 	return raw, stored, nil
@@ -260,7 +260,7 @@ func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err erro
 // putClaim writes the new claim rec of key over stored, the record it
 // replaces (nil when none), keeping the expiry index in step.
 func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
-	v, err := rec.MarshalBinary()
+	v, err := encodeRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -420,17 +420,44 @@ func getRecord(tx *bolt.Tx, key []byte) (*interceptor.Record, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var r interceptor.Record
-	if err := r.UnmarshalBinary(v); err != nil { // copies what it keeps
-		return nil, recordError(key, err)
-	}
-	return &r, nil
+	return decodeRecord(key, v)
 }
 
 func putRecord(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
-	v, err := r.MarshalBinary()
+	v, err := encodeRecord(r)
 	if err != nil {
 		return err
 	}
 	return tx.Bucket(bucketRecords).Put(key, v)
+}
+
+// encodeRecord is the stored form of r: its encoding, sealed with a
+// checksum.
+func encodeRecord(r *interceptor.Record) ([]byte, error) {
+	b, err := r.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return sealed.Seal(b), nil
+}
+
+// decodeRecord decodes v, the stored form of key's record. A value whose
+// checksum does not match, damaged on disk, is an ErrDamaged for the calls
+// about that record, never another record.
+func decodeRecord(key, v []byte) (*interceptor.Record, error) {
+	b, err := sealed.Open(v)
+	if err != nil {
+		return nil, recordError(key, err)
+	}
+	return unmarshalRecord(key, b)
+}
+
+// unmarshalRecord decodes the record of key from b, the payload of its
+// stored form.
+func unmarshalRecord(key, b []byte) (*interceptor.Record, error) {
+	r := new(interceptor.Record)
+	if err := r.UnmarshalBinary(b); err != nil { // copies what it keeps
+		return nil, recordError(key, err)
+	}
+	return r, nil
 }

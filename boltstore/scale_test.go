@@ -3,6 +3,7 @@ package boltstore
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -11,10 +12,12 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
 // TestScale fills the store with PAYMENTSD_SCALE_RECORDS completed records
@@ -105,6 +108,11 @@ func TestScale(t *testing.T) {
 	t.Logf("reopening the file of %d records, with its check, took %v", total, time.Since(start).Round(time.Millisecond))
 	db = reopened
 	t.Cleanup(func() { db.Close() })
+	start = time.Now()
+	if err := db.Check(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Check of the structure and every record's checksum took %v", time.Since(start).Round(time.Millisecond))
 	t.Logf("median claim+complete: %v with 1k records, %v with %d (%.2fx)", claim1k, claimN, total, float64(claimN)/float64(claim1k))
 	t.Logf("median replay:         %v with 1k records, %v with %d (%.2fx)", replay1k, replayN, total, float64(replayN)/float64(replay1k))
 	filled := fileSize(t, db)
@@ -145,6 +153,62 @@ func TestScale(t *testing.T) {
 	t.Logf("file: %d MiB filled, %d MiB after sweeping and refilling as many records", filled>>20, refilled>>20)
 	if refilled > filled+filled/10 {
 		t.Errorf("the file grew from %d to %d bytes: freed pages were not reused", filled, refilled)
+	}
+
+	// The same records as a version before checksums wrote them: what the
+	// first Open of such a file costs to seal them.
+	unseal(t, db.bolt)
+	db.Close()
+	start = time.Now()
+	if db, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the first Open of %d records written before checksums, sealing them, took %v", total, time.Since(start).Round(time.Millisecond))
+	if err := db.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unseal stores every record bare, as a version before checksums did, and
+// drops the mark that says they are sealed.
+func unseal(t *testing.T, b *bolt.DB) {
+	t.Helper()
+	var after []byte
+	for {
+		err := b.Update(func(tx *bolt.Tx) error {
+			records := tx.Bucket(bucketRecords)
+			var bare [][2][]byte
+			c := records.Cursor()
+			k, v := c.First()
+			if after != nil {
+				k, v = c.Seek(append(after, 0))
+			}
+			for ; k != nil && len(bare) < 20000; k, v = c.Next() {
+				payload, err := sealed.Open(v)
+				if err != nil {
+					return err
+				}
+				bare = append(bare, [2][]byte{clone(k), clone(payload)})
+			}
+			for _, kv := range bare {
+				if err := records.Put(kv[0], kv[1]); err != nil {
+					return err
+				}
+			}
+			if after = nil; len(bare) == 20000 {
+				after = bare[len(bare)-1][0]
+			}
+			if err := tx.DeleteBucket([]byte("sealed_buckets")); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after == nil {
+			return
+		}
 	}
 }
 

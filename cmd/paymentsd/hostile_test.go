@@ -6,6 +6,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -133,6 +134,55 @@ func TestE2E_DamagedDataFile_RefusedAtStartNamingFileAndRemedy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A stored answer and intent whose bytes changed on disk, an amount of
+// 100000000 become 900000000 with dd, are never served as another answer:
+// the retry and the read get DATA_LOSS, and check names the damage.
+func TestE2E_ByteChangedOnDisk_DataLossNeverAnotherAmount(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	d := startDaemon(t, path)
+	ctx := withCreds("merchant-demo", "order-flip")
+	a := d.create(ctx, seedRequest("100000000"))
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	id := a.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := 0
+	for at := 0; ; at++ { // every copy: the record's, the intent's, freed pages'
+		i := bytes.Index(data[at:], []byte("100000000"))
+		if i < 0 {
+			break
+		}
+		at += i
+		dd := exec.Command("dd", "of="+path, "bs=1", "count=1", "conv=notrunc", fmt.Sprint("seek=", at))
+		dd.Stdin = strings.NewReader("9")
+		if out, err := dd.CombinedOutput(); err != nil {
+			t.Fatalf("dd: %v\n%s", err, out)
+		}
+		flipped++
+	}
+	if flipped < 2 {
+		t.Fatalf("the amount is in the file %d times, want the record's and the intent's", flipped)
+	}
+
+	d = startDaemon(t, path)
+	if again := d.create(ctx, seedRequest("100000000")); status.Code(again.err) != codes.DataLoss {
+		t.Errorf("retry: %v, %v; want DATA_LOSS", again.resp, again.err)
+	}
+	got, err := d.client.GetPaymentIntent(withCreds("merchant-demo", ""), &paymentsv1.GetPaymentIntentRequest{Id: id})
+	if status.Code(err) != codes.DataLoss {
+		t.Errorf("get: %v, %v; want DATA_LOSS", got, err)
+	}
+	waitAdmin(t, d)
+	paymentsd(t, "", "check", "--db", path).want(t, 1, "checksum mismatch")
 }
 
 // healthStatus asks d's grpc.health.v1 for the server's status.

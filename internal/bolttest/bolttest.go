@@ -3,9 +3,11 @@
 package bolttest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
+	"os"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -54,4 +56,36 @@ func UsedSize(tb testing.TB, path string) int64 {
 		return nil
 	})
 	return size
+}
+
+// ChangeByte sets the byte at offset of every occurrence of marker in the
+// file at path to b (freed pages may hold old copies), through a file
+// descriptor, as a failing disk would. It returns how many it changed,
+// failing the test when there are none.
+func ChangeByte(tb testing.TB, path string, marker []byte, offset int, b byte) int {
+	tb.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for from := 0; ; n++ {
+		i := bytes.Index(data[from:], marker)
+		if i < 0 {
+			break
+		}
+		if _, err := f.WriteAt([]byte{b}, int64(from+i+offset)); err != nil {
+			tb.Fatal(err)
+		}
+		from += i + 1
+	}
+	if n == 0 {
+		tb.Fatalf("%q is not in %s", marker, path)
+	}
+	return n
 }

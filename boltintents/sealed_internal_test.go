@@ -1,0 +1,85 @@
+package boltintents
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/internal/bolttest"
+)
+
+func intent(id, amount string) *paymentsv1.PaymentIntent {
+	return &paymentsv1.PaymentIntent{Id: id, State: paymentsv1.State_STATE_CREATED, Amount: amount, Chain: "evm:31337"}
+}
+
+func open(t *testing.T, path string) (*boltstore.DB, *Store) {
+	t.Helper()
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := New(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, s
+}
+
+// An intent whose bytes changed on disk (an amount of 100000000 become
+// 900000000) is never read as another intent: DATA_LOSS.
+func TestIntent_ByteChangedOnDisk_DataLoss(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	db, s := open(t, path)
+	ctx := context.Background()
+	if err := s.CreateIntent(ctx, "alice", intent("pi_1", "100000000")); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	bolttest.ChangeByte(t, path, []byte("100000000"), 0, '9')
+
+	_, s = open(t, path)
+	_, err := s.GetIntent(ctx, "alice", "pi_1")
+	if status.Code(err) != codes.DataLoss {
+		t.Errorf("GetIntent of the damaged intent: %v, want DATA_LOSS", err)
+	}
+	if _, _, err := s.ListIntents(ctx, "alice", nil, 10); status.Code(err) != codes.DataLoss {
+		t.Errorf("ListIntents over the damaged intent: %v, want DATA_LOSS", err)
+	}
+}
+
+// Intents written before they were sealed (owner and encoding stored
+// bare) are sealed once by New, and read as before.
+func TestIntentsWrittenBeforeSealing_SealedByNew(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	db, _ := open(t, path)
+	old := intent("pi_old", "42")
+	bare, err := proto.MarshalOptions{Deterministic: true}.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare = append(ownerPrefix("alice"), bare...)
+	err = db.Update(context.Background(), func(tx *bolt.Tx) error { // as the version before sealing wrote it
+		if err := tx.DeleteBucket([]byte("sealed_buckets")); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketIntents).Put([]byte(old.Id), bare)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	_, s := open(t, path)
+	got, err := s.GetIntent(context.Background(), "alice", old.Id)
+	if err != nil || !proto.Equal(got, old) {
+		t.Errorf("GetIntent of an intent written before sealing: %v, %v; want %v", got, err, old)
+	}
+}

@@ -1,0 +1,70 @@
+package boltstore_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/bolttest"
+)
+
+// A stored answer whose bytes changed on disk (100000000 become 900000000)
+// is never replayed as another answer: the calls about that record fail
+// with DATA_LOSS, the others are served, and Check names the damage.
+func TestStoredRecord_ByteChangedOnDisk_DataLossNeverAnotherAnswer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	damagedReq, soundReq := keptRequest(firstFP, now), keptRequest(secondFP, now)
+	soundReq.Key.Key = "other"
+	for req, text := range map[*interceptor.ClaimRequest]string{&damagedReq: "amount 100000000", &soundReq: "amount 5"} {
+		rec := claimKept(t, db, *req, interceptor.OutcomeFresh)
+		if err := db.Complete(ctx, req.Key, rec.Completed(textResult(t, text))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	bolttest.ChangeByte(t, path, []byte("amount 100000000"), len("amount "), '9')
+
+	db, err = boltstore.Open(path, nil) // the structure is sound: it opens
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	outcome, rec, err := db.Claim(ctx, damagedReq)
+	if status.Code(err) != codes.DataLoss || !errors.Is(err, boltstore.ErrDamaged) {
+		t.Fatalf("claim of the damaged record: %v, %v, %v; want DATA_LOSS", outcome, rec, err)
+	}
+	if outcome, rec, err := db.Claim(ctx, soundReq); err != nil || outcome != interceptor.OutcomeReplay {
+		t.Fatalf("claim of a sound record: %v, %v; want its replay", outcome, err)
+	} else if !strings.Contains(rec.Result.Response.String(), "amount 5") {
+		t.Fatalf("replay of a sound record: %v", rec.Result.Response)
+	}
+	if err := db.Check(); !errors.Is(err, boltstore.ErrDamaged) || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("Check = %v, want the checksum mismatch", err)
+	}
+	db.Close()
+	ro, err := boltstore.OpenReadOnly(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if _, err := ro.Get(ctx, damagedReq.Key); status.Code(err) != codes.DataLoss {
+		t.Errorf("read-only Get of the damaged record: %v, want DATA_LOSS", err)
+	}
+	if err := ro.Check(); !errors.Is(err, boltstore.ErrDamaged) {
+		t.Errorf("read-only Check = %v, want the damage", err)
+	}
+}

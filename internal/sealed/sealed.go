@@ -1,0 +1,165 @@
+// Package sealed guards the values that the bbolt stores keep with a
+// checksum. bbolt checks the structure of its pages, not what they hold: a
+// byte damaged on disk inside a stored answer would be read, and replayed,
+// as another answer. A sealed value is found damaged instead.
+//
+// A sealed value is a zero byte, the CRC-32C (Castagnoli) of the payload,
+// big-endian, then the payload. Values written before sealing had no such
+// frame and never start with a zero byte (their first byte is a protobuf
+// tag, or the length of an intent's owner); Migrate seals them once.
+package sealed
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+const (
+	mark       = 0x00
+	headerSize = 5
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Errors of Open.
+var (
+	ErrMismatch = errors.New("checksum mismatch")
+	ErrUnsealed = errors.New("value is not sealed")
+)
+
+// bucketSealed names, by its keys, the buckets whose values are all
+// sealed: Migrate's mark, and what Verify walks.
+var bucketSealed = []byte("sealed_buckets")
+
+// Seal returns payload framed with its checksum.
+func Seal(payload []byte) []byte {
+	v := make([]byte, headerSize, headerSize+len(payload))
+	binary.BigEndian.PutUint32(v[1:], crc32.Checksum(payload, castagnoli))
+	return append(v, payload...)
+}
+
+// Open returns the payload of the sealed value v, which it shares, or
+// ErrMismatch or ErrUnsealed.
+func Open(v []byte) ([]byte, error) {
+	if len(v) < headerSize || v[0] != mark {
+		return nil, ErrUnsealed
+	}
+	if binary.BigEndian.Uint32(v[1:]) != crc32.Checksum(v[headerSize:], castagnoli) {
+		return nil, ErrMismatch
+	}
+	return v[headerSize:], nil
+}
+
+// Unseal is Open for a value of bucket read from a file that may not be
+// migrated yet (one opened read-only, which is never migrated): unless
+// the bucket is marked sealed, a value without a frame is returned as it
+// is.
+func Unseal(tx *bolt.Tx, bucket, v []byte) ([]byte, error) {
+	if len(v) > 0 && v[0] != mark && !Marked(tx, bucket) {
+		return v, nil
+	}
+	return Open(v)
+}
+
+// Marked reports whether Migrate has sealed every value of bucket.
+func Marked(tx *bolt.Tx, bucket []byte) bool {
+	marks := tx.Bucket(bucketSealed)
+	return marks != nil && marks.Get(bucket) != nil
+}
+
+// migrateBatch is how many keys one transaction of Migrate reads.
+const migrateBatch = 10000
+
+// Migrate seals every value of bucket, which must exist, that was written
+// before values were sealed, and marks the bucket sealed, unless it is
+// already. update runs a function in a write transaction; a batch of keys
+// takes one, so that a file of any size is migrated in bounded
+// transactions. A function given to update may run more than once.
+func Migrate(update func(func(*bolt.Tx) error) error, bucket []byte) error {
+	var after []byte // the last key of the batches done
+	for {
+		var next []byte
+		done := false
+		err := update(func(tx *bolt.Tx) error {
+			next, done = nil, false
+			marks, err := tx.CreateBucketIfNotExists(bucketSealed)
+			if err != nil {
+				return err
+			}
+			if marks.Get(bucket) != nil {
+				done = true
+				return nil
+			}
+			b := tx.Bucket(bucket)
+			if b == nil {
+				return fmt.Errorf("seal bucket %s: it does not exist", bucket)
+			}
+			var unsealed [][2][]byte
+			c := b.Cursor()
+			k, v := c.First()
+			if after != nil {
+				if k, v = c.Seek(after); bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			for n := 0; k != nil && n < migrateBatch; k, v = c.Next() {
+				n++
+				next = k
+				if v != nil && (len(v) == 0 || v[0] != mark) { // nil: a nested bucket
+					unsealed = append(unsealed, [2][]byte{bytes.Clone(k), Seal(v)})
+				}
+			}
+			next = bytes.Clone(next)
+			for _, kv := range unsealed { // after the walk: a cursor skips keys put under it
+				if err := b.Put(kv[0], kv[1]); err != nil {
+					return err
+				}
+			}
+			if k == nil {
+				done = true
+				return marks.Put(bucket, []byte("crc32c"))
+			}
+			return nil
+		})
+		if err != nil || done {
+			return err
+		}
+		after = next
+	}
+}
+
+// Verify checks the checksum of every value of every sealed bucket in tx,
+// and returns the first few it finds damaged, naming each by its bucket and
+// a hash of its key (keys may hold what never reaches a log).
+func Verify(tx *bolt.Tx) error {
+	marks := tx.Bucket(bucketSealed)
+	if marks == nil {
+		return nil
+	}
+	var errs []error
+	err := marks.ForEach(func(name, _ []byte) error {
+		b := tx.Bucket(name)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if _, err := Open(v); v != nil && err != nil && len(errs) < 10 {
+				errs = append(errs, fmt.Errorf("bucket %s, value of key %s: %w", name, KeyHash(k), err))
+			}
+			return nil
+		})
+	})
+	return errors.Join(append(errs, err)...)
+}
+
+// KeyHash names a key in a message without showing it.
+func KeyHash(k []byte) string {
+	sum := sha256.Sum256(k)
+	return fmt.Sprintf("%x", sum[:6])
+}
