@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -378,12 +379,15 @@ func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, delet
 		}
 		for _, k := range batch {
 			expiry, key := splitExpiryKey(k)
-			// Delete the record only if this entry is still its own.
+			// Delete the record only if this entry is still its own. The
+			// entry of a record whose value is damaged is its own, since
+			// the two are always written together: it expired, and goes
+			// as it would have (else it would stop every later sweep).
 			stored, err := getRecord(tx, key)
-			if err != nil {
+			if err != nil && !errors.Is(err, ErrDamaged) {
 				return err
 			}
-			if stored != nil && stored.Expiry.Equal(expiry) {
+			if err != nil || stored != nil && stored.Expiry.Equal(expiry) {
 				if err := records.Delete(key); err != nil {
 					return err
 				}

@@ -3,6 +3,7 @@ package boltstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,5 +67,40 @@ func TestStoredRecord_ByteChangedOnDisk_DataLossNeverAnotherAnswer(t *testing.T)
 	}
 	if err := ro.Check(); !errors.Is(err, boltstore.ErrDamaged) {
 		t.Errorf("read-only Check = %v, want the damage", err)
+	}
+}
+
+// A damaged record that has expired goes with the others, and does not
+// stop the sweeps after it.
+func TestSweep_DamagedExpiredRecord_SweptWithTheOthers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := boltstore.Open(path, &boltstore.Options{SweepBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	for i, text := range []string{"amount 1", "amount 2", "amount 100000000", "amount 4", "amount 5"} {
+		req := keptRequest(firstFP, now)
+		req.Key.Key = fmt.Sprint("k", i)
+		req.Now = now.Add(time.Duration(i) * time.Millisecond) // sweeps meet them in this order
+		rec := claimKept(t, db, req, interceptor.OutcomeFresh)
+		if err := db.Complete(ctx, req.Key, rec.Completed(textResult(t, text))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	bolttest.ChangeByte(t, path, []byte("amount 100000000"), len("amount "), '9')
+
+	db, err = boltstore.Open(path, &boltstore.Options{SweepBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if n, err := db.Sweep(ctx, now.Add(2*time.Hour)); err != nil || n != 5 {
+		t.Errorf("Sweep = %d, %v; want all 5 records swept", n, err)
+	}
+	if err := db.Check(); err != nil {
+		t.Errorf("Check after the sweep: %v", err)
 	}
 }
