@@ -352,21 +352,25 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // ErrDamaged, for tests and operators. Open and New check the structure
 // before serving from a file; a value is checked whenever it is read.
 //
-// On a DB that serves, it runs as a write of the group commit, in its
-// transaction: bbolt's check of a read transaction is only sound while no
-// write commits, and would report pages freed meanwhile as damage. So
-// writes wait while it runs, and a write's own function must not call it:
-// the committer would wait for itself. On a DB that takes no more writes,
-// its damage known, it checks in a read transaction, since nothing can
-// commit: the damage known may be a commit's failure, not the file's.
+// On a DB that serves, the structure is checked as a write of the group
+// commit, in its transaction: bbolt's check of a read transaction is only
+// sound while no write commits, and would report pages freed meanwhile as
+// damage. So writes wait while it runs, and a write's own function must not
+// call Check: the committer would wait for itself. The values are then
+// read in a read transaction, a snapshot, which writes need not wait for.
+// On a DB that takes no more writes, its damage known, all is checked in a
+// read transaction, since nothing can commit: the damage known may be a
+// commit's failure, not the file's.
 func (db *DB) Check() error {
 	ran := false
 	var found error
 	err := db.update(context.Background(), func(tx *bolt.Tx) error {
-		ran, found = true, checkAll(tx)
+		ran, found = true, checkTx(tx)
 		return nil // what it found is for the caller, not a failure of the batch
 	})
 	switch {
+	case ran && found == nil:
+		return db.bolt.View(checkValues)
 	case ran:
 		return found // whatever became of the batch's commit
 	case db.health.damagedErr() != nil:
@@ -376,18 +380,22 @@ func (db *DB) Check() error {
 }
 
 // checkAll checks the structure of tx's file and every sealed value in it.
-// Pages damaged by another process while it reads them are damage it
-// finds, not a crash.
-func checkAll(tx *bolt.Tx) (err error) {
+func checkAll(tx *bolt.Tx) error {
+	if err := checkTx(tx); err != nil {
+		return err
+	}
+	return checkValues(tx)
+}
+
+// checkValues checks every sealed value of tx's file. Pages damaged by
+// another process while it reads them are damage it finds, not a crash.
+func checkValues(tx *bolt.Tx) (err error) {
 	defer guardFaults()()
 	defer func() {
 		if p := recover(); p != nil {
 			err = recovered(p)
 		}
 	}()
-	if err := checkTx(tx); err != nil {
-		return err
-	}
 	if err := sealed.Verify(tx); err != nil {
 		return &damaged{cause: err}
 	}
