@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -71,7 +73,7 @@ func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 
 // guard refuses what the gateway should not see: a body over MaxBodyBytes
 // (413), a body that is not JSON (415), an Idempotency-Key that names no
-// key (400). It leaves the body read and buffered, and each key decoded.
+// key (400), a cancel that names two intents (400). It leaves the body read and buffered, and each key decoded.
 func guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > MaxBodyBytes {
@@ -97,9 +99,35 @@ func guard(next http.Handler) http.Handler {
 			httpProblem(w, http.StatusBadRequest, codeKeyInvalid, "invalid Idempotency-Key: "+err.Error())
 			return
 		}
+		if detail := twoIntents(r.URL.Path, body); detail != "" {
+			httpProblem(w, http.StatusBadRequest, "invalid_argument", detail)
+			return
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// cancelPath is the path of a cancel, whose intent the gateway takes from
+// the path over any id in the body.
+var cancelPath = regexp.MustCompile(`^/v1/payment_intents/([^/]+)/cancel$`)
+
+// twoIntents says what is wrong with a cancel whose body names another
+// intent than its path, which the gateway would answer by canceling the
+// path's and ignoring the body's; "" otherwise. A body that does not
+// decode is left to the gateway to answer.
+func twoIntents(path string, body []byte) string {
+	m := cancelPath.FindStringSubmatch(path)
+	if m == nil || len(body) == 0 {
+		return ""
+	}
+	var named struct {
+		ID *string `json:"id"`
+	}
+	if json.Unmarshal(body, &named) != nil || named.ID == nil || *named.ID == m[1] {
+		return ""
+	}
+	return fmt.Sprintf("the path names intent %q and the body %q: send the id in the path alone", m[1], *named.ID)
 }
 
 // isJSON reports whether a body of Content-Type ct is to be read as JSON:

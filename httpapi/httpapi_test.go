@@ -132,6 +132,7 @@ func TestErrors_AreProblemJSON(t *testing.T) {
 		{"unknown field", "POST", "/v1/payment_intents", "application/json", `{"amount":"5","tip":"1"}`, nil, 400, "invalid_argument"},
 		{"trailing garbage", "POST", "/v1/payment_intents", "application/json", `{"amount":"5"} {}`, nil, 400, "invalid_argument"},
 		{"unterminated quoted key", "POST", "/v1/payment_intents", "application/json", `{}`, []string{"Idempotency-Key", `"k`}, 400, "idempotency_key_invalid"},
+		{"cancel naming two intents", "POST", "/v1/payment_intents/pi_a/cancel", "application/json", `{"id":"pi_b"}`, nil, 400, "invalid_argument"},
 		{"no route", "GET", "/v2/nothing", "", "", nil, 404, "route_not_found"},
 		{"wrong method", "DELETE", "/v1/payment_intents/pi_x", "", "", nil, 405, "method_not_allowed"},
 	} {

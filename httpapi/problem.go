@@ -49,6 +49,7 @@ var keyReasons = map[string]struct {
 	interceptor.ReasonKeyMissing:        {http.StatusBadRequest, "idempotency_key_missing", "Idempotency key required"},
 	interceptor.ReasonKeyInvalid:        {http.StatusBadRequest, codeKeyInvalid, "Invalid idempotency key"},
 	interceptor.ReasonAttemptSuperseded: {http.StatusConflict, "idempotency_attempt_superseded", "Superseded by a newer attempt"},
+	interceptor.ReasonWriteConflict:     {http.StatusConflict, "idempotency_write_conflict", "Other requests kept changing the same data"},
 }
 
 // problemFromStatus is the HTTP answer to a gRPC status: the problem, and

@@ -77,6 +77,11 @@ func TestProblemFromStatus_StatusCodeAndHeaders(t *testing.T) {
 			wantStatus: 409, wantError: "idempotency_attempt_superseded",
 		},
 		{
+			name:       "writes that kept losing to other requests",
+			st:         withDetails(t, codes.Aborted, "conflict", info(interceptor.ReasonWriteConflict, nil)),
+			wantStatus: 409, wantError: "idempotency_write_conflict",
+		},
+		{
 			name:       "a reason of another domain is not the interceptor's",
 			st:         withDetails(t, codes.Aborted, "other", &errdetails.ErrorInfo{Reason: interceptor.ReasonKeyInUse, Domain: "elsewhere"}),
 			wantStatus: 409, wantError: "aborted",
