@@ -141,6 +141,8 @@ func (m *Main) ParseFlags(args []string) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	switch {
+	case c.DB == "":
+		return errors.New("--db must name a data file or a postgres:// URL")
 	case c.Lease <= 0 || c.TTL <= c.Lease:
 		return fmt.Errorf("need 0 < --lease < --ttl, got %v and %v", c.Lease, c.TTL)
 	case c.SweepInterval <= 0:

@@ -69,3 +69,10 @@ func TestE2E_NegativeShutdownGrace_RefusedAtFlagParsing(t *testing.T) {
 	}
 	noDataDir(t, dir)
 }
+
+func TestE2E_EmptyDB_RefusedAtFlagParsing(t *testing.T) {
+	code, stderr, _ := runToExit(t, "--db=")
+	if code != 2 || !strings.Contains(stderr, "--db must name") {
+		t.Errorf("--db '': exit status %d, stderr:\n%s\nwant status 2 (a usage error) and a message naming --db", code, stderr)
+	}
+}
