@@ -75,49 +75,9 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		return handler(ctx, req)
 	}
 
-	expiresSent := false
+	headerSent := false
 	for runs := 1; ; runs++ {
-		outcome, rec, tx, now, err := i.claim(ctx, rk, fp, obs)
-		if err != nil {
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
-			}
-			obs.Err = err
-			if status.Code(err) == codes.DataLoss {
-				return nil, status.Error(codes.DataLoss, "idempotency store found its data damaged; the request was not run")
-			}
-			return nil, status.Error(codes.Unavailable, "idempotency store unavailable, the request was not run; retry with the same key")
-		}
-		if tx != nil {
-			defer tx.Rollback() // a handler that panics releases its claim
-		}
-		obs.Outcome, obs.Attempt = outcome, rec.Attempt
-		i.opts.observer.Claimed(ctx, *obs)
-
-		// Every answer about a record says when it is forgotten: until then
-		// a retry with this key is safe. Truncated to the second, so never
-		// late (nor after a run again, whose claim expires later still). A
-		// caller that has gone gets no header; its claim still runs.
-		expires := metadata.MD{}
-		if !expiresSent {
-			expires[ExpiresAtHeader] = []string{rec.Expiry.UTC().Format(time.RFC3339)}
-		}
-		if outcome == OutcomeReplay {
-			return replay(ctx, rec.Result, expires)
-		}
-		if !expiresSent {
-			if err := grpc.SetHeader(ctx, expires); err != nil && ctx.Err() == nil {
-				return nil, status.Errorf(codes.Internal, "idempotency: set header: %v", err)
-			}
-			expiresSent = true
-		}
-		switch outcome {
-		case OutcomeInFlight:
-			return nil, errInFlight(rk.Key, i.handlerTimes.retryDelay(obs.FullMethod, rec.LeaseExpiry.Sub(now)))
-		case OutcomeMismatch:
-			return nil, errMismatch(rk.Key, rec, fp, i.scheme)
-		}
-		resp, err := i.run(ctx, req, handler, rk, rec, tx, obs)
+		resp, err := i.answer(ctx, req, handler, rk, fp, obs, &headerSent)
 		if !errors.Is(err, errRunAgain) {
 			return resp, err
 		}
@@ -125,6 +85,53 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 			return nil, errWriteConflict(rk.Key, runs)
 		}
 	}
+}
+
+// answer claims rk and answers by its outcome: the stored result, an
+// error, or the handler's run. *headerSent says whether an earlier run of
+// the request, which lost to a concurrent change, set the expiry header.
+func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, fp Fingerprint, obs *Observation, headerSent *bool) (any, error) {
+	outcome, rec, tx, now, err := i.claim(ctx, rk, fp, obs)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
+		}
+		obs.Err = err
+		if status.Code(err) == codes.DataLoss {
+			return nil, status.Error(codes.DataLoss, "idempotency store found its data damaged; the request was not run")
+		}
+		return nil, status.Error(codes.Unavailable, "idempotency store unavailable, the request was not run; retry with the same key")
+	}
+	if tx != nil {
+		defer tx.Rollback() // a handler that panics releases its claim
+	}
+	obs.Outcome, obs.Attempt = outcome, rec.Attempt
+	i.opts.observer.Claimed(ctx, *obs)
+
+	// Every answer about a record says when it is forgotten: until then a
+	// retry with this key is safe. Truncated to the second, so never late
+	// (nor after a run again, whose claim expires later still). A caller
+	// that has gone gets no header; its claim still runs.
+	expires := metadata.MD{}
+	if !*headerSent {
+		expires[ExpiresAtHeader] = []string{rec.Expiry.UTC().Format(time.RFC3339)}
+	}
+	if outcome == OutcomeReplay {
+		return replay(ctx, rec.Result, expires)
+	}
+	if !*headerSent {
+		if err := grpc.SetHeader(ctx, expires); err != nil && ctx.Err() == nil {
+			return nil, status.Errorf(codes.Internal, "idempotency: set header: %v", err)
+		}
+		*headerSent = true
+	}
+	switch outcome {
+	case OutcomeInFlight:
+		return nil, errInFlight(rk.Key, i.handlerTimes.retryDelay(obs.FullMethod, rec.LeaseExpiry.Sub(now)))
+	case OutcomeMismatch:
+		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
+	}
+	return i.run(ctx, req, handler, rk, rec, tx, obs)
 }
 
 // maxConflictRuns bounds how many times a transactional method runs for one
