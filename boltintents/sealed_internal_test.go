@@ -67,7 +67,7 @@ func TestIntentsWrittenBeforeSealing_SealedByNew(t *testing.T) {
 	}
 	bare = append(ownerPrefix("alice"), bare...)
 	err = db.Update(context.Background(), func(tx *bolt.Tx) error { // as the version before sealing wrote it
-		if err := tx.DeleteBucket([]byte("sealed_buckets")); err != nil {
+		if err := tx.DeleteBucket([]byte("idempotency_sealed")); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketIntents).Put([]byte(old.Id), bare)

@@ -347,8 +347,8 @@ func joinParts(parts ...[]byte) []byte {
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // Check verifies the file's structure (page links, freelist, key order)
-// and the checksum of every sealed value (records, and an embedder's
-// values sealed with internal/sealed), and returns what is wrong, an
+// and the checksum of every sealed value (the records, and any other
+// bucket this module seals, such as paymentsd's intents), and returns what is wrong, an
 // ErrDamaged, for tests and operators. Open and New check the structure
 // before serving from a file; a value is checked whenever it is read.
 //

@@ -198,7 +198,7 @@ func unseal(t *testing.T, b *bolt.DB) {
 			if after = nil; len(bare) == 20000 {
 				after = bare[len(bare)-1][0]
 			}
-			if err := tx.DeleteBucket([]byte("sealed_buckets")); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+			if err := tx.DeleteBucket([]byte("idempotency_sealed")); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
 				return err
 			}
 			return nil

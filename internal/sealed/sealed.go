@@ -34,8 +34,10 @@ var (
 )
 
 // bucketSealed names, by its keys, the buckets whose values are all
-// sealed: Migrate's mark, and what Verify walks.
-var bucketSealed = []byte("sealed_buckets")
+// sealed: Migrate's mark, and what Verify walks. It is named as the
+// idempotency store's buckets are, since that store creates it in an
+// embedder's file too.
+var bucketSealed = []byte("idempotency_sealed")
 
 // Seal returns payload framed with its checksum.
 func Seal(payload []byte) []byte {
