@@ -127,8 +127,9 @@ func (db *DB) commit(batch []*write) {
 			return nil
 		})
 		db.commits.Add(1)
-		if err != nil && failed < 0 {
-			db.checkFailedCommit(txid, err)
+		if err != nil && failed < 0 && db.checkFailedCommit(txid, err) {
+			answer(batch, fmt.Errorf("%w: %w", interceptor.ErrOutcomeUnknown, err))
+			return
 		}
 		if d := (*damaged)(nil); errors.As(err, &d) && d.latch {
 			db.health.damage(err)
@@ -157,20 +158,23 @@ func answer(batch []*write, err error) {
 }
 
 // checkFailedCommit looks at the file after the commit of transaction txid
-// failed. If bbolt wrote its meta page before the failure (an fsync that
-// failed after it), the transaction is visible through the mapping though
-// its caller was told it failed and it may not be on disk: nothing read
-// from the file can be trusted any more, until a restart reads what the
-// disk holds.
-func (db *DB) checkFailedCommit(txid int, failure error) {
+// failed, and reports whether its outcome is unknown. If bbolt wrote its
+// meta page before the failure (an fsync that failed after it), the
+// transaction is visible through the mapping though it may not be on
+// disk: its writers cannot be told it was not kept, and nothing read from
+// the file can be trusted any more, until a restart reads what the disk
+// holds.
+func (db *DB) checkFailedCommit(txid int, failure error) (unknown bool) {
 	var visible int
 	if err := db.bolt.View(func(tx *bolt.Tx) error { visible = tx.ID(); return nil }); err != nil {
-		return
+		return false
 	}
-	if visible >= txid {
-		db.health.poison(&damaged{latch: true, cause: fmt.Errorf(
-			"transaction %d failed (%v) after its meta page was written, so whether it is on disk is unknown; restart to read what the disk holds", txid, failure)})
+	if visible < txid {
+		return false
 	}
+	db.health.poison(&damaged{latch: true, cause: fmt.Errorf(
+		"transaction %d failed (%v) after its meta page was written, so whether it is on disk is unknown; restart to read what the disk holds", txid, failure)})
+	return true
 }
 
 // run runs the write's function, turning a panic into its error, so that

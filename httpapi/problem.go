@@ -50,6 +50,7 @@ var keyReasons = map[string]struct {
 	interceptor.ReasonKeyInvalid:        {http.StatusBadRequest, codeKeyInvalid, "Invalid idempotency key"},
 	interceptor.ReasonAttemptSuperseded: {http.StatusConflict, "idempotency_attempt_superseded", "Superseded by a newer attempt"},
 	interceptor.ReasonWriteConflict:     {http.StatusConflict, "idempotency_write_conflict", "Other requests kept changing the same data"},
+	interceptor.ReasonOutcomeUnknown:    {http.StatusServiceUnavailable, "idempotency_outcome_unknown", "Unknown whether the request was kept"},
 }
 
 // problemFromStatus is the HTTP answer to a gRPC status: the problem, and

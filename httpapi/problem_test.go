@@ -82,6 +82,11 @@ func TestProblemFromStatus_StatusCodeAndHeaders(t *testing.T) {
 			wantStatus: 409, wantError: "idempotency_write_conflict",
 		},
 		{
+			name:       "a commit whose outcome is unknown: 503, Retry-After",
+			st:         withDetails(t, codes.Unavailable, "unknown", info(interceptor.ReasonOutcomeUnknown, nil)),
+			wantStatus: 503, wantError: "idempotency_outcome_unknown", wantHeader: map[string]string{"Retry-After": "1"},
+		},
+		{
 			name:       "a reason of another domain is not the interceptor's",
 			st:         withDetails(t, codes.Aborted, "other", &errdetails.ErrorInfo{Reason: interceptor.ReasonKeyInUse, Domain: "elsewhere"}),
 			wantStatus: 409, wantError: "aborted",

@@ -35,6 +35,10 @@ const (
 	// other requests changing the same data every time it ran; nothing was
 	// stored, and a retry with the same key runs it afresh.
 	ReasonWriteConflict = "IDEMPOTENCY_WRITE_CONFLICT"
+	// ReasonOutcomeUnknown: UNAVAILABLE, the store failed while committing
+	// the request's result and cannot tell whether it was kept; retry with
+	// the same key, never a new one, to learn which.
+	ReasonOutcomeUnknown = "IDEMPOTENCY_OUTCOME_UNKNOWN"
 )
 
 // maxRetryDelay caps the RetryInfo delay of an in-flight answer: most
@@ -90,5 +94,11 @@ func errSuperseded(key string, attempt uint64) error {
 func errWriteConflict(key string, runs int) error {
 	return newError(codes.Aborted, ReasonWriteConflict,
 		fmt.Sprintf("the request with idempotency key %q ran %d times and each time other requests changed the data it changes before it could commit; nothing was stored: retry with the same key", key, runs),
+		map[string]string{"idempotency_key": key})
+}
+
+func errOutcomeUnknown(key string, attempt uint64) error {
+	return newError(codes.Unavailable, ReasonOutcomeUnknown,
+		fmt.Sprintf("the store failed while committing attempt %d for idempotency key %q and cannot tell whether its result was kept: retry with the same key, never a new one; the retry answers with the result if it was kept, and runs the request if it was not", attempt, key),
 		map[string]string{"idempotency_key": key})
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,7 +29,16 @@ import (
 type faultyStore struct {
 	*boltstore.DB
 	failClaim, failRenew, failComplete atomic.Bool
+	outcomeUnknown                     atomic.Bool // completions fail not knowing if they were kept
 	renewals                           atomic.Int64
+}
+
+// completeFault is the error of a completion that fails.
+func (s *faultyStore) completeFault() error {
+	if s.outcomeUnknown.Load() {
+		return fmt.Errorf("fdatasync after the meta page: %w: %w", interceptor.ErrOutcomeUnknown, errInjected)
+	}
+	return errInjected
 }
 
 var errInjected = errors.New("injected storage fault")
@@ -59,7 +70,7 @@ type faultyTx struct {
 func (t *faultyTx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bool) error {
 	if t.store.failComplete.Load() {
 		t.Tx.Rollback()
-		return errInjected
+		return t.store.completeFault()
 	}
 	return t.Tx.Commit(ctx, done, keepWrites)
 }
@@ -74,7 +85,7 @@ func (s *faultyStore) Renew(ctx context.Context, key interceptor.RecordKey, clai
 
 func (s *faultyStore) Complete(ctx context.Context, key interceptor.RecordKey, done *interceptor.Record) error {
 	if s.failComplete.Load() {
-		return errInjected
+		return s.completeFault()
 	}
 	return s.DB.Complete(ctx, key, done)
 }
@@ -122,6 +133,30 @@ func TestFault_CompleteFails_RecordStaysInFlightUntilTakeover(t *testing.T) {
 		t.Errorf("retry: %v, want the takeover's result replayed", again.err)
 	}
 	h.wantCalls(t, 2)
+}
+
+// A commit whose outcome the store cannot tell is never answered as one
+// that stored nothing: the caller is told it is unknown, and to retry with
+// the same key; the observer gets the cause.
+func TestFault_OutcomeUnknown_CallerToldSoRetryWithTheSameKey(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []interceptor.Option
+	}{
+		{"transactional", []interceptor.Option{interceptor.WithTransactional(unaryCall)}},
+		{"durable claim", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, fs := startFaulty(t, tc.opts...)
+			fs.failComplete.Store(true)
+			fs.outcomeUnknown.Store(true)
+			a := h.send("tok", "k", payload("x"))
+			st := wantReason(t, a.err, codes.Unavailable, interceptor.ReasonOutcomeUnknown)
+			if msg := st.Message(); !strings.Contains(msg, "cannot tell whether") || !strings.Contains(msg, "same key") || strings.Contains(msg, "not kept") {
+				t.Errorf("message %q: want it to say the outcome is unknown and to retry with the same key", msg)
+			}
+		})
+	}
 }
 
 // renewFailing is a store shared by processes (memstore: the lease rule

@@ -335,6 +335,9 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		return nil, status.Errorf(codes.DataLoss, "idempotency store found its data damaged; the result of attempt %d was not stored", claim.Attempt)
 	case errors.Is(err, ErrConflict) && !durable:
 		return nil, errRunAgain
+	case errors.Is(err, ErrOutcomeUnknown):
+		obs.Err = err
+		return nil, errOutcomeUnknown(rk.Key, claim.Attempt)
 	case err != nil && durable:
 		obs.Err = err
 		return nil, status.Errorf(codes.Unavailable,

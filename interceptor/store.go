@@ -112,6 +112,13 @@ var ErrSuperseded = errors.New("idempotency: attempt superseded")
 // the store, so its claim stays in flight, as after any failed commit.
 var ErrConflict = errors.New("idempotency: data the handler read changed before its writes committed")
 
+// ErrOutcomeUnknown, wrapped in the error of Tx.Commit or Store.Complete,
+// says that the store cannot tell whether the transaction was kept: the
+// disk failed after the commit's last write, say, so that a restart may
+// find it on disk or not. The caller is told exactly that, and to retry
+// with the same key, which answers with the stored result if it was kept.
+var ErrOutcomeUnknown = errors.New("idempotency: whether the commit was kept is unknown")
+
 // RecordKey names one record: an idempotency key within a caller's scope.
 // The same key under two scopes names two records.
 type RecordKey struct {

@@ -309,8 +309,14 @@ func TestE2E_APIKeys_OneHashUnderTwoPrincipals_RefusedNamingBothLines(t *testing
 func slowFsync(t *testing.T, d *daemon, delay time.Duration) {
 	t.Helper()
 	us := fmt.Sprint(delay.Microseconds())
-	cmd := exec.Command("strace", "-f", "-p", strconv.Itoa(d.cmd.Process.Pid), "-o", "/dev/null",
-		"-e", "trace=fdatasync,fsync", "-e", "inject=fdatasync:delay_enter="+us, "-e", "inject=fsync:delay_enter="+us)
+	t.Cleanup(attachStrace(t, d, "-e", "trace=fdatasync,fsync", "-e", "inject=fdatasync:delay_enter="+us, "-e", "inject=fsync:delay_enter="+us))
+}
+
+// attachStrace attaches strace with args to d's threads, and returns the
+// func that detaches it, leaving paymentsd running.
+func attachStrace(t *testing.T, d *daemon, args ...string) (detach func()) {
+	t.Helper()
+	cmd := exec.Command("strace", append([]string{"-f", "-p", strconv.Itoa(d.cmd.Process.Pid), "-o", "/dev/null"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -318,10 +324,10 @@ func slowFsync(t *testing.T, d *daemon, delay time.Duration) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("strace: %v", err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM) // detaches, leaving paymentsd running
+	detach = func() {
+		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
-	})
+	}
 	attached := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -336,8 +342,10 @@ func slowFsync(t *testing.T, d *daemon, delay time.Duration) {
 	case <-attached:
 		time.Sleep(100 * time.Millisecond) // the other threads
 	case <-time.After(30 * time.Second):
+		detach()
 		t.Fatal("strace did not attach")
 	}
+	return detach
 }
 
 // wantOneIntentPerAmount checks that hostileToken's intents, one amount per

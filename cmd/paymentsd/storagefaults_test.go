@@ -512,3 +512,68 @@ func TestInProcess_DurableClaim_FailedWriteKeepsKeyInFlightUntilTakeover(t *test
 		t.Errorf("intents %v; want %v", got, want)
 	}
 }
+
+// A commit whose fdatasync fails after bbolt wrote its meta page may or may
+// not be on disk: its caller is told the outcome is unknown and to retry
+// with the same key, never that nothing was stored, and that retry, after
+// a restart, answers with the one intent. A commit whose first fdatasync
+// fails wrote no meta page: nothing was stored, and the key runs afresh.
+// (strace fails the real system calls of the real binary.)
+func TestE2E_FdatasyncFails_CallerToldWhatIsKnown(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		when    string // which fdatasync of a thread fails, counted from the attach
+		unknown bool
+	}{
+		{"after the meta page", "2", true},
+		{"before the meta page", "1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "paymentsd.db")
+			d := startDaemon(t, path, "--sweep-interval", "1h")
+			var (
+				a   answer
+				key string
+				req *paymentsv1.CreatePaymentIntentRequest
+			)
+			for attempt := 1; a.err == nil; attempt++ {
+				// One create, one commit: its data and meta fdatasyncs. strace
+				// counts them per thread, so the meta page's is the second only
+				// when the committer's goroutine kept its thread; else again.
+				if attempt > 20 {
+					t.Fatal("20 commits went through: the fault never hit")
+				}
+				detach := attachStrace(t, d, "-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO:when="+tc.when)
+				key, req = fmt.Sprint("eio-", attempt), seedRequest(fmt.Sprint(1000+attempt))
+				a = d.create(withCreds(hostileToken, key), req)
+				detach()
+			}
+			t.Logf("the fault hit the commit of %s", key)
+			retryAt := d
+			if tc.unknown {
+				wantStatusReason(t, a.err, codes.Unavailable, interceptor.ReasonOutcomeUnknown)
+				d.cmd.Process.Kill() // the file takes no more writes until a restart reads the disk
+				<-d.exited
+				retryAt = startDaemon(t, path)
+			} else if reason(a.err) == interceptor.ReasonOutcomeUnknown || status.Code(a.err) != codes.Unavailable {
+				t.Fatalf("create: %v; want UNAVAILABLE saying it was not kept", a.err)
+			}
+			retry := retryAt.create(withCreds(hostileToken, key), req)
+			if retry.err != nil {
+				t.Fatalf("retry with the same key: %v, want the intent", retry.err)
+			}
+			if !tc.unknown && retry.replayed() {
+				t.Error("the retry replayed a commit whose meta page was never written")
+			}
+			wantOneIntentPerAmount(t, retryAt)
+		})
+	}
+}
+
+// wantStatusReason fails t unless err has code and the interceptor's reason.
+func wantStatusReason(t *testing.T, err error, code codes.Code, want string) {
+	t.Helper()
+	if status.Code(err) != code || reason(err) != want {
+		t.Fatalf("%v; want %v with reason %s", err, code, want)
+	}
+}
