@@ -38,6 +38,9 @@ func adminSocketPath(dbPath string) string { return dbPath + ".admin.sock" }
 type adminCheck struct {
 	Sound    bool   `json:"sound"`
 	Findings string `json:"findings,omitempty"`
+	// CannotCommit says why the server cannot commit to the file, when it
+	// cannot: a sound file is not all an operator needs to know.
+	CannotCommit string `json:"cannot_commit,omitempty"`
 }
 
 // adminWriteTimeout bounds each write of an answer: a backup whose reader
@@ -184,6 +187,9 @@ func adminHandler(db *boltstore.DB, log *slog.Logger) http.Handler {
 		default:
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
+		}
+		if err := db.Health(); err != nil {
+			answer.CannotCommit = err.Error()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(answer)

@@ -9,8 +9,10 @@ import (
 )
 
 const checkAbout = `Checks the bbolt data file's structure (page links, freelist, key order),
-as paymentsd does before it serves from a file: exit 0 when it is sound,
-1 with the findings when it is damaged, 3 when it could not be checked.
+as paymentsd does before it serves from a file, and the checksum of every
+record and intent: exit 0 when it is sound, 1 with the findings when it
+is damaged or when the server holding it cannot commit to it (a failing
+disk), 3 when it could not be checked.
 With the server running, the server checks it (through DB.admin.sock),
 in one of its write transactions: writes wait for the check, reads do not.
 PostgreSQL checks its own data.`
@@ -35,10 +37,14 @@ func runCheck(ctx context.Context, sio *stdio, args []string) int {
 		err = src.Check(ctx)
 		src.Close()
 	}
+	var stuck cannotCommit
 	switch {
 	case err == nil:
 		fmt.Fprintf(sio.out, "%s: sound (%s)\n", *db, via)
 		return exitOK
+	case errors.As(err, &stuck):
+		fmt.Fprintf(sio.out, "%s: sound (%s), but the server holding it cannot commit to it:\n%v\n", *db, via, stuck)
+		return exitNo
 	case errors.Is(err, boltstore.ErrDamaged):
 		fmt.Fprintf(sio.out, "%s: damaged\n%v\nRestore it from a backup, or move it aside to start empty.\n", *db, err)
 		return exitNo

@@ -157,8 +157,11 @@ func (c *adminClient) Check(ctx context.Context) error {
 	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
 		return fmt.Errorf("the server holding %s: %w", c.dbPath, err)
 	}
-	if !answer.Sound {
+	switch {
+	case !answer.Sound:
 		return remoteDamage(answer.Findings)
+	case answer.CannotCommit != "":
+		return cannotCommit(answer.CannotCommit)
 	}
 	return nil
 }
@@ -183,6 +186,12 @@ func (c *adminClient) Close() error {
 	c.http.CloseIdleConnections()
 	return nil
 }
+
+// cannotCommit is the answer of a server that found its file sound but
+// cannot commit to it, and why.
+type cannotCommit string
+
+func (e cannotCommit) Error() string { return string(e) }
 
 // remoteDamage is an ErrDamaged the server found, with its findings.
 type remoteDamage string

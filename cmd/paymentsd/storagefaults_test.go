@@ -552,6 +552,8 @@ func TestE2E_FdatasyncFails_CallerToldWhatIsKnown(t *testing.T) {
 			retryAt := d
 			if tc.unknown {
 				wantStatusReason(t, a.err, codes.Unavailable, interceptor.ReasonOutcomeUnknown)
+				waitAdmin(t, d) // the operator is told the file is sound but takes no writes
+				paymentsd(t, "", "check", "--db", path).want(t, 1, "sound (through the running server), but the server holding it cannot commit", "restart")
 				d.cmd.Process.Kill() // the file takes no more writes until a restart reads the disk
 				<-d.exited
 				retryAt = startDaemon(t, path)
