@@ -139,6 +139,12 @@ func checkFileSize(path string) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case info.IsDir():
+		return errors.New("it is a directory, not a data file")
+	case !info.Mode().IsRegular():
+		return errors.New("it is not a regular file, so not a data file")
+	}
 	if info.Size() == 0 {
 		return &damaged{cause: errors.New("the file is empty, though a data file is created whole: it was emptied")}
 	}

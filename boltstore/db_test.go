@@ -43,3 +43,16 @@ func TestOpen_FileInUse_FailsNamingIt(t *testing.T) {
 		t.Errorf("second Open = %v, want ErrLocked naming %s", err, path)
 	}
 }
+
+// A path that names a directory is not a damaged data file: no backup
+// would help, and the error says what it is.
+func TestOpen_Directory_NotADataFileNorDamage(t *testing.T) {
+	dir := t.TempDir()
+	_, err := boltstore.Open(dir, nil)
+	if err == nil || errors.Is(err, boltstore.ErrDamaged) || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("Open(a directory) = %v, want an error saying it is a directory, not damage", err)
+	}
+	if _, err := boltstore.OpenReadOnly(dir, 0); err == nil || errors.Is(err, boltstore.ErrDamaged) {
+		t.Errorf("OpenReadOnly(a directory) = %v, want an error that is not damage", err)
+	}
+}

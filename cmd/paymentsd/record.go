@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/pgstore"
@@ -31,8 +33,9 @@ SHA-256, so pass the token on standard input with --token-stdin (with
 A bbolt file is read directly when no server holds it, otherwise through
 the running server's admin socket (DB.admin.sock); a postgres:// URL is
 queried directly. A create in progress is not seen: its claim is committed
-with its result. Exit 0 with the record, 1 when there is none, 3 when the
-lookup failed.`
+with its result. Exit 0 with the record, 1 when there is none or the file
+is damaged, 2 for a principal or key that names none, 3 when the lookup
+failed.`
 
 // runRecord is paymentsd record: support's "what happened to key X?".
 func runRecord(ctx context.Context, sio *stdio, args []string) int {
@@ -55,6 +58,11 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 		return usageError(fs, "give one of --principal and --token-stdin")
 	case *apiKeys != "" && !*tokenStdin:
 		return usageError(fs, "--api-keys goes with --token-stdin")
+	case *principal != "" && !auth.ValidPrincipal(*principal) && !devPrincipalPattern.MatchString(*principal):
+		return usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex (or use --token-stdin)`, *principal)
+	}
+	if err := interceptor.ParseKey(*key); err != nil {
+		return usageError(fs, "--key %q is no idempotency key: %v", *key, err)
 	}
 	scope := *principal
 	if *tokenStdin {
@@ -64,6 +72,10 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 	}
 	k := interceptor.RecordKey{Scope: scope, Key: *key}
 	rec, err := lookupRecord(ctx, *db, k)
+	if errors.Is(err, boltstore.ErrDamaged) {
+		fmt.Fprintf(sio.err, "paymentsd record: %v\n", err)
+		return exitNo // as check answers a damaged file
+	}
 	if err != nil {
 		return fail(sio, "record", err)
 	}
@@ -85,6 +97,9 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 	}
 	return exitOK
 }
+
+// devPrincipalPattern matches the principal dev mode gives a token.
+var devPrincipalPattern = regexp.MustCompile(`^dev:[0-9a-f]{64}$`)
 
 // principalOfToken reads a bearer token from r and returns its principal:
 // the one apiKeys lists for it, or dev mode's when apiKeys is empty.

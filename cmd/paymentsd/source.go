@@ -49,7 +49,7 @@ func openBoltSource(path string) (boltSource, error) {
 		return fileSource{ro}, nil
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no data file at %s: check --db", path)
+		return nil, fmt.Errorf("no data file at %s: is --db right?", path)
 	}
 	if !errors.Is(err, boltstore.ErrLocked) {
 		return nil, err

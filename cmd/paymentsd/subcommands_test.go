@@ -315,6 +315,10 @@ func TestCheck_SoundWhileRunning_DamagedFound(t *testing.T) {
 			if strings.Contains(r.stdout+r.stderr, "goroutine ") {
 				t.Errorf("check crashed:\n%s%s", r.stdout, r.stderr)
 			}
+			// record answers a damaged file as check does.
+			if r := paymentsd(t, "", "record", "--db", path, "--principal", "p", "--key", "k"); r.code != 1 || !strings.Contains(r.stderr, "damaged") {
+				t.Errorf("record on a damaged file: exit %d, stderr:\n%s\nwant 1 saying it is damaged", r.code, r.stderr)
+			}
 		})
 	}
 	paymentsd(t, "", "check", "--db", filepath.Join(t.TempDir(), "missing.db")).want(t, 3)
@@ -374,6 +378,10 @@ func TestSubcommand_BadInput_UsageAndExit2(t *testing.T) {
 		{[]string{"record", "--db", db, "--key", "k", "--principal", "p", "--token-stdin"}, "give one of --principal and --token-stdin"},
 		{[]string{"record", "--db", db, "--key", "k", "--principal", "p", "--api-keys", "f"}, "--api-keys goes with --token-stdin"},
 		{[]string{"record", "--no-such-flag"}, "flag provided but not defined"},
+		{[]string{"record", "--db", db, "--key", "k", "--principal", "a b"}, `--principal "a b" names no principal`},
+		{[]string{"record", "--db", db, "--key", "k", "--principal", "dev:abc"}, `--principal "dev:abc" names no principal`},
+		{[]string{"record", "--db", db, "--key", `"k1"`, "--principal", "p"}, "over HTTP delimits a key"},
+		{[]string{"record", "--db", db, "--key", "k1 ", "--principal", "p"}, "starts or ends with a space"},
 		{[]string{"backup", "--db", db}, "give one FILE"},
 		{[]string{"backup", "a", "b"}, "give one FILE"},
 		{[]string{"backup", "a", "--db", "postgres://x/y"}, "pg_dump"},
