@@ -75,9 +75,8 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		return handler(ctx, req)
 	}
 
-	headerSent := false
 	for runs := 1; ; runs++ {
-		resp, err := i.answer(ctx, req, handler, rk, fp, obs, &headerSent)
+		resp, err := i.answer(ctx, req, handler, rk, fp, obs, runs > 1)
 		if !errors.Is(err, errRunAgain) {
 			return resp, err
 		}
@@ -88,9 +87,10 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 }
 
 // answer claims rk and answers by its outcome: the stored result, an
-// error, or the handler's run. *headerSent says whether an earlier run of
-// the request, which lost to a concurrent change, set the expiry header.
-func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, fp Fingerprint, obs *Observation, headerSent *bool) (any, error) {
+// error, or the handler's run. again is true when an earlier run of the
+// request lost to a concurrent change: the observer was told of its claim,
+// and the caller of its expiry.
+func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, fp Fingerprint, obs *Observation, again bool) (any, error) {
 	outcome, rec, tx, now, err := i.claim(ctx, rk, fp, obs)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -105,25 +105,26 @@ func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHan
 	if tx != nil {
 		defer tx.Rollback() // a handler that panics releases its claim
 	}
-	obs.Outcome, obs.Attempt = outcome, rec.Attempt
-	i.opts.observer.Claimed(ctx, *obs)
+	if !again {
+		obs.Outcome, obs.Attempt = outcome, rec.Attempt
+		i.opts.observer.Claimed(ctx, *obs)
+	}
 
 	// Every answer about a record says when it is forgotten: until then a
 	// retry with this key is safe. Truncated to the second, so never late
 	// (nor after a run again, whose claim expires later still). A caller
 	// that has gone gets no header; its claim still runs.
 	expires := metadata.MD{}
-	if !*headerSent {
+	if !again {
 		expires[ExpiresAtHeader] = []string{rec.Expiry.UTC().Format(time.RFC3339)}
 	}
 	if outcome == OutcomeReplay {
 		return replay(ctx, rec.Result, expires)
 	}
-	if !*headerSent {
+	if !again {
 		if err := grpc.SetHeader(ctx, expires); err != nil && ctx.Err() == nil {
 			return nil, status.Errorf(codes.Internal, "idempotency: set header: %v", err)
 		}
-		*headerSent = true
 	}
 	switch outcome {
 	case OutcomeInFlight:
@@ -302,8 +303,10 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	}
 	start := time.Now()
 	resp, herr := handler(hctx, req)
-	obs.Handler = time.Since(start)
-	i.handlerTimes.observe(obs.FullMethod, obs.Handler)
+	took := time.Since(start)
+	obs.Runs++
+	obs.Handler += took
+	i.handlerTimes.observe(obs.FullMethod, took)
 	stopRenewing()
 
 	header, trailer := capture.metadata()

@@ -43,10 +43,15 @@ type Observation struct {
 	Outcome Outcome
 	// Attempt is the record's attempt, for claims and replays.
 	Attempt uint64
+	// Runs is how many times the handler ran: more than once when a
+	// transactional method's writes lost to concurrent changes and it ran
+	// again. Outcome and Attempt are then those of the first claim, the
+	// one Claimed was told of. Set for Finished.
+	Runs int
 	// Code is the answer's status code; set for Finished.
 	Code codes.Code
-	// Handler is the time spent in the handler, zero when it did not run;
-	// set for Finished.
+	// Handler is the time spent in the handler, over all its runs; zero
+	// when it did not run. Set for Finished.
 	Handler time.Duration
 	// Store is the time spent claiming and completing, lease renewals
 	// aside; set for Finished.
@@ -60,7 +65,7 @@ type Observation struct {
 // and safe for concurrent use.
 type Observer interface {
 	// Claimed is called once a claim has decided, before the handler runs
-	// (if it does).
+	// (if it does); once per request, even when the handler runs again.
 	Claimed(ctx context.Context, o Observation)
 	// Finished is called for every request as the interceptor returns.
 	Finished(ctx context.Context, o Observation)

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/metrics"
 )
 
 const unaryCall = "/grpc.testing.TestService/UnaryCall"
@@ -257,6 +261,76 @@ func TestTransactional_ConflictingWrites_RunAgainNoChangeLost(t *testing.T) {
 			t.Errorf("retry of request %d: replayed %t, %v, %v; want the replay of %s", i, again.replayed(), again.resp, again.err, a.resp.Payload.Body)
 		}
 	}
+}
+
+// recordingObserver keeps what the observer was told.
+type recordingObserver struct {
+	mu       sync.Mutex
+	claimed  int
+	finished []interceptor.Observation
+}
+
+func (o *recordingObserver) Claimed(context.Context, interceptor.Observation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.claimed++
+}
+
+func (o *recordingObserver) Finished(_ context.Context, obs interceptor.Observation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.finished = append(o.finished, obs)
+}
+
+// A request that runs again is one claim to the observer, with the runs
+// counted, so that the metrics' gauge of claims in flight returns to zero.
+func TestTransactional_RunAgain_ObservedAsOneClaim(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingObserver{}
+	h := start(t, interceptor.WithTransactional(unaryCall), interceptor.WithObserver(both{m, rec}))
+	h.writeOrder(t, nil)
+	inner := h.service.handler
+	losses := 2
+	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+		if losses > 0 {
+			losses--
+			h.db.Update(ctx, func(tx *bolt.Tx) error { return fmt.Errorf("lost: %w", boltstore.ErrConflict) })
+		}
+		return inner(ctx, req)
+	}
+	if a := h.send("tok", "k", payload("o1")); a.err != nil {
+		t.Fatal(a.err)
+	}
+	if rec.claimed != 1 || len(rec.finished) != 1 {
+		t.Fatalf("observer told of %d claims and %d ends, want 1 and 1", rec.claimed, len(rec.finished))
+	}
+	if got := rec.finished[0]; got.Runs != 3 || got.Outcome != interceptor.OutcomeFresh || got.Attempt != 1 {
+		t.Errorf("observed %d runs, outcome %v, attempt %d; want 3 runs of the fresh claim of attempt 1", got.Runs, got.Outcome, got.Attempt)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP idempotency_claims_in_flight Claims whose handler this process is running now.
+# TYPE idempotency_claims_in_flight gauge
+idempotency_claims_in_flight 0
+`), "idempotency_claims_in_flight"); err != nil {
+		t.Errorf("claims in flight after the request: %v", err)
+	}
+}
+
+// both tells two observers.
+type both [2]interceptor.Observer
+
+func (b both) Claimed(ctx context.Context, o interceptor.Observation) {
+	b[0].Claimed(ctx, o)
+	b[1].Claimed(ctx, o)
+}
+
+func (b both) Finished(ctx context.Context, o interceptor.Observation) {
+	b[0].Finished(ctx, o)
+	b[1].Finished(ctx, o)
 }
 
 // A write that loses every time ends, after a bounded number of runs, in

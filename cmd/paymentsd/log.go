@@ -51,6 +51,9 @@ func logRPC(logger *slog.Logger) grpc.UnaryServerInterceptor {
 		}
 		if slot.Outcome != 0 {
 			attrs = append(attrs, slog.String("idempotency", slot.Outcome.String()), slog.Uint64("attempt", slot.Attempt))
+			if slot.Runs > 1 {
+				attrs = append(attrs, slog.Int("runs", slot.Runs))
+			}
 		}
 		// The cause of a failure the caller was told of only by its code.
 		var wrapped interface{ Unwrap() error }
