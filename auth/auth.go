@@ -54,6 +54,12 @@ var principalPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 // file: 1 to 64 of A-Z a-z 0-9 . _ -.
 func ValidPrincipal(name string) bool { return principalPattern.MatchString(name) }
 
+var devPrincipalPattern = regexp.MustCompile(`^dev:[0-9a-f]{64}$`)
+
+// ValidDevPrincipal reports whether name is a principal dev mode gives a
+// token: "dev:" and the token's SHA-256 in hex.
+func ValidDevPrincipal(name string) bool { return devPrincipalPattern.MatchString(name) }
+
 // KeyLine returns the API key file line that accepts token for principal,
 // as LoadFile reads it.
 func KeyLine(principal, token string) string {

@@ -227,6 +227,9 @@ func getIntent(tx *bolt.Tx, owner, id string) (*paymentsv1.PaymentIntent, []byte
 // encodeIntent is the stored form of pi: its owner, then its deterministic
 // encoding, sealed with a checksum.
 func encodeIntent(owner string, pi *paymentsv1.PaymentIntent) ([]byte, error) {
+	if owner == "" { // an intent belongs to someone; its stored form relies on it
+		return nil, fmt.Errorf("encode intent %s: no owner", pi.Id)
+	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(pi)
 	if err != nil {
 		return nil, fmt.Errorf("encode intent %s: %w", pi.Id, err)

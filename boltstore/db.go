@@ -126,22 +126,33 @@ func Open(path string, opts *Options) (*DB, error) {
 // half written, and an empty data file is not new but damaged (emptied by
 // a failed copy, say): it is refused rather than served as a store that
 // has forgotten every key. A link, unlike a rename, never replaces a file
-// that another process created meanwhile.
+// that another process created meanwhile. A symbolic link to no file has
+// the file made where it points.
 func create(path string) error {
-	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+	info, err := os.Lstat(path)
+	if err == nil && info.Mode()&os.ModeSymlink != 0 {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			target, err := os.Readlink(path) // the file is made where the link points
+			if err != nil {
+				return err
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(filepath.Dir(path), target)
+			}
+			return create(target)
+		}
+	}
+	if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".new-*")
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".new-*") // mode 0600
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
 	f.Close()
 	defer os.Remove(tmp)
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return err
-	}
 	b, err := bolt.Open(tmp, 0o600, nil) // syncs its first pages
 	if err != nil {
 		return err

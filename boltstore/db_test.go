@@ -56,3 +56,24 @@ func TestOpen_Directory_NotADataFileNorDamage(t *testing.T) {
 		t.Errorf("OpenReadOnly(a directory) = %v, want an error that is not damage", err)
 	}
 }
+
+// A data file's path may be a symbolic link to where the file is to be:
+// the file is made there.
+func TestOpen_SymlinkToNoFile_FileMadeWhereItPoints(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "disk", "paymentsd.db")
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if info, err := os.Stat(target); err != nil || info.Size() == 0 {
+		t.Errorf("the link's target: %v, %v; want the data file", info, err)
+	}
+}

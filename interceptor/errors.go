@@ -97,8 +97,13 @@ func errWriteConflict(key string, runs int) error {
 		map[string]string{"idempotency_key": key})
 }
 
-func errOutcomeUnknown(key string, attempt uint64) error {
+func errOutcomeUnknown(key string, attempt uint64, durable bool) error {
+	then := "runs the request if it was not"
+	if durable {
+		// The handler ran, and may have acted outside the store.
+		then = "takes the request over once its lease ends, and runs it again, if it was not"
+	}
 	return newError(codes.Unavailable, ReasonOutcomeUnknown,
-		fmt.Sprintf("the store failed while committing attempt %d for idempotency key %q and cannot tell whether its result was kept: retry with the same key, never a new one; the retry answers with the result if it was kept, and runs the request if it was not", attempt, key),
+		fmt.Sprintf("the store failed while committing attempt %d for idempotency key %q and cannot tell whether its result was kept: retry with the same key, never a new one; the retry answers with the result if it was kept, and %s", attempt, key, then),
 		map[string]string{"idempotency_key": key})
 }

@@ -140,11 +140,12 @@ func TestFault_CompleteFails_RecordStaysInFlightUntilTakeover(t *testing.T) {
 // the same key; the observer gets the cause.
 func TestFault_OutcomeUnknown_CallerToldSoRetryWithTheSameKey(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		opts []interceptor.Option
+		name  string
+		opts  []interceptor.Option
+		retry string // what the message says a retry does if nothing was kept
 	}{
-		{"transactional", []interceptor.Option{interceptor.WithTransactional(unaryCall)}},
-		{"durable claim", nil},
+		{"transactional", []interceptor.Option{interceptor.WithTransactional(unaryCall)}, "runs the request if it was not"},
+		{"durable claim", nil, "takes the request over once its lease ends"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, fs := startFaulty(t, tc.opts...)
@@ -152,8 +153,9 @@ func TestFault_OutcomeUnknown_CallerToldSoRetryWithTheSameKey(t *testing.T) {
 			fs.outcomeUnknown.Store(true)
 			a := h.send("tok", "k", payload("x"))
 			st := wantReason(t, a.err, codes.Unavailable, interceptor.ReasonOutcomeUnknown)
-			if msg := st.Message(); !strings.Contains(msg, "cannot tell whether") || !strings.Contains(msg, "same key") || strings.Contains(msg, "not kept") {
-				t.Errorf("message %q: want it to say the outcome is unknown and to retry with the same key", msg)
+			if msg := st.Message(); !strings.Contains(msg, "cannot tell whether") || !strings.Contains(msg, "same key") ||
+				!strings.Contains(msg, tc.retry) || strings.Contains(msg, "not kept") {
+				t.Errorf("message %q: want it to say the outcome is unknown, to retry with the same key, and that the retry %s", msg, tc.retry)
 			}
 		})
 	}

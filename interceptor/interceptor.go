@@ -340,7 +340,7 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		return nil, errRunAgain
 	case errors.Is(err, ErrOutcomeUnknown):
 		obs.Err = err
-		return nil, errOutcomeUnknown(rk.Key, claim.Attempt)
+		return nil, errOutcomeUnknown(rk.Key, claim.Attempt, durable)
 	case err != nil && durable:
 		obs.Err = err
 		return nil, status.Errorf(codes.Unavailable,

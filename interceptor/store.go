@@ -73,7 +73,8 @@ type Tx interface {
 	// one transaction, provided CheckClaim finds the claim still the stored
 	// one (ErrSuperseded otherwise). If any of it fails, none of it is
 	// stored, a claim that was not durable is released, and the error is
-	// returned.
+	// returned; unless the store cannot tell whether it was stored, which
+	// its error says by wrapping ErrOutcomeUnknown.
 	Commit(ctx context.Context, done *Record, keepWrites bool) error
 
 	// Rollback discards the handler's writes and releases a claim that was
@@ -94,9 +95,12 @@ type Watcher interface {
 }
 
 // A store error whose gRPC code (status.Code) is DATA_LOSS means the
-// store found its data damaged: the interceptor answers DATA_LOSS. Every
-// other store error is answered UNAVAILABLE. Either way the caller is told
-// a plain message, and the error itself goes to the Observer.
+// store found its data damaged: the interceptor answers DATA_LOSS. A
+// commit's error wrapping ErrConflict runs a transactional method again
+// (ABORTED once it has lost too often); one wrapping ErrOutcomeUnknown is
+// answered UNAVAILABLE saying the outcome is unknown. Every other store
+// error is answered UNAVAILABLE. Either way the caller is told a plain
+// message, and the error itself goes to the Observer.
 
 // ErrSuperseded is returned by Store.Renew and Store.Complete when the claim
 // is no longer the stored one: a takeover started a newer attempt, or the

@@ -27,12 +27,16 @@ import (
 // creates 0700: whoever may read the data file may ask it, nobody else can
 // connect. It answers HTTP:
 //
-//	GET /record?scope=S&key=K  the record, interceptor.Record's binary encoding; 404 when none
+//	GET /record?scope=S&key=K  the record, interceptor.Record's binary encoding; 404 when none, 422 when damaged
 //	GET /backup                a consistent copy of the file, Content-Length bytes
 //	GET /check                 adminCheck as JSON
 //
 // PostgreSQL needs none: the subcommands ask the database.
 func adminSocketPath(dbPath string) string { return dbPath + ".admin.sock" }
+
+// adminDamaged is the status of an answer about damaged data: the
+// findings are its body.
+const adminDamaged = http.StatusUnprocessableEntity
 
 // adminCheck is the answer of GET /check.
 type adminCheck struct {
@@ -141,6 +145,10 @@ func adminHandler(db *boltstore.DB, log *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /record", func(w http.ResponseWriter, r *http.Request) {
 		k := interceptor.RecordKey{Scope: r.FormValue("scope"), Key: r.FormValue("key")}
 		rec, err := db.Get(r.Context(), k)
+		if errors.Is(err, boltstore.ErrDamaged) {
+			http.Error(w, err.Error(), adminDamaged)
+			return
+		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -183,6 +183,10 @@ func TestE2E_ByteChangedOnDisk_DataLossNeverAnotherAmount(t *testing.T) {
 	}
 	waitAdmin(t, d)
 	paymentsd(t, "", "check", "--db", path).want(t, 1, "checksum mismatch")
+	r := paymentsd(t, "", "record", "--db", path, "--principal", devPrincipal("merchant-demo"), "--key", "order-flip")
+	if r.code != 1 || !strings.Contains(r.stderr, "checksum mismatch") {
+		t.Errorf("record of the damaged key through the server: exit %d, stderr:\n%s\nwant 1 naming the damage", r.code, r.stderr)
+	}
 }
 
 // healthStatus asks d's grpc.health.v1 for the server's status.

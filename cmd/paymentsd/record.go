@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"time"
 
@@ -58,7 +57,7 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 		return usageError(fs, "give one of --principal and --token-stdin")
 	case *apiKeys != "" && !*tokenStdin:
 		return usageError(fs, "--api-keys goes with --token-stdin")
-	case *principal != "" && !auth.ValidPrincipal(*principal) && !devPrincipalPattern.MatchString(*principal):
+	case *principal != "" && !auth.ValidPrincipal(*principal) && !auth.ValidDevPrincipal(*principal):
 		return usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex (or use --token-stdin)`, *principal)
 	}
 	if err := interceptor.ParseKey(*key); err != nil {
@@ -97,9 +96,6 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 	}
 	return exitOK
 }
-
-// devPrincipalPattern matches the principal dev mode gives a token.
-var devPrincipalPattern = regexp.MustCompile(`^dev:[0-9a-f]{64}$`)
 
 // principalOfToken reads a bearer token from r and returns its principal:
 // the one apiKeys lists for it, or dev mode's when apiKeys is empty.

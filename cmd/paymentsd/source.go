@@ -122,6 +122,9 @@ func (c *adminClient) get(ctx context.Context, path string, want int) (*http.Res
 	if resp.StatusCode != want {
 		defer resp.Body.Close()
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode == adminDamaged {
+			return resp, remoteDamage(strings.TrimSpace(string(msg)))
+		}
 		return resp, fmt.Errorf("the server holding %s: %s", c.dbPath, strings.TrimSpace(string(msg)))
 	}
 	return resp, nil

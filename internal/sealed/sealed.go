@@ -6,7 +6,8 @@
 // A sealed value is a zero byte, the CRC-32C (Castagnoli) of the payload,
 // big-endian, then the payload. Values written before sealing had no such
 // frame and never start with a zero byte (their first byte is a protobuf
-// tag, or the length of an intent's owner); Migrate seals them once.
+// tag, or the length of an intent's owner, which is never empty); Migrate
+// seals them once.
 package sealed
 
 import (
@@ -75,8 +76,13 @@ func Marked(tx *bolt.Tx, bucket []byte) bool {
 	return marks != nil && marks.Get(bucket) != nil
 }
 
-// migrateBatch is how many keys one transaction of Migrate reads.
-const migrateBatch = 10000
+// One transaction of Migrate reads at most migrateBatch keys and seals at
+// most migrateBytes of values, so that large values (stored results may
+// be megabytes) never make one transaction large.
+const (
+	migrateBatch = 10000
+	migrateBytes = 64 << 20
+)
 
 // Migrate seals every value of bucket, which must exist, that was written
 // before values were sealed, and marks the bucket sealed, unless it is
@@ -110,11 +116,12 @@ func Migrate(update func(func(*bolt.Tx) error) error, bucket []byte) error {
 					k, v = c.Next()
 				}
 			}
-			for n := 0; k != nil && n < migrateBatch; k, v = c.Next() {
+			for n, size := 0, 0; k != nil && n < migrateBatch && size < migrateBytes; k, v = c.Next() {
 				n++
 				next = k
 				if v != nil && (len(v) == 0 || v[0] != mark) { // nil: a nested bucket
 					unsealed = append(unsealed, [2][]byte{bytes.Clone(k), Seal(v)})
+					size += len(v)
 				}
 			}
 			next = bytes.Clone(next)

@@ -151,3 +151,37 @@ func TestVerify_FindsDamagedValuesNamingNoKey(t *testing.T) {
 		t.Errorf("Verify = %v; want ErrMismatch naming %s, not the key", err, KeyHash(secret))
 	}
 }
+
+// Large values end a transaction early: no migration transaction holds
+// much more than migrateBytes of them.
+func TestMigrate_LargeValuesTakeMoreTransactions(t *testing.T) {
+	db := openDB(t)
+	value := bytes.Repeat([]byte{0x0a}, 1<<20)
+	const n = 80 // MiB, over migrateBytes
+	err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("results"))
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if err := b.Put(fmt.Appendf(nil, "k%03d", i), value); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commits := 0
+	update := func(fn func(*bolt.Tx) error) error { commits++; return db.Update(fn) }
+	if err := Migrate(update, []byte("results")); err != nil {
+		t.Fatal(err)
+	}
+	if want := n/(migrateBytes>>20) + 1; commits != want {
+		t.Errorf("%d transactions for %d MiB, want %d of at most %d MiB", commits, n, want, migrateBytes>>20)
+	}
+	if err := db.View(Verify); err != nil {
+		t.Error(err)
+	}
+}
