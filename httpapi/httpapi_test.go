@@ -154,6 +154,9 @@ func TestErrors_AreProblemJSON(t *testing.T) {
 			if p.Type == "" || p.Title == "" || p.Detail == "" {
 				t.Errorf("type %q, title %q, detail %q: want all three", p.Type, p.Title, p.Detail)
 			}
+			if p.Error == "idempotency_key_invalid" && p.Title != "Invalid idempotency key" {
+				t.Errorf("title %q, want the one the interceptor's invalid key has", p.Title)
+			}
 		})
 	}
 }

@@ -142,7 +142,13 @@ func writeProblem(w http.ResponseWriter, p *paymentsv1.Problem, h http.Header) {
 // httpProblem writes an error of the HTTP face itself, found before any
 // gRPC call.
 func httpProblem(w http.ResponseWriter, status int, code, detail string) {
-	writeProblem(w, &paymentsv1.Problem{Status: int32(status), Error: code, Detail: detail}, nil)
+	p := &paymentsv1.Problem{Status: int32(status), Error: code, Detail: detail}
+	for _, k := range keyReasons { // a code the interceptor also answers with has one title
+		if k.code == code {
+			p.Title = k.title
+		}
+	}
+	writeProblem(w, p, nil)
 }
 
 // handleError is the gateway's error handler: every error of a call,
