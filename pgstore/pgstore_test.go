@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/faultproxy"
 	"github.com/paymentsd/paymentsd/internal/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/storetest"
@@ -390,5 +392,53 @@ func TestOpen_MigrationWaitsPastLockTimeout_NoMigrateRefusesOldSchema(t *testing
 		t.Errorf("NoMigrate Open of a migrated database = %v", err)
 	} else {
 		db.Close()
+	}
+}
+
+// A commit whose connection is lost once its COMMIT went out may have been
+// kept or not: Commit says the outcome is unknown, never that nothing was
+// stored, and the same request's next claim finds the one answer, or the
+// key free to run. (The cut comes as pgx sends the COMMIT's text, which is
+// when it prepares the statement, before it runs: from the client's side
+// no different from a cut after it ran.)
+func TestCommit_ConnectionLostAtCommit_OutcomeUnknown(t *testing.T) {
+	c := pgtest.Require(t, cluster)
+	proxy, err := faultproxy.New(c.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	u, err := url.Parse(c.NewDatabase(t, fresh("commit_lost")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = proxy.Addr()
+	ctx := context.Background()
+	db, err := pgstore.Open(ctx, u.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+
+	req := request("k", time.Now())
+	outcome, rec, tx, err := db.ClaimTx(ctx, req, false)
+	if err != nil || outcome != interceptor.OutcomeFresh {
+		t.Fatalf("ClaimTx = %v, %v; want fresh", outcome, err)
+	}
+	proxy.CutWhenClientSends([]byte("COMMIT"))
+	err = tx.Commit(ctx, rec.Completed(result(t, "the answer")), true)
+	if !errors.Is(err, interceptor.ErrOutcomeUnknown) {
+		t.Fatalf("Commit over a connection lost at COMMIT = %v, want ErrOutcomeUnknown", err)
+	}
+	if proxy.Cuts() != 1 {
+		t.Fatalf("%d cuts, want the one at COMMIT", proxy.Cuts())
+	}
+	switch outcome, _, tx, err := db.ClaimTx(ctx, request("k", time.Now()), false); {
+	case err != nil:
+		t.Fatalf("the next claim: %v", err)
+	case outcome == interceptor.OutcomeFresh:
+		tx.Rollback() // not kept
+	case outcome != interceptor.OutcomeReplay:
+		t.Fatalf("the next claim: %v, want the answer replayed or the key free", outcome)
 	}
 }

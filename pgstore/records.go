@@ -408,7 +408,21 @@ func (db *DB) Complete(ctx context.Context, k interceptor.RecordKey, done *inter
 		return err
 	}
 	_, err = db.pool.Exec(ctx, stmt, args...)
-	return superseded(err)
+	return superseded(commitOutcome(err))
+}
+
+// commitOutcome is the error of a commit: of a batch that ends in COMMIT,
+// or of a statement that commits by itself. The server's own error (a
+// statement failed, so the transaction aborted and its COMMIT did not run)
+// or one before anything was sent means nothing was kept. Any other, a
+// connection lost or a deadline passed after the request went out, leaves
+// unknown whether the server committed: it wraps ErrOutcomeUnknown.
+func commitOutcome(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || errors.As(err, &pgErr) || errors.Is(err, errLocked) || pgconn.SafeToRetry(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", interceptor.ErrOutcomeUnknown, err)
 }
 
 // completion is the statement that stores done provided its claim is still

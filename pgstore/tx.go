@@ -126,7 +126,7 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 	b.Queue(`SELECT pg_advisory_unlock_all()`)
 	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
 		t.rollbackLocked()
-		return replaced(err)
+		return replaced(commitOutcome(err))
 	}
 	t.conn.Release()
 	t.conn = nil
@@ -149,7 +149,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *interceptor.Record, 
 		if err == nil {
 			t.db.remember(t.key, done)
 		}
-		return superseded(err)
+		return superseded(commitOutcome(err))
 	}
 	// A completion that finds the claim superseded raises, and the COMMIT
 	// after it does not run.
@@ -158,7 +158,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *interceptor.Record, 
 	b.Queue(`COMMIT`)
 	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
 		t.rollbackLocked()
-		return superseded(err)
+		return superseded(commitOutcome(err))
 	}
 	t.conn.Release()
 	t.conn = nil

@@ -5,6 +5,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -28,6 +29,7 @@ type Proxy struct {
 	conns    map[*pair]struct{} // live connections
 	cuts     int
 	stopCuts chan struct{} // closes to stop the running CutEvery loop, if any
+	cutOn    []byte        // see CutWhenClientSends; nil when unarmed
 }
 
 // pair is one proxied connection: the client's side and the target's.
@@ -96,7 +98,7 @@ func (p *Proxy) serve(client *net.TCPConn) {
 
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go pr.copy(&copies, pr.server, pr.client)
+	go p.forward(&copies, pr)
 	go pr.copy(&copies, pr.client, pr.server)
 	copies.Wait()
 
@@ -117,6 +119,55 @@ func (pr *pair) copy(wg *sync.WaitGroup, dst, src *net.TCPConn) {
 		return
 	}
 	dst.CloseWrite()
+}
+
+// forward copies what pr's client sends to its server, as copy does, and
+// cuts pr right after forwarding a read that holds the armed pattern.
+func (p *Proxy) forward(wg *sync.WaitGroup, pr *pair) {
+	defer wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := pr.client.Read(buf)
+		if n > 0 {
+			if _, werr := pr.server.Write(buf[:n]); werr != nil {
+				pr.reset()
+				return
+			}
+			if p.cutOnMatch(pr, buf[:n]) {
+				return
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			pr.server.CloseWrite()
+			return
+		}
+		if err != nil {
+			pr.reset()
+			return
+		}
+	}
+}
+
+// cutOnMatch cuts pr and disarms the pattern if b holds it.
+func (p *Proxy) cutOnMatch(pr *pair, b []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cutOn == nil || !bytes.Contains(b, p.cutOn) {
+		return false
+	}
+	p.cutOn = nil
+	p.cutLocked(pr)
+	return true
+}
+
+// CutWhenClientSends makes the proxy cut the first connection whose client
+// sends pattern, right after forwarding the bytes that hold it: the target
+// gets the request, the client never its answer. It fires once. (A pattern
+// split across two reads is not seen.)
+func (p *Proxy) CutWhenClientSends(pattern []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutOn = bytes.Clone(pattern)
 }
 
 // reset closes both sides abruptly: SO_LINGER 0 makes Close send RST, so

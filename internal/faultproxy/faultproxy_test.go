@@ -14,6 +14,12 @@ import (
 
 // echoServer echoes every connection until the test ends.
 func echoServer(t *testing.T) string {
+	return server(t, func(c net.Conn) { io.Copy(c, c) })
+}
+
+// server serves each connection with handle, until the test ends, and
+// returns its address.
+func server(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -28,7 +34,7 @@ func echoServer(t *testing.T) string {
 			}
 			go func() {
 				defer c.Close()
-				io.Copy(c, c)
+				handle(c)
 			}()
 		}
 	}()
@@ -135,5 +141,47 @@ func TestClose_RefusesNewAndEndsLive(t *testing.T) {
 	waitBroken(t, c, r)
 	if _, err := net.Dial("tcp", p.Addr()); err == nil {
 		t.Fatal("dialed a closed proxy")
+	}
+}
+
+// The connection that sends the pattern is cut once the target has it: the
+// target's answer never comes back, and the trigger fires once.
+func TestCutWhenClientSends_TargetGetsItClientNoAnswer(t *testing.T) {
+	got := make(chan string, 1)
+	target := server(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if line == "COMMIT\n" {
+				got <- line
+				time.Sleep(50 * time.Millisecond) // the answer comes after the cut
+			}
+			c.Write([]byte(line))
+		}
+	})
+	p, err := faultproxy.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c, r := dial(t, p)
+	p.CutWhenClientSends([]byte("COMMIT"))
+	roundTrip(t, c, r) // no pattern: not cut
+	c.Write([]byte("COMMIT\n"))
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the target did not get the line that holds the pattern")
+	}
+	if _, err := r.ReadString('\n'); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("answer after the pattern: %v, want connection reset", err)
+	}
+	c2, r2 := dial(t, p) // fired once
+	c2.Write([]byte("COMMIT\n"))
+	if line, err := r2.ReadString('\n'); err != nil || line != "COMMIT\n" {
+		t.Fatalf("a second connection sending the pattern: %q, %v; want its answer", line, err)
 	}
 }
