@@ -23,7 +23,8 @@ import (
 
 // Intents live in two buckets: intents maps an id to its owner and the
 // intent's encoding; intents_by_owner lists each owner's ids in creation
-// order, for paging.
+// order, for paging, its values only the seal of their keys. Every value
+// is sealed (internal/sealed), so that a damaged id or entry is found.
 var (
 	bucketIntents = []byte("intents")
 	bucketByOwner = []byte("intents_by_owner")
@@ -44,7 +45,8 @@ var _ server.IntentStore = (*Store)(nil)
 func New(ctx context.Context, db *boltstore.DB) (*Store, error) {
 	ready := false
 	db.View(ctx, func(tx *bolt.Tx) error {
-		ready = tx.Bucket(bucketIntents) != nil && tx.Bucket(bucketByOwner) != nil && sealed.Marked(tx, bucketIntents)
+		ready = tx.Bucket(bucketIntents) != nil && tx.Bucket(bucketByOwner) != nil &&
+			sealed.Marked(tx, bucketIntents) && sealed.Marked(tx, bucketByOwner)
 		return nil
 	})
 	if ready { // no write, so that opening a file costs no commit
@@ -62,8 +64,10 @@ func New(ctx context.Context, db *boltstore.DB) (*Store, error) {
 		return nil, fmt.Errorf("intents: create buckets: %w", err)
 	}
 	update := func(fn func(*bolt.Tx) error) error { return db.Update(ctx, fn) }
-	if err := sealed.Migrate(update, bucketIntents); err != nil {
-		return nil, fmt.Errorf("intents: seal the intents written before checksums: %w", err)
+	for _, b := range [][]byte{bucketIntents, bucketByOwner} {
+		if err := sealed.Migrate(update, b); err != nil {
+			return nil, fmt.Errorf("intents: seal what was written before checksums: %w", err)
+		}
 	}
 	return &Store{db: db}, nil
 }
@@ -84,7 +88,8 @@ func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.P
 		if err := intents.Put([]byte(pi.Id), v); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketByOwner).Put(ownerIndexKey(owner, pi), nil)
+		k := ownerIndexKey(owner, pi)
+		return tx.Bucket(bucketByOwner).Put(k, sealed.Seal(k, nil))
 	})
 }
 
@@ -140,22 +145,25 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 	err := s.db.View(ctx, func(tx *bolt.Tx) error {
 		page, next = nil, nil
 		c := tx.Bucket(bucketByOwner).Cursor()
-		k, _ := c.Seek(append(prefix[:len(prefix):len(prefix)], after...))
+		k, v := c.Seek(append(prefix[:len(prefix):len(prefix)], after...))
 		if after != nil && k != nil && bytes.Equal(k[len(prefix):], after) {
-			k, _ = c.Next()
+			k, v = c.Next()
 		}
-		for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			if len(page) == limit {
 				next = ownerCursor(page[len(page)-1])
 				return nil
 			}
 			if len(k) < len(prefix)+8 {
-				return fmt.Errorf("an intent index key of %d bytes is too short", len(k))
+				return boltstore.DamagedValue(fmt.Errorf("an intent index key of %d bytes is too short", len(k)))
+			}
+			if _, err := sealed.Open(k, v); err != nil {
+				return boltstore.DamagedValue(fmt.Errorf("intent index entry %s: %w", sealed.KeyHash(k), err))
 			}
 			id := string(k[len(prefix)+8:])
 			pi, _, err := getIntent(tx, owner, id)
 			if errors.Is(err, server.ErrNotFound) {
-				return fmt.Errorf("intent index names %s, which is missing", id)
+				return boltstore.DamagedValue(fmt.Errorf("intent index names %s, which is missing", id))
 			}
 			if err != nil {
 				return err
@@ -206,7 +214,7 @@ func getIntent(tx *bolt.Tx, owner, id string) (*paymentsv1.PaymentIntent, []byte
 	if v == nil {
 		return nil, nil, server.ErrNotFound
 	}
-	b, err := sealed.Open(v)
+	b, err := sealed.Open([]byte(id), v)
 	if err != nil {
 		return nil, nil, boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
 	}
@@ -234,5 +242,5 @@ func encodeIntent(owner string, pi *paymentsv1.PaymentIntent) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode intent %s: %w", pi.Id, err)
 	}
-	return sealed.Seal(append(ownerPrefix(owner), b...)), nil
+	return sealed.Seal([]byte(pi.Id), append(ownerPrefix(owner), b...)), nil
 }

@@ -2,6 +2,7 @@ package boltintents
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -81,5 +82,24 @@ func TestIntentsWrittenBeforeSealing_SealedByNew(t *testing.T) {
 	got, err := s.GetIntent(context.Background(), "alice", old.Id)
 	if err != nil || !proto.Equal(got, old) {
 		t.Errorf("GetIntent of an intent written before sealing: %v, %v; want %v", got, err, old)
+	}
+}
+
+// A byte changed on disk inside an intent's id moves the intent under
+// another id: the file is refused at open, not served with the intent
+// missing.
+func TestIntentID_ByteChangedOnDisk_FileRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	db, s := open(t, path)
+	if err := s.CreateIntent(context.Background(), "alice", intent("pi_abc", "5")); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	bolttest.ChangeByte(t, path, []byte("pi_abc"), len("pi_ab"), 'd')
+	if db, err := boltstore.Open(path, nil); err == nil {
+		db.Close()
+		t.Fatal("a file with an intent under a damaged id was opened")
+	} else if !errors.Is(err, boltstore.ErrDamaged) {
+		t.Errorf("Open = %v, want ErrDamaged", err)
 	}
 }

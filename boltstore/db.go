@@ -240,6 +240,10 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 		inUse.Delete(b)
 		return nil, fmt.Errorf("seal the records written before checksums: %w", err)
 	}
+	if err := b.View(checkKeys); err != nil {
+		inUse.Delete(b)
+		return nil, err
+	}
 	db := &DB{
 		bolt:       b,
 		sweepBatch: cmp.Or(opts.SweepBatch, 1000),
@@ -396,6 +400,23 @@ func checkAll(tx *bolt.Tx) error {
 		return err
 	}
 	return checkValues(tx)
+}
+
+// checkKeys is what Open and New check of the sealed values. A value under
+// a key it was not written under means that key is lost: a retry under it,
+// found free, would run its request a second time, so the file is refused,
+// as a damaged structure is. A value damaged otherwise fails the calls
+// about its own key alone, and the file is served.
+func checkKeys(tx *bolt.Tx) error {
+	err := checkValues(tx)
+	var d *damaged
+	switch {
+	case !errors.As(err, &d) || d.latch:
+		return err // nil, or damage of the structure met as it read
+	case errors.Is(d.cause, sealed.ErrKeyMismatch):
+		return &damaged{cause: d.cause, latch: true}
+	}
+	return nil
 }
 
 // checkValues checks every sealed value of tx's file. Pages damaged by

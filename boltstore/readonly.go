@@ -47,7 +47,11 @@ func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if err := check(b); err != nil { // as Open does before it serves
+	err = check(b) // as Open does before it serves
+	if err == nil {
+		err = b.View(checkKeys)
+	}
+	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -82,7 +86,7 @@ func (r *ReadOnly) Get(ctx context.Context, k interceptor.RecordKey) (*intercept
 		if v == nil {
 			return nil
 		}
-		b, err := sealed.Unseal(tx, bucketRecords, v)
+		b, err := sealed.Unseal(tx, bucketRecords, key, v)
 		if err != nil {
 			return recordError(key, err)
 		}

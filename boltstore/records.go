@@ -261,7 +261,7 @@ func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err erro
 // putClaim writes the new claim rec of key over stored, the record it
 // replaces (nil when none), keeping the expiry index in step.
 func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
-	v, err := encodeRecord(rec)
+	v, err := encodeRecord(key, rec)
 	if err != nil {
 		return err
 	}
@@ -428,28 +428,28 @@ func getRecord(tx *bolt.Tx, key []byte) (*interceptor.Record, error) {
 }
 
 func putRecord(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
-	v, err := encodeRecord(r)
+	v, err := encodeRecord(key, r)
 	if err != nil {
 		return err
 	}
 	return tx.Bucket(bucketRecords).Put(key, v)
 }
 
-// encodeRecord is the stored form of r: its encoding, sealed with a
-// checksum.
-func encodeRecord(r *interceptor.Record) ([]byte, error) {
+// encodeRecord is the stored form of r, the record of key: its encoding,
+// sealed with its checksum and key's.
+func encodeRecord(key []byte, r *interceptor.Record) ([]byte, error) {
 	b, err := r.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
-	return sealed.Seal(b), nil
+	return sealed.Seal(key, b), nil
 }
 
 // decodeRecord decodes v, the stored form of key's record. A value whose
 // checksum does not match, damaged on disk, is an ErrDamaged for the calls
 // about that record, never another record.
 func decodeRecord(key, v []byte) (*interceptor.Record, error) {
-	b, err := sealed.Open(v)
+	b, err := sealed.Open(key, v)
 	if err != nil {
 		return nil, recordError(key, err)
 	}

@@ -184,7 +184,7 @@ func unseal(t *testing.T, b *bolt.DB) {
 				k, v = c.Seek(append(after, 0))
 			}
 			for ; k != nil && len(bare) < 20000; k, v = c.Next() {
-				payload, err := sealed.Open(v)
+				payload, err := sealed.Open(k, v)
 				if err != nil {
 					return err
 				}

@@ -81,7 +81,7 @@ func TestRecordsWrittenBeforeSealing_ReadThenSealedByOpen(t *testing.T) {
 	}
 	db.bolt.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get(recordKey(req.Key))
-		if payload, err := sealed.Open(v); err != nil || string(payload) != string(old) {
+		if payload, err := sealed.Open(recordKey(req.Key), v); err != nil || string(payload) != string(old) {
 			t.Errorf("stored record after Open: %v; want the old encoding, sealed", err)
 		}
 		return nil

@@ -104,3 +104,35 @@ func TestSweep_DamagedExpiredRecord_SweptWithTheOthers(t *testing.T) {
 		t.Errorf("Check after the sweep: %v", err)
 	}
 }
+
+// A byte changed on disk inside a stored key moves its record under
+// another key (order-1001 read as order-1002): the key it was written
+// under is lost, and a retry under it, found free, would run its request a
+// second time. Open refuses such a file, as it refuses a damaged
+// structure, and so do the tools.
+func TestStoredKey_ByteChangedOnDisk_FileRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := keptRequest(firstFP, time.Now())
+	req.Key.Key = "order-1001"
+	rec := claimKept(t, db, req, interceptor.OutcomeFresh)
+	if err := db.Complete(context.Background(), req.Key, rec.Completed(textResult(t, "amount 100000000"))); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	bolttest.ChangeByte(t, path, []byte("order-1001"), len("order-100"), '2')
+
+	if db, err := boltstore.Open(path, nil); err == nil {
+		db.Close()
+		t.Fatal("a file with a record under a damaged key was opened")
+	} else if !errors.Is(err, boltstore.ErrDamaged) || !strings.Contains(err.Error(), "not the key") || !strings.Contains(err.Error(), "backup") {
+		t.Errorf("Open = %v, want ErrDamaged naming the damaged key and a backup", err)
+	}
+	if ro, err := boltstore.OpenReadOnly(path, 0); err == nil {
+		ro.Close()
+		t.Error("OpenReadOnly opened a file that Open refuses")
+	}
+}

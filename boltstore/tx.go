@@ -94,7 +94,7 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 	if !keepWrites {
 		writes = nil
 	}
-	v, err := encodeRecord(done) // here, not in the committer, which every write waits for
+	v, err := encodeRecord(t.key, done) // here, not in the committer, which every write waits for
 	if err != nil {
 		return err
 	}

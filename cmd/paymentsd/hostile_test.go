@@ -76,6 +76,30 @@ func sha256Hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// changeWithDD sets the byte at offset of every occurrence of marker in the
+// file at path to b, with dd, and returns how many it changed.
+func changeWithDD(t *testing.T, path string, marker []byte, offset int, b byte) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for at := 0; ; at++ {
+		i := bytes.Index(data[at:], marker)
+		if i < 0 {
+			return n
+		}
+		at += i
+		dd := exec.Command("dd", "of="+path, "bs=1", "count=1", "conv=notrunc", fmt.Sprint("seek=", at+offset))
+		dd.Stdin = bytes.NewReader([]byte{b})
+		if out, err := dd.CombinedOutput(); err != nil {
+			t.Fatalf("dd: %v\n%s", err, out)
+		}
+		n++
+	}
+}
+
 // damageWithDD zeroes count 4 KiB pages of path from page seek, with dd.
 func damageWithDD(t *testing.T, path string, seek, count int64) {
 	t.Helper()
@@ -151,26 +175,9 @@ func TestE2E_ByteChangedOnDisk_DataLossNeverAnotherAmount(t *testing.T) {
 	if err := d.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	flipped := 0
-	for at := 0; ; at++ { // every copy: the record's, the intent's, freed pages'
-		i := bytes.Index(data[at:], []byte("100000000"))
-		if i < 0 {
-			break
-		}
-		at += i
-		dd := exec.Command("dd", "of="+path, "bs=1", "count=1", "conv=notrunc", fmt.Sprint("seek=", at))
-		dd.Stdin = strings.NewReader("9")
-		if out, err := dd.CombinedOutput(); err != nil {
-			t.Fatalf("dd: %v\n%s", err, out)
-		}
-		flipped++
-	}
-	if flipped < 2 {
-		t.Fatalf("the amount is in the file %d times, want the record's and the intent's", flipped)
+	// Every copy: the record's, the intent's, freed pages'.
+	if n := changeWithDD(t, path, []byte("100000000"), 0, '9'); n < 2 {
+		t.Fatalf("the amount is in the file %d times, want the record's and the intent's", n)
 	}
 
 	d = startDaemon(t, path)
@@ -186,6 +193,38 @@ func TestE2E_ByteChangedOnDisk_DataLossNeverAnotherAmount(t *testing.T) {
 	r := paymentsd(t, "", "record", "--db", path, "--principal", devPrincipal("merchant-demo"), "--key", "order-flip")
 	if r.code != 1 || !strings.Contains(r.stderr, "checksum mismatch") {
 		t.Errorf("record of the damaged key through the server: exit %d, stderr:\n%s\nwant 1 naming the damage", r.code, r.stderr)
+	}
+}
+
+// A byte changed on disk inside a stored idempotency key, order-1001 read as
+// order-1002, would make a retry of order-1001 find it free and charge
+// again, and order-1002 replay a stranger's intent. The file is refused at
+// start, and check and record say it is damaged.
+func TestE2E_KeyByteChangedOnDisk_RefusedAtStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	d := startDaemon(t, path)
+	if a := d.create(withCreds("merchant-demo", "order-1001"), seedRequest("100000000")); a.err != nil {
+		t.Fatal(a.err)
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if changeWithDD(t, path, []byte("order-1001"), len("order-100"), '2') == 0 {
+		t.Fatal("the key is not in the file")
+	}
+	d = launch(t, path)
+	select {
+	case <-d.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("paymentsd serves a file with a damaged key:\n%s", d.stderr())
+	}
+	if log := d.stderr(); d.err == nil || !strings.Contains(log, "not the key") || !strings.Contains(log, "backup") {
+		t.Errorf("exit %v; want a refusal naming the damaged key and a backup:\n%s", d.err, log)
+	}
+	paymentsd(t, "", "check", "--db", path).want(t, 1, "damaged", "not the key")
+	r := paymentsd(t, "", "record", "--db", path, "--principal", devPrincipal("merchant-demo"), "--key", "order-1002")
+	if r.code != 1 || !strings.Contains(r.stderr, "damaged") {
+		t.Errorf("record of the key the damage made: exit %d, stderr:\n%s\nwant 1 saying the file is damaged", r.code, r.stderr)
 	}
 }
 

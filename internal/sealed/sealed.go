@@ -1,13 +1,18 @@
-// Package sealed guards the values that the bbolt stores keep with a
-// checksum. bbolt checks the structure of its pages, not what they hold: a
-// byte damaged on disk inside a stored answer would be read, and replayed,
-// as another answer. A sealed value is found damaged instead.
+// Package sealed guards what the bbolt stores keep with checksums. bbolt
+// checks the structure of its pages, not what they hold: a byte damaged on
+// disk inside a stored answer would be read, and replayed, as another
+// answer; one damaged inside a key would move a record to another key, so
+// that its own key, found free, would run its request a second time.
 //
-// A sealed value is a zero byte, the CRC-32C (Castagnoli) of the payload,
-// big-endian, then the payload. Values written before sealing had no such
-// frame and never start with a zero byte (their first byte is a protobuf
-// tag, or the length of an intent's owner, which is never empty); Migrate
-// seals them once.
+// A sealed value is a zero byte, the CRC-32C (Castagnoli) of its key, the
+// CRC-32C of its payload (both big-endian), then the payload. A value whose
+// payload's checksum fails is damaged: the calls about its key fail. One
+// whose key's checksum fails sits under a key that is not the one it was
+// written under: the key it was written under is lost, so the file cannot
+// be trusted (Verify reports it as ErrKeyMismatch). Values written before
+// sealing had no such frame and never start with a zero byte (their first
+// byte is a protobuf tag, or the length of an intent's owner, which is
+// never empty); Migrate seals them once.
 package sealed
 
 import (
@@ -23,15 +28,18 @@ import (
 
 const (
 	mark       = 0x00
-	headerSize = 5
+	headerSize = 9
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Errors of Open.
 var (
+	// ErrMismatch: the payload is not what was written.
 	ErrMismatch = errors.New("checksum mismatch")
-	ErrUnsealed = errors.New("value is not sealed")
+	// ErrKeyMismatch: the key is not the one the value was written under.
+	ErrKeyMismatch = errors.New("checksum mismatch of the key: it is not the key the value was written under")
+	ErrUnsealed    = errors.New("value is not sealed")
 )
 
 // bucketSealed names, by its keys, the buckets whose values are all
@@ -40,20 +48,24 @@ var (
 // embedder's file too.
 var bucketSealed = []byte("idempotency_sealed")
 
-// Seal returns payload framed with its checksum.
-func Seal(payload []byte) []byte {
+// Seal returns payload framed with its checksum and its key's.
+func Seal(key, payload []byte) []byte {
 	v := make([]byte, headerSize, headerSize+len(payload))
-	binary.BigEndian.PutUint32(v[1:], crc32.Checksum(payload, castagnoli))
+	binary.BigEndian.PutUint32(v[1:], crc32.Checksum(key, castagnoli))
+	binary.BigEndian.PutUint32(v[5:], crc32.Checksum(payload, castagnoli))
 	return append(v, payload...)
 }
 
-// Open returns the payload of the sealed value v, which it shares, or
-// ErrMismatch or ErrUnsealed.
-func Open(v []byte) ([]byte, error) {
+// Open returns the payload of v, the sealed value stored under key, which
+// it shares; or ErrKeyMismatch, ErrMismatch or ErrUnsealed.
+func Open(key, v []byte) ([]byte, error) {
 	if len(v) < headerSize || v[0] != mark {
 		return nil, ErrUnsealed
 	}
-	if binary.BigEndian.Uint32(v[1:]) != crc32.Checksum(v[headerSize:], castagnoli) {
+	if binary.BigEndian.Uint32(v[1:]) != crc32.Checksum(key, castagnoli) {
+		return nil, ErrKeyMismatch
+	}
+	if binary.BigEndian.Uint32(v[5:]) != crc32.Checksum(v[headerSize:], castagnoli) {
 		return nil, ErrMismatch
 	}
 	return v[headerSize:], nil
@@ -63,11 +75,11 @@ func Open(v []byte) ([]byte, error) {
 // migrated yet (one opened read-only, which is never migrated): unless
 // the bucket is marked sealed, a value without a frame is returned as it
 // is.
-func Unseal(tx *bolt.Tx, bucket, v []byte) ([]byte, error) {
+func Unseal(tx *bolt.Tx, bucket, key, v []byte) ([]byte, error) {
 	if len(v) > 0 && v[0] != mark && !Marked(tx, bucket) {
 		return v, nil
 	}
-	return Open(v)
+	return Open(key, v)
 }
 
 // Marked reports whether Migrate has sealed every value of bucket.
@@ -120,7 +132,7 @@ func Migrate(update func(func(*bolt.Tx) error) error, bucket []byte) error {
 				n++
 				next = k
 				if v != nil && (len(v) == 0 || v[0] != mark) { // nil: a nested bucket
-					unsealed = append(unsealed, [2][]byte{bytes.Clone(k), Seal(v)})
+					unsealed = append(unsealed, [2][]byte{bytes.Clone(k), Seal(k, v)})
 					size += len(v)
 				}
 			}
@@ -143,23 +155,31 @@ func Migrate(update func(func(*bolt.Tx) error) error, bucket []byte) error {
 	}
 }
 
-// Verify checks the checksum of every value of every sealed bucket in tx,
-// and returns the first few it finds damaged, naming each by its bucket and
-// a hash of its key (keys may hold what never reaches a log).
+// Verify checks the checksums of every value of every sealed bucket in
+// tx, and returns the first few it finds damaged, naming each by its bucket
+// and a hash of its key (keys may hold what never reaches a log). A key
+// that is not the one its value was written under is an ErrKeyMismatch.
 func Verify(tx *bolt.Tx) error {
 	marks := tx.Bucket(bucketSealed)
 	if marks == nil {
 		return nil
 	}
 	var errs []error
+	keyLost := false // one is always reported, however many values are damaged
 	err := marks.ForEach(func(name, _ []byte) error {
 		b := tx.Bucket(name)
 		if b == nil {
 			return nil
 		}
 		return b.ForEach(func(k, v []byte) error {
-			if _, err := Open(v); v != nil && err != nil && len(errs) < 10 {
+			if v == nil { // a nested bucket
+				return nil
+			}
+			_, err := Open(k, v)
+			lost := errors.Is(err, ErrKeyMismatch)
+			if err != nil && (len(errs) < 10 || lost && !keyLost) {
 				errs = append(errs, fmt.Errorf("bucket %s, value of key %s: %w", name, KeyHash(k), err))
+				keyLost = keyLost || lost
 			}
 			return nil
 		})

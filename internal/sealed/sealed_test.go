@@ -12,28 +12,46 @@ import (
 )
 
 func TestOpen_EveryBitFlipAndCutIsFound(t *testing.T) {
+	key := []byte("\x05alice order-1001")
 	payload := []byte("\x0a\x20an answer of 100000000 units, as a stored record holds it")
-	v := Seal(payload)
-	got, err := Open(v)
+	v := Seal(key, payload)
+	got, err := Open(key, v)
 	if err != nil || !bytes.Equal(got, payload) {
-		t.Fatalf("Open(Seal(p)) = %q, %v; want p", got, err)
+		t.Fatalf("Open(Seal(k, p)) = %q, %v; want p", got, err)
 	}
 	for i := range v {
 		for bit := range 8 {
 			damaged := bytes.Clone(v)
 			damaged[i] ^= 1 << bit
-			if _, err := Open(damaged); err == nil {
+			if _, err := Open(key, damaged); err == nil {
 				t.Errorf("byte %d bit %d flipped: opened", i, bit)
 			}
 		}
 	}
 	for n := range len(v) {
-		if _, err := Open(v[:n]); err == nil {
+		if _, err := Open(key, v[:n]); err == nil {
 			t.Errorf("cut to %d bytes: opened", n)
 		}
 	}
-	if _, err := Open(payload); !errors.Is(err, ErrUnsealed) {
+	if _, err := Open(key, payload); !errors.Is(err, ErrUnsealed) {
 		t.Errorf("Open(unsealed) = %v, want ErrUnsealed", err)
+	}
+}
+
+// A value read under another key than it was written under, its key
+// damaged, is told apart from a damaged value: the key it was written
+// under is lost.
+func TestOpen_EveryBitFlipOfTheKey_IsAKeyMismatch(t *testing.T) {
+	key := []byte("\x05alice order-1001")
+	v := Seal(key, []byte("payload"))
+	for i := range key {
+		for bit := range 8 {
+			other := bytes.Clone(key)
+			other[i] ^= 1 << bit
+			if _, err := Open(other, v); !errors.Is(err, ErrKeyMismatch) {
+				t.Errorf("key byte %d bit %d flipped: %v, want ErrKeyMismatch", i, bit, err)
+			}
+		}
 	}
 }
 
@@ -63,7 +81,7 @@ func fill(t *testing.T, db *bolt.DB, bucket string, n int) {
 		if _, err := b.CreateBucket([]byte("nested")); err != nil { // not a value: left alone
 			return err
 		}
-		return b.Put([]byte("already"), Seal([]byte("sealed before")))
+		return b.Put([]byte("already"), Seal([]byte("already"), []byte("sealed before")))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,15 +106,16 @@ func TestMigrate_SealsOldValuesInBatchesOnce(t *testing.T) {
 			t.Error("marks: want intents alone")
 		}
 		for i := range n {
-			got, err := Open(tx.Bucket([]byte("intents")).Get(fmt.Appendf(nil, "k%06d", i)))
+			k := fmt.Appendf(nil, "k%06d", i)
+			got, err := Open(k, tx.Bucket([]byte("intents")).Get(k))
 			if want := fmt.Sprintf("\x0avalue %d", i); err != nil || string(got) != want {
 				t.Fatalf("value %d: %q, %v; want %q sealed", i, got, err, want)
 			}
 		}
-		if got, err := Open(tx.Bucket([]byte("intents")).Get([]byte("already"))); err != nil || string(got) != "sealed before" {
+		if got, err := Open([]byte("already"), tx.Bucket([]byte("intents")).Get([]byte("already"))); err != nil || string(got) != "sealed before" {
 			t.Errorf("a value sealed before: %q, %v; want it sealed once", got, err)
 		}
-		if v, _ := Open(tx.Bucket([]byte("other")).Get([]byte("k000000"))); v != nil {
+		if v, _ := Open([]byte("k000000"), tx.Bucket([]byte("other")).Get([]byte("k000000"))); v != nil {
 			t.Error("a bucket not migrated was sealed")
 		}
 		return nil
@@ -147,8 +166,25 @@ func TestVerify_FindsDamagedValuesNamingNoKey(t *testing.T) {
 		return b.Put(secret, v)
 	})
 	err := db.View(Verify)
-	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), KeyHash(secret)) || strings.Contains(err.Error(), string(secret)) {
+	if !errors.Is(err, ErrMismatch) || errors.Is(err, ErrKeyMismatch) || !strings.Contains(err.Error(), KeyHash(secret)) || strings.Contains(err.Error(), string(secret)) {
 		t.Errorf("Verify = %v; want ErrMismatch naming %s, not the key", err, KeyHash(secret))
+	}
+	// A key damaged, its value moved under another key: reported, however
+	// many damaged values come before it.
+	db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("records"))
+		for i := range 12 {
+			k := fmt.Appendf(nil, "k%06d", i)
+			v := bytes.Clone(b.Get(k))
+			v[len(v)-1] ^= 0x10
+			b.Put(k, v)
+		}
+		v := bytes.Clone(b.Get([]byte("k000019")))
+		b.Delete([]byte("k000019"))
+		return b.Put([]byte("k000029"), v)
+	})
+	if err := db.View(Verify); !errors.Is(err, ErrKeyMismatch) {
+		t.Errorf("Verify of a value under a damaged key = %v, want ErrKeyMismatch", err)
 	}
 }
 
