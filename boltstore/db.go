@@ -139,6 +139,9 @@ func create(path string) error {
 			if !filepath.IsAbs(target) {
 				target = filepath.Join(filepath.Dir(path), target)
 			}
+			if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil { // as Open does for path
+				return err
+			}
 			return create(target)
 		}
 	}

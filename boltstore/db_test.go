@@ -60,10 +60,7 @@ func TestOpen_Directory_NotADataFileNorDamage(t *testing.T) {
 // A data file's path may be a symbolic link to where the file is to be:
 // the file is made there.
 func TestOpen_SymlinkToNoFile_FileMadeWhereItPoints(t *testing.T) {
-	target := filepath.Join(t.TempDir(), "disk", "paymentsd.db")
-	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	target := filepath.Join(t.TempDir(), "disk", "paymentsd.db") // its directory made too
 	path := filepath.Join(t.TempDir(), "paymentsd.db")
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)

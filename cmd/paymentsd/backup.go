@@ -31,6 +31,8 @@ func runBackup(ctx context.Context, sio *stdio, args []string) int {
 		return code
 	case len(operands) != 1:
 		return usageError(fs, "give one FILE to write the copy to")
+	case *db == "":
+		return usageError(fs, noDB)
 	case isPostgres(*db):
 		return usageError(fs, "backup copies a bbolt file; back PostgreSQL up with pg_dump")
 	}

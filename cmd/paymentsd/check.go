@@ -27,6 +27,8 @@ func runCheck(ctx context.Context, sio *stdio, args []string) int {
 		return code
 	case len(operands) > 0:
 		return usageError(fs, "unexpected arguments %q", operands)
+	case *db == "":
+		return usageError(fs, noDB)
 	case isPostgres(*db):
 		return usageError(fs, "check is for bbolt files; PostgreSQL checks its own")
 	}

@@ -142,7 +142,7 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	switch {
 	case c.DB == "":
-		return errors.New("--db must name a data file or a postgres:// URL")
+		return errors.New(noDB)
 	case c.Lease <= 0 || c.TTL <= c.Lease:
 		return fmt.Errorf("need 0 < --lease < --ttl, got %v and %v", c.Lease, c.TTL)
 	case c.SweepInterval <= 0:

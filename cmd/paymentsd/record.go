@@ -53,6 +53,8 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 		return usageError(fs, "unexpected arguments %q", operands)
 	case *key == "":
 		return usageError(fs, "--key is required")
+	case *db == "":
+		return usageError(fs, noDB)
 	case (*principal == "") == !*tokenStdin:
 		return usageError(fs, "give one of --principal and --token-stdin")
 	case *apiKeys != "" && !*tokenStdin:

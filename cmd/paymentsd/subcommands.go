@@ -146,6 +146,9 @@ func fail(sio *stdio, name string, err error) int {
 	return exitFailure
 }
 
+// noDB is the usage error of an empty --db.
+const noDB = "--db must name a data file or a postgres:// URL"
+
 // defaultDB is the server's default --db, so that a subcommand finds the
 // file of `make run` without being told.
 func defaultDB() string { return NewMain(io.Discard).Config.DB }

@@ -386,6 +386,9 @@ func TestSubcommand_BadInput_UsageAndExit2(t *testing.T) {
 		{[]string{"backup", "a", "b"}, "give one FILE"},
 		{[]string{"backup", "a", "--db", "postgres://x/y"}, "pg_dump"},
 		{[]string{"check", "extra"}, "unexpected arguments"},
+		{[]string{"check", "--db", ""}, "--db must name"},
+		{[]string{"backup", "f", "--db", ""}, "--db must name"},
+		{[]string{"record", "--db", "", "--key", "k", "--principal", "p"}, "--db must name"},
 		{[]string{"version", "extra"}, "takes no arguments"},
 	} {
 		r := paymentsd(t, "", tc.args...)
