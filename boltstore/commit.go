@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/interceptor"
 )
@@ -172,9 +174,21 @@ func (db *DB) checkFailedCommit(txid int, failure error) (unknown bool) {
 	if visible < txid {
 		return false
 	}
-	db.health.poison(&damaged{latch: true, cause: fmt.Errorf(
+	db.health.poison(&stopped{cause: fmt.Errorf(
 		"transaction %d failed (%v) after its meta page was written, so whether it is on disk is unknown; restart to read what the disk holds", txid, failure)})
 	return true
+}
+
+// stopped is the state of a DB after a commit whose outcome is unknown: it
+// takes no more reads or writes until a restart reads what the disk holds.
+// Its data is not known to be damaged, so its code is UNAVAILABLE, not
+// DATA_LOSS: a caller retries, with the same key, once it is restarted.
+type stopped struct{ cause error }
+
+func (e *stopped) Error() string { return e.cause.Error() }
+func (e *stopped) Unwrap() error { return e.cause }
+func (e *stopped) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, "the store takes no requests until it is restarted, since a commit's outcome is unknown")
 }
 
 // run runs the write's function, turning a panic into its error, so that

@@ -19,7 +19,8 @@ type health struct {
 	poisoned bool // reads refused too
 }
 
-// poison marks the file damaged and refuses reads as well as writes.
+// poison stops the DB for good, for err: it refuses reads as well as
+// writes.
 func (h *health) poison(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -67,8 +68,9 @@ func (h *health) damagedErr() error {
 }
 
 // Health returns nil while the DB can serve: an ErrDamaged once it met a
-// damaged page (until the file is checked and reopened), or the error of
-// the last commit while commits fail. A load balancer should drain an
+// damaged page (until the file is checked and reopened), the failure of a
+// commit whose outcome is unknown (until a restart), or the error of the
+// last commit while commits fail. A load balancer should drain an
 // instance whose store is unhealthy.
 func (db *DB) Health() error { return db.health.err() }
 

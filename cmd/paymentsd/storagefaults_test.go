@@ -552,6 +552,11 @@ func TestE2E_FdatasyncFails_CallerToldWhatIsKnown(t *testing.T) {
 			retryAt := d
 			if tc.unknown {
 				wantStatusReason(t, a.err, codes.Unavailable, interceptor.ReasonOutcomeUnknown)
+				// Until a restart, nothing is served, and callers are told to
+				// retry, not that the data is damaged.
+				if next := d.create(withCreds(hostileToken, "after-"+key), seedRequest("1")); status.Code(next.err) != codes.Unavailable {
+					t.Errorf("the next create: %v, want UNAVAILABLE", next.err)
+				}
 				waitAdmin(t, d) // the operator is told the file is sound but takes no writes
 				paymentsd(t, "", "check", "--db", path).want(t, 1, "sound (through the running server), but the server holding it cannot commit", "restart")
 				d.cmd.Process.Kill() // the file takes no more writes until a restart reads the disk
