@@ -71,6 +71,9 @@ func TestIntentsWrittenBeforeSealing_SealedByNew(t *testing.T) {
 		if err := tx.DeleteBucket([]byte("idempotency_sealed")); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bucketByOwner).Put(ownerIndexKey("alice", old), nil); err != nil {
+			return err
+		}
 		return tx.Bucket(bucketIntents).Put([]byte(old.Id), bare)
 	})
 	if err != nil {
@@ -82,6 +85,10 @@ func TestIntentsWrittenBeforeSealing_SealedByNew(t *testing.T) {
 	got, err := s.GetIntent(context.Background(), "alice", old.Id)
 	if err != nil || !proto.Equal(got, old) {
 		t.Errorf("GetIntent of an intent written before sealing: %v, %v; want %v", got, err, old)
+	}
+	page, _, err := s.ListIntents(context.Background(), "alice", nil, 10)
+	if err != nil || len(page) != 1 || !proto.Equal(page[0], old) {
+		t.Errorf("ListIntents over an index entry written before sealing: %v, %v; want the intent", page, err)
 	}
 }
 
