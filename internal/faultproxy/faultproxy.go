@@ -98,7 +98,7 @@ func (p *Proxy) serve(client *net.TCPConn) {
 
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go p.forward(&copies, pr)
+	go pr.copy(&copies, cutter{conn: pr.server, p: p, pr: pr}, pr.client)
 	go pr.copy(&copies, pr.client, pr.server)
 	copies.Wait()
 
@@ -112,7 +112,7 @@ func (p *Proxy) serve(client *net.TCPConn) {
 // copy forwards src to dst. An EOF is passed on as a half-close, so that a
 // clean shutdown by either end looks the same through the proxy; any other
 // error (a cut, a reset by one end) resets both.
-func (pr *pair) copy(wg *sync.WaitGroup, dst, src *net.TCPConn) {
+func (pr *pair) copy(wg *sync.WaitGroup, dst halfCloser, src *net.TCPConn) {
 	defer wg.Done()
 	if _, err := io.Copy(dst, src); err != nil {
 		pr.reset()
@@ -121,32 +121,30 @@ func (pr *pair) copy(wg *sync.WaitGroup, dst, src *net.TCPConn) {
 	dst.CloseWrite()
 }
 
-// forward copies what pr's client sends to its server, as copy does, and
-// cuts pr right after forwarding a read that holds the armed pattern.
-func (p *Proxy) forward(wg *sync.WaitGroup, pr *pair) {
-	defer wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := pr.client.Read(buf)
-		if n > 0 {
-			if _, werr := pr.server.Write(buf[:n]); werr != nil {
-				pr.reset()
-				return
-			}
-			if p.cutOnMatch(pr, buf[:n]) {
-				return
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			pr.server.CloseWrite()
-			return
-		}
-		if err != nil {
-			pr.reset()
-			return
-		}
-	}
+type halfCloser interface {
+	io.Writer
+	CloseWrite() error
 }
+
+// cutter writes what a client sends to its server, and cuts the pair right
+// after a write that holds the armed pattern (see CutWhenClientSends).
+type cutter struct {
+	conn *net.TCPConn // not embedded: io.Copy must not bypass Write through its ReadFrom
+	p    *Proxy
+	pr   *pair
+}
+
+var errCut = errors.New("faultproxy: cut")
+
+func (c cutter) Write(b []byte) (int, error) {
+	n, err := c.conn.Write(b)
+	if err == nil && c.p.cutOnMatch(c.pr, b) {
+		err = errCut
+	}
+	return n, err
+}
+
+func (c cutter) CloseWrite() error { return c.conn.CloseWrite() }
 
 // cutOnMatch cuts pr and disarms the pattern if b holds it.
 func (p *Proxy) cutOnMatch(pr *pair, b []byte) bool {
