@@ -11,7 +11,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
@@ -108,26 +107,25 @@ func guard(next http.Handler) http.Handler {
 	})
 }
 
-// cancelPath is the path of a cancel, whose intent the gateway takes from
-// the path over any id in the body.
-var cancelPath = regexp.MustCompile(`^/v1/payment_intents/([^/]+)/cancel$`)
-
 // twoIntents says what is wrong with a cancel whose body names another
 // intent than its path, which the gateway would answer by canceling the
 // path's and ignoring the body's; "" otherwise. A body that does not
 // decode is left to the gateway to answer.
 func twoIntents(path string, body []byte) string {
-	m := cancelPath.FindStringSubmatch(path)
-	if m == nil || len(body) == 0 {
+	id, ok := strings.CutPrefix(path, "/v1/payment_intents/")
+	if !ok || len(body) == 0 {
+		return ""
+	}
+	if id, ok = strings.CutSuffix(id, "/cancel"); !ok || id == "" || strings.Contains(id, "/") {
 		return ""
 	}
 	var named struct {
 		ID *string `json:"id"`
 	}
-	if json.Unmarshal(body, &named) != nil || named.ID == nil || *named.ID == m[1] {
+	if json.Unmarshal(body, &named) != nil || named.ID == nil || *named.ID == id {
 		return ""
 	}
-	return fmt.Sprintf("the path names intent %q and the body %q: send the id in the path alone", m[1], *named.ID)
+	return fmt.Sprintf("the path names intent %q and the body %q: send the id in the path alone", id, *named.ID)
 }
 
 // isJSON reports whether a body of Content-Type ct is to be read as JSON:
