@@ -4,21 +4,18 @@
 package auth
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/safefile"
 )
 
 // Keys authenticates bearer tokens.
@@ -67,52 +64,55 @@ func KeyLine(principal, token string) string {
 	return principal + " sha256:" + hex.EncodeToString(sum[:])
 }
 
-// LoadFile reads API keys from path: one "<principal> sha256:<hex>" per line,
-// the hex being the SHA-256 of the token (`printf %s "$TOKEN" | sha256sum`).
-// Blank lines and lines starting with # are skipped. The file holds no
-// token, so leaking it gives no access. A principal may have several lines,
-// so that it can roll its token without downtime; a hash listed twice is
-// refused, naming both lines, since its token would belong to one of them
-// silently.
+// LoadFile reads API keys from path (see ParseKeys). path must be a
+// regular file that neither group nor others may write: whoever can change
+// it can let themselves in.
 func LoadFile(path string) (*Keys, error) {
-	f, err := os.Open(path)
+	data, err := safefile.ReadPrivate(path)
 	if err != nil {
 		return nil, fmt.Errorf("api keys: %w", err)
 	}
-	defer f.Close()
+	return ParseKeys(data, path)
+}
+
+// ParseKeys reads API keys from data, the content of the file name: one
+// "<principal> sha256:<hex>" per line, the hex being the SHA-256 of the
+// token (`printf %s "$TOKEN" | sha256sum`). Blank lines and lines starting
+// with # are skipped. The file holds no token, so leaking it gives no
+// access. A principal may have several lines, so that it can roll its token
+// without downtime; a hash listed twice is refused, naming both lines,
+// since its token would belong to one of them silently.
+func ParseKeys(data []byte, name string) (*Keys, error) {
 	k := &Keys{keys: []key{}}
 	seen := map[[sha256.Size]byte]int{} // hash to its line
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
+	for i, text := range strings.Split(string(data), "\n") {
+		line := i + 1
+		text = strings.TrimSpace(text)
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
 		fields := strings.Fields(text)
 		if len(fields) != 2 || !strings.HasPrefix(fields[1], "sha256:") {
-			return nil, fmt.Errorf("api keys: %s:%d: want \"<principal> sha256:<hex of the token's SHA-256>\"", path, line)
+			return nil, fmt.Errorf("api keys: %s:%d: want \"<principal> sha256:<hex of the token's SHA-256>\"", name, line)
 		}
 		principal, hexSum := fields[0], strings.TrimPrefix(fields[1], "sha256:")
 		if !ValidPrincipal(principal) {
-			return nil, fmt.Errorf("api keys: %s:%d: principal %q: use 1 to 64 of A-Z a-z 0-9 . _ -", path, line, principal)
+			return nil, fmt.Errorf("api keys: %s:%d: principal %q: use 1 to 64 of A-Z a-z 0-9 . _ -", name, line, principal)
 		}
 		sum, err := hex.DecodeString(hexSum)
 		if err != nil || len(sum) != sha256.Size {
-			return nil, fmt.Errorf("api keys: %s:%d: the hash must be 64 hex digits", path, line)
+			return nil, fmt.Errorf("api keys: %s:%d: the hash must be 64 hex digits", name, line)
 		}
 		kk := key{principal: principal}
 		copy(kk.hash[:], sum)
 		if first, ok := seen[kk.hash]; ok {
-			return nil, fmt.Errorf("api keys: %s:%d: this hash is already listed on line %d; one token must belong to one principal", path, line, first)
+			return nil, fmt.Errorf("api keys: %s:%d: this hash is already listed on line %d; one token must belong to one principal", name, line, first)
 		}
 		seen[kk.hash] = line
 		k.keys = append(k.keys, kk)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("api keys: %s: %w", path, err)
-	}
 	if len(k.keys) == 0 {
-		return nil, fmt.Errorf("api keys: %s lists no keys", path)
+		return nil, fmt.Errorf("api keys: %s lists no keys", name)
 	}
 	return k, nil
 }
@@ -157,33 +157,4 @@ func Scope(ctx context.Context) (string, error) {
 		return p, nil
 	}
 	return "", status.Error(codes.Unauthenticated, "no authenticated principal")
-}
-
-// UnaryServerInterceptor authenticates every call to a method whose full
-// name starts with one of prefixes, and passes the others through (health
-// checks, for example).
-func UnaryServerInterceptor(k *Keys, prefixes ...string) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !hasAnyPrefix(info.FullMethod, prefixes) {
-			return handler(ctx, req)
-		}
-		token, err := interceptor.BearerToken(ctx)
-		if err != nil {
-			return nil, err
-		}
-		principal, ok := k.Authenticate(token)
-		if !ok {
-			return nil, status.Error(codes.Unauthenticated, "unknown bearer token")
-		}
-		return handler(NewContext(ctx, principal), req)
-	}
-}
-
-func hasAnyPrefix(s string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
 }

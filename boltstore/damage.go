@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/paymentsd/paymentsd/internal/safefile"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
@@ -130,7 +131,13 @@ type meta struct {
 // bbolt would map pages past its end and die of SIGBUS on the first read
 // of one. An empty file was emptied, since Open creates files whole.
 func checkFileSize(path string) error {
-	f, err := os.Open(path)
+	// Opened without waiting: a FIFO named as the data file is refused
+	// here instead of blocking the open until a writer comes.
+	f, err := safefile.Open(path)
+	var irregular *safefile.NotRegularError
+	if errors.As(err, &irregular) {
+		return fmt.Errorf("it is %s, not a data file", irregular.Kind())
+	}
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,10 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/paymentsd/paymentsd/auth"
 )
 
 // Dial serves srv on an in-memory listener and returns a connection to it.
@@ -53,7 +56,7 @@ func (l *memListener) Addr() net.Addr { return memAddr{} }
 func (l *memListener) dial(ctx context.Context, _ string) (net.Conn, error) {
 	client, server := net.Pipe()
 	select {
-	case l.conns <- server:
+	case l.conns <- memConn{server}:
 		return client, nil
 	case <-l.done:
 		client.Close()
@@ -66,7 +69,46 @@ func (l *memListener) dial(ctx context.Context, _ string) (net.Conn, error) {
 	}
 }
 
+// memConn is the server's end of an in-memory connection, which
+// ServerCredentials recognises.
+type memConn struct{ net.Conn }
+
 type memAddr struct{}
 
 func (memAddr) Network() string { return "memory" }
 func (memAddr) String() string  { return "in-memory" }
+
+// ServerCredentials returns the transport credentials of a server that
+// Dial serves: network connections handshake with network (TLS, say; nil
+// for plaintext), while Dial's in-memory connections skip the handshake
+// and are marked auth.Forwarded, since the HTTP face has authenticated
+// their callers and passes each call's principal. No network client can
+// get that mark.
+func ServerCredentials(network credentials.TransportCredentials) credentials.TransportCredentials {
+	if network == nil {
+		network = insecure.NewCredentials()
+	}
+	return serverCreds{network}
+}
+
+type serverCreds struct{ network credentials.TransportCredentials }
+
+func (c serverCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if _, ok := conn.(memConn); ok {
+		return conn, auth.Forwarded{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+	}
+	return c.network.ServerHandshake(conn)
+}
+
+func (c serverCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return c.network.ClientHandshake(ctx, authority, conn)
+}
+
+func (c serverCreds) Info() credentials.ProtocolInfo { return c.network.Info() }
+
+func (c serverCreds) Clone() credentials.TransportCredentials {
+	return serverCreds{c.network.Clone()}
+}
+
+//nolint:staticcheck // part of the interface until grpc-go drops it
+func (c serverCreds) OverrideServerName(name string) error { return c.network.OverrideServerName(name) }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +18,11 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/paymentsd/paymentsd"
+	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 )
@@ -35,9 +38,12 @@ const (
 )
 
 // New returns the HTTP/JSON API, whose every call is a call of conn, a
-// connection to the server that does the work (see Dial). It also serves
-// the API's OpenAPI document at GET /v1/openapi.json.
-func New(conn grpc.ClientConnInterface) http.Handler {
+// connection to the server that does the work (see Dial). Callers are
+// authenticated by authn, as the server authenticates its gRPC callers,
+// and each call passes its principal, or why it has none, to the server
+// (see ServerCredentials). It also serves the API's OpenAPI document at
+// GET /v1/openapi.json.
+func New(conn grpc.ClientConnInterface, authn *auth.Authenticator) http.Handler {
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler{}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
@@ -47,6 +53,7 @@ func New(conn grpc.ClientConnInterface) http.Handler {
 		runtime.WithErrorHandler(handleError),
 		runtime.WithRoutingErrorHandler(handleRoutingError),
 		runtime.WithDisableHTTPMethodOverride(), // a POST is a POST
+		runtime.WithMetadata(forwardCaller),
 	)
 	// Neither can fail: registering a client only adds routes, and the
 	// path is a constant the mux accepts.
@@ -54,7 +61,7 @@ func New(conn grpc.ClientConnInterface) http.Handler {
 	if err := mux.HandlePath(http.MethodGet, "/v1/openapi.json", serveOpenAPI); err != nil {
 		panic(err)
 	}
-	return guard(mux)
+	return guard(mux, authn)
 }
 
 // NewServer returns an http.Server for h with the limits a listener open
@@ -72,8 +79,11 @@ func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 
 // guard refuses what the gateway should not see: a body over MaxBodyBytes
 // (413), a body that is not JSON (415), an Idempotency-Key that names no
-// key (400), a cancel that names two intents (400). It leaves the body read and buffered, and each key decoded.
-func guard(next http.Handler) http.Handler {
+// key (400), a cancel that names two intents (400). It leaves the body
+// read and buffered, each key decoded, and the caller authenticated: the
+// outcome rides in the request's context to forwardCaller, and the
+// Authorization header, read, goes no further.
+func guard(next http.Handler, authn *auth.Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > MaxBodyBytes {
 			httpProblem(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, MaxBodyBytes))
@@ -103,8 +113,38 @@ func guard(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		next.ServeHTTP(w, r)
+		principal, err := authn.Authenticate(r.Header.Values("Authorization"), clientCert(r))
+		r.Header.Del("Authorization")
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller{principal, err})))
 	})
+}
+
+// caller is the outcome of authenticating an HTTP request.
+type caller struct {
+	principal string
+	err       error
+}
+
+type callerKey struct{}
+
+// forwardCaller passes the principal of the request to the server, or,
+// when it has none, the refusal, which the server answers as it would
+// over gRPC: a refusal keeps its place among the server's checks.
+func forwardCaller(ctx context.Context, r *http.Request) metadata.MD {
+	c, _ := r.Context().Value(callerKey{}).(caller)
+	if c.err != nil {
+		return metadata.Pairs(auth.ForwardedRefusalHeader, status.Convert(c.err).Message())
+	}
+	return metadata.Pairs(auth.ForwardedPrincipalHeader, c.principal)
+}
+
+// clientCert returns the verified client certificate of r's connection, or
+// nil.
+func clientCert(r *http.Request) *x509.Certificate {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return r.TLS.VerifiedChains[0][0]
 }
 
 // twoIntents says what is wrong with a cancel whose body names another

@@ -2,6 +2,8 @@ package httpapi_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/httpapi"
 	"github.com/paymentsd/paymentsd/interceptor"
@@ -50,10 +53,10 @@ func (f *fakeService) GetPaymentIntent(ctx context.Context, req *paymentsv1.GetP
 func newAPI(t *testing.T) (*httptest.Server, *fakeService) {
 	t.Helper()
 	f := &fakeService{}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(grpc.Creds(httpapi.ServerCredentials(nil)))
 	paymentsv1.RegisterPaymentIntentServiceServer(srv, f)
 	conn := httpapi.Dial(srv)
-	ts := httptest.NewServer(httpapi.New(conn))
+	ts := httptest.NewServer(httpapi.New(conn, auth.NewAuthenticator(auth.FromBearer, auth.Dev())))
 	t.Cleanup(func() {
 		ts.Close()
 		srv.Stop()
@@ -83,10 +86,11 @@ func do(t *testing.T, method, url, contentType, body string, header ...string) (
 	return resp, string(b)
 }
 
-func TestCreate_ForwardsOnlyCredentialsAndKey_AnswersOnlyIdempotencyHeaders(t *testing.T) {
+func TestCreate_ForwardsOnlyPrincipalAndKey_AnswersOnlyIdempotencyHeaders(t *testing.T) {
 	ts, f := newAPI(t)
 	resp, body := do(t, "POST", ts.URL+"/v1/payment_intents", "application/json", `{"amount":"5"}`,
-		"Authorization", "Bearer tok", "Idempotency-Key", `"order-\"1\""`, "X-Other", "z", "Grpc-Metadata-Sneaky", "s")
+		"Authorization", "Bearer tok", "Idempotency-Key", `"order-\"1\""`, "X-Other", "z", "Grpc-Metadata-Sneaky", "s",
+		"Paymentsd-Forwarded-Principal", "alice")
 	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Location") != "/v1/payment_intents/pi_1" {
 		t.Errorf("status %d, Location %q; want 201, /v1/payment_intents/pi_1", resp.StatusCode, resp.Header.Get("Location"))
 	}
@@ -107,8 +111,12 @@ func TestCreate_ForwardsOnlyCredentialsAndKey_AnswersOnlyIdempotencyHeaders(t *t
 	if got := md.Get(interceptor.KeyHeader); len(got) != 1 || got[0] != `order-"1"` {
 		t.Errorf("idempotency-key metadata %q, want the decoded key order-\"1\"", got)
 	}
-	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer tok" {
-		t.Errorf("authorization metadata %q, want [Bearer tok]", got)
+	sum := sha256.Sum256([]byte("tok"))
+	if got, want := md.Get(auth.ForwardedPrincipalHeader), "dev:"+hex.EncodeToString(sum[:]); len(got) != 1 || got[0] != want {
+		t.Errorf("forwarded principal %q, want [%s], the one the face authenticated, not the header's", got, want)
+	}
+	if got := md.Get("authorization"); len(got) != 0 {
+		t.Errorf("authorization metadata %q forwarded; the face reads it and passes the principal alone", got)
 	}
 	for k := range md {
 		if strings.HasPrefix(k, "grpcgateway-") || k == "sneaky" || k == "x-other" {

@@ -5,11 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strings"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/bearer"
 )
 
 // Metadata keys the interceptor reads and writes.
@@ -82,17 +81,10 @@ func keyFromContext(ctx context.Context) (string, bool, error) {
 }
 
 // BearerToken returns the token of the request's single
-// "authorization: Bearer <token>" header, or an UNAUTHENTICATED status error.
+// "authorization: Bearer <token>" header, read by the rule of package
+// bearer, or an UNAUTHENTICATED status error.
 func BearerToken(ctx context.Context) (string, error) {
-	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
-	if len(vals) != 1 {
-		return "", status.Errorf(codes.Unauthenticated, "send exactly one authorization: Bearer <token> header, got %d", len(vals))
-	}
-	scheme, token, ok := strings.Cut(vals[0], " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return "", status.Error(codes.Unauthenticated, "authorization header must be Bearer <token>")
-	}
-	return token, nil
+	return bearer.Parse(metadata.ValueFromIncomingContext(ctx, "authorization"))
 }
 
 // BearerScope is the default ScopeFunc: the hex SHA-256 of the bearer token,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -48,10 +49,14 @@ func (m *Main) serveHTTP() {
 		return
 	}
 	a.conn = httpapi.Dial(m.grpc)
-	a.server = httpapi.NewServer(httpapi.New(a.conn), m.Logger)
-	m.Logger.Info("http listening", "addr", a.lis.Addr().String())
+	a.server = httpapi.NewServer(httpapi.New(a.conn, m.authn), m.Logger)
+	m.Logger.Info("http listening", "addr", a.lis.Addr().String(), "tls", m.tls != nil)
+	lis := a.lis
+	if m.tls != nil {
+		lis = tls.NewListener(lis, m.tls.Config(m.clientAuth(), "h2", "http/1.1"))
+	}
 	m.wg.Go(func() {
-		if err := a.server.Serve(a.lis); !errors.Is(err, http.ErrServerClosed) {
+		if err := a.server.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("serve http", "err", err)
 		}
 	})

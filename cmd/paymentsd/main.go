@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -34,6 +36,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/tlsreload"
 )
 
 func main() {
@@ -53,6 +56,10 @@ func main() {
 	}
 	if err := m.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "paymentsd:", err)
+		var bad *configFileError
+		if errors.As(err, &bad) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 	admin := m.serveAdmin() // nil for PostgreSQL
@@ -79,6 +86,10 @@ type Config struct {
 	HandlerTimeout time.Duration
 	MetricsListen  string
 	HTTPListen     string
+	TLSCert        string
+	TLSKey         string
+	TLSClientCA    string
+	PrincipalFrom  string
 }
 
 // Main is the program: ParseFlags, then Run, then Close. Tests run it in
@@ -98,6 +109,9 @@ type Main struct {
 	wg       sync.WaitGroup
 	api      *httpAPI // the HTTP/JSON API; nil without --http-listen
 	tracing  *tracing // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+	authn    *auth.Authenticator
+	tls      *tlsreload.Server // nil without --tls-cert
+	hup      chan os.Signal    // SIGHUP: read the credential files again
 }
 
 // NewMain returns a Main with the default configuration, logging to w.
@@ -113,6 +127,7 @@ func NewMain(w io.Writer) *Main {
 			ShutdownGrace:  30 * time.Second,
 			HandlerTimeout: interceptor.DefaultHandlerTimeout,
 			HTTPListen:     "localhost:8080",
+			PrincipalFrom:  "bearer",
 		},
 		Logger: slog.New(slog.NewJSONHandler(w, nil)),
 	}
@@ -122,19 +137,16 @@ func NewMain(w io.Writer) *Main {
 func (m *Main) ParseFlags(args []string) error {
 	c := &m.Config
 	fs := flag.NewFlagSet("paymentsd", flag.ContinueOnError)
-	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address")
-	fs.StringVar(&c.DB, "db", c.DB, "where the data lives: a bbolt file (created 0600, its directory 0700), or a PostgreSQL database as a postgres:// or postgresql:// URL (the libpq environment variables, PGPASSWORD and the like, fill in what it leaves out)")
-	fs.IntVar(&c.DBPool, "db-pool", c.DBPool, "PostgreSQL connections of this process; each call in progress under the idempotency interceptor holds one")
-	fs.DurationVar(&c.Lease, "lease", c.Lease, "how long a claimed idempotency key waits for its handler before a retry may take it over")
-	fs.DurationVar(&c.TTL, "ttl", c.TTL, "how long an idempotency record lives; after it the key runs fresh")
-	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
-	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired idempotency records are deleted")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for calls in progress")
-	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "address to serve Prometheus metrics on, at /metrics; empty serves none")
-	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "address to serve the HTTP/JSON API on (the same calls, records and rules as gRPC); empty serves none")
-	fs.DurationVar(&c.HandlerTimeout, "handler-timeout", c.HandlerTimeout, "how long a claimed request may run; it runs to its end even if its caller has gone, so that the retry finds its result")
-	fs.DurationVar(&c.InFlightWait, "in-flight-wait", c.InFlightWait, "how long a duplicate of a request in flight waits for its result instead of getting ABORTED; 0 answers at once")
+	m.defineFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of paymentsd:\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\n%s\n", envHelp)
+	}
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := setFromEnv(fs, nil); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -155,19 +167,50 @@ func (m *Main) ParseFlags(args []string) error {
 		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
 	case c.DBPool < 1:
 		return fmt.Errorf("--db-pool must be at least 1, got %d", c.DBPool)
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("--tls-cert and --tls-key go together: give both or neither")
+	case c.TLSClientCA != "" && c.TLSCert == "":
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first")
+	}
+	source, err := auth.ParseSource(c.PrincipalFrom)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--principal-from: %w", err)
+	case source != auth.FromBearer && c.TLSClientCA == "":
+		return fmt.Errorf("--principal-from %s needs --tls-client-ca: principals from certificates need certificates verified", source)
+	case source == auth.FromCert && c.APIKeysPath != "":
+		return errors.New("--api-keys has no use with --principal-from cert, which reads no token: drop it, or use --principal-from either")
 	}
 	return nil
+}
+
+// defineFlags defines the server's flags on fs, into m.Config.
+func (m *Main) defineFlags(fs *flag.FlagSet) {
+	c := &m.Config
+	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address")
+	fs.StringVar(&c.DB, "db", c.DB, "where the data lives: a bbolt file (created 0600, its directory 0700), or a PostgreSQL database as a postgres:// or postgresql:// URL (the libpq environment variables, PGPASSWORD and the like, fill in what it leaves out)")
+	fs.IntVar(&c.DBPool, "db-pool", c.DBPool, "PostgreSQL connections of this process; each call in progress under the idempotency interceptor holds one")
+	fs.DurationVar(&c.Lease, "lease", c.Lease, "how long a claimed idempotency key waits for its handler before a retry may take it over")
+	fs.DurationVar(&c.TTL, "ttl", c.TTL, "how long an idempotency record lives; after it the key runs fresh")
+	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
+	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired idempotency records are deleted")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for calls in progress")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "address to serve Prometheus metrics on, at /metrics; empty serves none")
+	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "address to serve the HTTP/JSON API on (the same calls, records and rules as gRPC); empty serves none")
+	fs.DurationVar(&c.HandlerTimeout, "handler-timeout", c.HandlerTimeout, "how long a claimed request may run; it runs to its end even if its caller has gone, so that the retry finds its result")
+	fs.DurationVar(&c.InFlightWait, "in-flight-wait", c.InFlightWait, "how long a duplicate of a request in flight waits for its result instead of getting ABORTED; 0 answers at once")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain: serve TLS on the gRPC, HTTP and metrics listeners; read again when it changes or on SIGHUP")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert; group and others may not write it")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CAs: require client certificates they sign on the gRPC and HTTP listeners (mutual TLS)")
+	fs.StringVar(&c.PrincipalFrom, "principal-from", c.PrincipalFrom, "where a caller's principal, which owns its intents and idempotency keys, comes from: bearer (the token, as --api-keys lists it), cert (the client certificate's URI SAN, else its first DNS SAN) or either (the token when one is sent, else the certificate)")
 }
 
 // Run binds its addresses, opens the data file, starts serving and
 // returns; the server runs until Close. Addresses come first, so that a
 // bad one leaves no data file behind.
 func (m *Main) Run(ctx context.Context) (err error) {
-	keys := auth.Dev()
-	if m.Config.APIKeysPath != "" {
-		if keys, err = auth.LoadFile(m.Config.APIKeysPath); err != nil {
-			return err
-		}
+	if err := m.loadCredentials(); err != nil {
+		return err
 	}
 	var metricsListener net.Listener
 	defer func() {
@@ -206,12 +249,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return err
 		}
 		m.metrics = m.prom.idem
+		if m.tls != nil {
+			m.prom.watchCertificate(m.tls)
+		}
 		interceptors = append(interceptors, m.prom.grpc.UnaryServerInterceptor())
 	}
 	interceptors = append(interceptors,
 		logRPC(m.Logger),
 		rejectUndecodable,
-		auth.UnaryServerInterceptor(keys, "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
+		auth.UnaryServerInterceptor(m.authn, "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
 	)
 	if !benchWithoutIdempotency {
 		interceptors = append(interceptors, interceptor.MustUnaryServerInterceptor(m.db.records, // fixed options, tested
@@ -237,7 +283,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.db.records.Close()
 		return err
 	}
-	m.grpc = grpc.NewServer(grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...), m.tracing.serverOption())
+	m.grpc = grpc.NewServer(grpc.Creds(m.grpcCredentials()), grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...), m.tracing.serverOption())
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.intents, nil))
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
@@ -253,13 +299,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.serveMetrics(metricsListener)
 	}
 
-	if keys.IsDev() {
-		m.Logger.Warn("dev mode: any bearer token is accepted as a principal of its own; pass --api-keys in production")
-	} else {
-		m.Logger.Info("api keys loaded", "file", m.Config.APIKeysPath, "principals", keys.Principals())
-	}
+	m.logCredentials()
 	m.Logger.Info("paymentsd listening", "addr", m.listener.Addr().String(), "db", m.db.desc,
-		"lease", m.Config.Lease.String(), "ttl", m.Config.TTL.String())
+		"lease", m.Config.Lease.String(), "ttl", m.Config.TTL.String(), "tls", m.tls != nil)
 
 	ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
 	m.wg.Go(func() {
@@ -269,6 +311,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	})
 	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db.records, m.Config.SweepInterval, m.swept) })
 	m.wg.Go(func() { m.watchHealth(ctx) })
+	m.watchCredentials(ctx)
 	m.serveHTTP()
 	return nil
 }
@@ -316,7 +359,11 @@ func (m *Main) serveMetrics(lis net.Listener) {
 	mux.Handle("/metrics", m.prom.handler())
 	mux.HandleFunc("/healthz", m.healthz)
 	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	m.Logger.Info("metrics listening", "addr", lis.Addr().String())
+	m.Logger.Info("metrics listening", "addr", lis.Addr().String(), "tls", m.tls != nil)
+	if m.tls != nil {
+		// Scrapers are not asked for a client certificate.
+		lis = tls.NewListener(lis, m.tls.Config(tlsreload.NoClientCert, "h2", "http/1.1"))
+	}
 	m.wg.Go(func() {
 		if err := m.http.Serve(lis); err != http.ErrServerClosed {
 			m.Logger.Error("serve metrics", "err", err)

@@ -339,7 +339,7 @@ func startInProcess(t *testing.T, opts ...interceptor.Option) *inProcess {
 		interceptor.WithObserver(p.obs),
 	}, opts...)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		auth.UnaryServerInterceptor(auth.Dev(), "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
+		auth.UnaryServerInterceptor(auth.NewAuthenticator(auth.FromBearer, auth.Dev()), "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
 		interceptor.MustUnaryServerInterceptor(db, opts...),
 	))
 	paymentsv1.RegisterPaymentIntentServiceServer(srv, server.New(p.intents, nil))

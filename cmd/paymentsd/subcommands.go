@@ -96,6 +96,7 @@ func printCommands(w io.Writer) {
 		fmt.Fprintf(w, "  %s\n      %s\n", strings.TrimSpace("paymentsd "+c.name+" "+c.args), c.summary)
 	}
 	fmt.Fprintln(w, "  paymentsd help\n      this list, and the server's flags (also -h)")
+	fmt.Fprintln(w, "\n"+envHelp)
 	fmt.Fprintln(w, "\nRun paymentsd SUBCOMMAND -h for its flags. Exit codes: 0 done; 1 the answer is no (no record\nfor the key, a damaged file); 2 bad command line; 3 the command failed, saying why.")
 }
 
@@ -123,14 +124,19 @@ func parseArgs(fs *flag.FlagSet, args []string) (operands []string, code int, er
 			return nil, exitUsage, err // flag printed the error and the usage
 		}
 		if fs.NArg() == 0 {
-			return operands, 0, nil
+			break
 		}
 		rest := fs.Args()
 		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(operands, rest...), 0, nil // after --, all are operands
+			operands = append(operands, rest...) // after --, all are operands
+			break
 		}
 		operands, args = append(operands, rest[0]), rest[1:]
 	}
+	if err := setFromEnv(fs, serverFlags()); err != nil {
+		return nil, usageError(fs, "%v", err), err
+	}
+	return operands, 0, nil
 }
 
 // usageError prints msg and fs's usage, and returns exit code 2.

@@ -1,0 +1,206 @@
+package auth
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/bearer"
+)
+
+// Source is where a request's principal comes from.
+type Source int
+
+const (
+	// FromBearer: the bearer token, looked up in the keys.
+	FromBearer Source = iota
+	// FromCert: the verified client certificate (see CertPrincipal); an
+	// authorization header is not read.
+	FromCert
+	// FromEither: the bearer token when an authorization header is sent,
+	// else the client certificate.
+	FromEither
+)
+
+// ParseSource reads the --principal-from values bearer, cert and either.
+func ParseSource(s string) (Source, error) {
+	switch s {
+	case "bearer":
+		return FromBearer, nil
+	case "cert":
+		return FromCert, nil
+	case "either":
+		return FromEither, nil
+	}
+	return 0, fmt.Errorf("%q is not one of bearer, cert, either", s)
+}
+
+func (s Source) String() string {
+	switch s {
+	case FromCert:
+		return "cert"
+	case FromEither:
+		return "either"
+	}
+	return "bearer"
+}
+
+// Authenticator turns a request's credentials into its principal, the same
+// way for every face. Its keys can be replaced while it serves.
+type Authenticator struct {
+	source Source
+	keys   atomic.Pointer[Keys]
+}
+
+// NewAuthenticator returns an Authenticator that takes principals from
+// source, with keys for bearer tokens.
+func NewAuthenticator(source Source, keys *Keys) *Authenticator {
+	a := &Authenticator{source: source}
+	a.keys.Store(keys)
+	return a
+}
+
+// SetKeys replaces the keys from the next request on: a token removed from
+// them is refused from then on.
+func (a *Authenticator) SetKeys(k *Keys) { a.keys.Store(k) }
+
+// Keys returns the keys in use.
+func (a *Authenticator) Keys() *Keys { return a.keys.Load() }
+
+// Source returns where a's principals come from.
+func (a *Authenticator) Source() Source { return a.source }
+
+// Authenticate returns the principal of a request that sent authorization
+// (every value of the header, in order) over a connection whose verified
+// client certificate is cert (nil without one). The error is an
+// UNAUTHENTICATED status error whose message says what is wrong.
+func (a *Authenticator) Authenticate(authorization []string, cert *x509.Certificate) (string, error) {
+	if a.source == FromCert || (a.source == FromEither && len(authorization) == 0) {
+		if cert == nil {
+			if a.source == FromEither {
+				return "", status.Error(codes.Unauthenticated, "send a client certificate or an authorization: Bearer <token> header")
+			}
+			return "", status.Error(codes.Unauthenticated, "this server takes principals from client certificates: connect with one")
+		}
+		return CertPrincipal(cert)
+	}
+	token, err := bearer.Parse(authorization)
+	if err != nil {
+		return "", err
+	}
+	principal, ok := a.keys.Load().Authenticate(token)
+	if !ok {
+		return "", status.Error(codes.Unauthenticated, "unknown bearer token")
+	}
+	return principal, nil
+}
+
+// CertPrincipal returns the principal a verified client certificate names:
+// its URI SAN (a SPIFFE ID such as spiffe://example.org/payments) or, if it
+// has none, "dns:" and its first DNS SAN. Either has characters an API key
+// file's principal cannot, so no certificate can take a token's keys.
+func CertPrincipal(cert *x509.Certificate) (string, error) {
+	var p string
+	switch {
+	case len(cert.URIs) > 1:
+		return "", status.Errorf(codes.Unauthenticated, "the client certificate has %d URI SANs; a principal is one", len(cert.URIs))
+	case len(cert.URIs) == 1:
+		p = cert.URIs[0].String()
+	case len(cert.DNSNames) > 0:
+		p = "dns:" + cert.DNSNames[0]
+	default:
+		return "", status.Error(codes.Unauthenticated, "the client certificate has no URI or DNS SAN to name its principal")
+	}
+	if !ValidCertPrincipal(p) {
+		return "", status.Errorf(codes.Unauthenticated, "the client certificate's SAN %q cannot name a principal: use printable ASCII, at most 512 bytes", p)
+	}
+	return p, nil
+}
+
+var certPrincipalPattern = regexp.MustCompile(`^(dns:[!-~]{1,508}|[A-Za-z][A-Za-z0-9+.-]*://[!-~]{1,500})$`)
+
+// ValidCertPrincipal reports whether name is a principal CertPrincipal can
+// give: a URI with a scheme and "://", or "dns:" and a name, in printable
+// ASCII without spaces, at most 512 bytes.
+func ValidCertPrincipal(name string) bool {
+	return len(name) <= 512 && certPrincipalPattern.MatchString(name)
+}
+
+// ForwardedPrincipalHeader is the metadata in which a face in front of the
+// gRPC server (the HTTP face) passes the principal it authenticated. It is
+// read only from connections whose AuthInfo is Forwarded, which a network
+// client cannot have; from any other connection it is ignored.
+const ForwardedPrincipalHeader = "paymentsd-forwarded-principal"
+
+// ForwardedRefusalHeader carries, instead, why the face refused its
+// caller's credentials; the server answers UNAUTHENTICATED with it, at the
+// point where it would have refused a gRPC caller.
+const ForwardedRefusalHeader = "paymentsd-forwarded-refusal"
+
+// Forwarded is the AuthInfo of an in-process connection from a face that
+// has authenticated its callers itself.
+type Forwarded struct{ credentials.CommonAuthInfo }
+
+// AuthType implements credentials.AuthInfo.
+func (Forwarded) AuthType() string { return "paymentsd-forwarded" }
+
+// UnaryServerInterceptor authenticates every call to a method whose full
+// name starts with one of prefixes, and passes the others through (health
+// checks, for example).
+func UnaryServerInterceptor(a *Authenticator, prefixes ...string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !hasAnyPrefix(info.FullMethod, prefixes) {
+			return handler(ctx, req)
+		}
+		principal, err := a.authenticateCall(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return handler(NewContext(ctx, principal), req)
+	}
+}
+
+// authenticateCall authenticates a gRPC call by its metadata and its
+// connection's client certificate, or takes the principal a Forwarded
+// connection passes.
+func (a *Authenticator) authenticateCall(ctx context.Context) (string, error) {
+	p, _ := peer.FromContext(ctx)
+	var cert *x509.Certificate
+	if p != nil {
+		switch info := p.AuthInfo.(type) {
+		case Forwarded:
+			if why := metadata.ValueFromIncomingContext(ctx, ForwardedRefusalHeader); len(why) > 0 {
+				return "", status.Error(codes.Unauthenticated, why[0])
+			}
+			vals := metadata.ValueFromIncomingContext(ctx, ForwardedPrincipalHeader)
+			if len(vals) != 1 || vals[0] == "" {
+				return "", status.Error(codes.Unauthenticated, "no principal forwarded")
+			}
+			return vals[0], nil
+		case credentials.TLSInfo:
+			if chains := info.State.VerifiedChains; len(chains) > 0 && len(chains[0]) > 0 {
+				cert = chains[0][0]
+			}
+		}
+	}
+	return a.Authenticate(metadata.ValueFromIncomingContext(ctx, "authorization"), cert)
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}

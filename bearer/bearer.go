@@ -1,0 +1,83 @@
+// Package bearer reads the bearer token of an authorization header. It is
+// the one reading of a credential in paymentsd: the gRPC face, the HTTP face
+// and the command line all call it, so that the same bytes are the same
+// token, or the same refusal, whichever way they arrive.
+//
+// The rule:
+//
+//   - exactly one authorization value;
+//   - spaces and tabs at either end are dropped, since HTTP/1.1 drops them
+//     before any handler sees the value and gRPC keeps them;
+//   - any other control character (0x00 to 0x1F, 0x7F) or a byte above 0x7E
+//     is refused, naming the byte and where it is;
+//   - the scheme is Bearer in any case, then one or more spaces, then the
+//     token: one or more of the visible ASCII characters 0x21 to 0x7E.
+package bearer
+
+import (
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Parse returns the token of the authorization values of one request, or
+// an UNAUTHENTICATED status error saying what is wrong with them.
+func Parse(values []string) (string, error) {
+	if len(values) != 1 {
+		return "", refuse("send exactly one authorization header, got %d", len(values))
+	}
+	v := trim(values[0])
+	if err := checkBytes("authorization header", v); err != nil {
+		return "", err
+	}
+	scheme, token, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", refuse("authorization header must be Bearer <token>")
+	}
+	token = strings.TrimLeft(token, " ")
+	if token == "" {
+		return "", refuse("authorization header must be Bearer <token>: the token is empty")
+	}
+	if strings.Contains(token, " ") {
+		return "", refuse("the bearer token has a space in it; a token is one word")
+	}
+	return token, nil
+}
+
+// ParseToken reads a token given alone, as the command line takes it: the
+// same rule as Parse without the scheme.
+func ParseToken(s string) (string, error) {
+	token := trim(s)
+	if err := checkBytes("token", token); err != nil {
+		return "", err
+	}
+	switch {
+	case token == "":
+		return "", refuse("the token is empty")
+	case strings.Contains(token, " "):
+		return "", refuse("the bearer token has a space in it; a token is one word")
+	}
+	return token, nil
+}
+
+// trim drops the spaces and tabs at both ends of v.
+func trim(v string) string { return strings.Trim(v, " \t") }
+
+// checkBytes refuses a control character or a byte outside ASCII in v.
+func checkBytes(what, v string) error {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c < 0x20 || c == 0x7f:
+			return refuse("%s has a control character (0x%02x) at byte %d", what, c, i)
+		case c > 0x7f:
+			return refuse("%s has a byte outside ASCII (0x%02x) at byte %d; tokens are ASCII", what, c, i)
+		}
+	}
+	return nil
+}
+
+func refuse(format string, args ...any) error {
+	return status.Error(codes.Unauthenticated, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,74 @@
+// Package filewatch tells when files change, by looking at them: a poll of
+// each file's identity (device, inode, size, modification time and mode)
+// sees a file written in place, replaced by a rename, or swapped behind a
+// symbolic link (as Kubernetes updates a mounted secret), with no platform
+// notification API and no event to lose.
+package filewatch
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"time"
+)
+
+// stamp is what a file looks like from outside; a change to the file
+// changes it.
+type stamp struct {
+	exists   bool
+	dev, ino uint64
+	size     int64
+	mtime    time.Time
+	mode     os.FileMode
+}
+
+func look(path string) stamp {
+	info, err := os.Stat(path) // through links: the file served is the target
+	if err != nil {
+		return stamp{}
+	}
+	s := stamp{exists: true, size: info.Size(), mtime: info.ModTime(), mode: info.Mode()}
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		s.dev, s.ino = uint64(st.Dev), st.Ino
+	}
+	return s
+}
+
+// Watcher watches a set of files.
+type Watcher struct {
+	paths []string
+	last  []stamp
+}
+
+// New takes a first look at paths: a change after New returns is seen by
+// Run, even one made before Run starts.
+func New(paths ...string) *Watcher {
+	w := &Watcher{paths: paths, last: make([]stamp, len(paths))}
+	for i, p := range paths {
+		w.last[i] = look(p)
+	}
+	return w
+}
+
+// Run calls changed each time one of the paths differs from the last look,
+// looking every interval until ctx ends.
+func (w *Watcher) Run(ctx context.Context, interval time.Duration, changed func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		moved := false
+		for i, p := range w.paths {
+			if s := look(p); s != w.last[i] {
+				w.last[i], moved = s, true
+			}
+		}
+		if moved {
+			changed()
+		}
+	}
+}

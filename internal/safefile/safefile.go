@@ -1,0 +1,119 @@
+// Package safefile opens the files paymentsd is told to read (key files,
+// certificates, the data file for the operator commands) only when they
+// are regular files, so that a FIFO, a device or a directory named by
+// mistake is refused at once instead of hanging the process, and reads
+// those that grant access only when no one but their owner can change them.
+package safefile
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// MaxSize is the largest file Read reads: far more than any key or
+// certificate file, and small enough that a wrong path cannot exhaust
+// memory.
+const MaxSize = 16 << 20
+
+// Open opens path for reading if it is a regular file, following symbolic
+// links. The file is opened without waiting (O_NONBLOCK) and checked
+// through its descriptor, so a FIFO neither blocks the open nor slips in
+// between a check and the open.
+func Open(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		f.Close()
+		return nil, &NotRegularError{Path: path, Mode: info.Mode()}
+	}
+	return f, nil
+}
+
+// CheckRegular returns nil if path is missing or a regular file, and a
+// *NotRegularError otherwise. It never opens path, so it cannot block.
+func CheckRegular(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return &NotRegularError{Path: path, Mode: info.Mode()}
+	}
+	return nil
+}
+
+// Read reads path, a regular file of at most MaxSize bytes.
+func Read(path string) ([]byte, error) { return read(path, false) }
+
+// ReadPrivate reads path, a regular file that grants access (API keys, a
+// private key, a CA), refusing it when group or others may write it:
+// whoever can change it can let themselves in.
+func ReadPrivate(path string) ([]byte, error) { return read(path, true) }
+
+func read(path string, private bool) ([]byte, error) {
+	f, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if mode := info.Mode().Perm(); private && mode&0o022 != 0 {
+		return nil, fmt.Errorf("%s is writable by group or others (mode %04o): whoever can write it can let themselves in; chmod go-w %s", path, mode, path)
+	}
+	if info.Size() > MaxSize {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d a key or certificate file may be", path, info.Size(), MaxSize)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxSize {
+		return nil, fmt.Errorf("%s is more than the %d bytes a key or certificate file may be", path, MaxSize)
+	}
+	return b, nil
+}
+
+// NotRegularError is a path that names something other than a regular
+// file.
+type NotRegularError struct {
+	Path string
+	Mode fs.FileMode
+}
+
+func (e *NotRegularError) Error() string {
+	return fmt.Sprintf("%s is %s, not a regular file", e.Path, e.Kind())
+}
+
+// Kind names what the path is: "a directory", "a FIFO", ...
+func (e *NotRegularError) Kind() string {
+	switch m := e.Mode; {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	default:
+		return "an irregular file"
+	}
+}

@@ -1,0 +1,141 @@
+// Package tlsreload serves a TLS certificate, and optionally the CAs that
+// verify client certificates, from PEM files that can be replaced while the
+// server runs: each new handshake gets what was loaded last, connections
+// already made keep theirs, and a set of files that does not load leaves
+// the last good one in place.
+package tlsreload
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/paymentsd/paymentsd/internal/safefile"
+)
+
+// Files names the PEM files of a server's TLS identity.
+type Files struct {
+	Cert     string // the certificate chain, leaf first
+	Key      string // its private key, which group and others may not write
+	ClientCA string // CAs that sign client certificates; "" for none
+}
+
+// Paths returns the files named, for a watcher.
+func (f Files) Paths() []string {
+	if f.ClientCA == "" {
+		return []string{f.Cert, f.Key}
+	}
+	return []string{f.Cert, f.Key, f.ClientCA}
+}
+
+// Server holds the TLS identity loaded last.
+type Server struct {
+	files Files
+	now   func() time.Time
+	cur   atomic.Pointer[loaded]
+}
+
+type loaded struct {
+	cert      tls.Certificate
+	clientCAs *x509.CertPool // nil without Files.ClientCA
+}
+
+// Load loads files, and fails if they do not make a usable identity.
+func Load(files Files) (*Server, error) {
+	s := &Server{files: files, now: time.Now}
+	if err := s.Reload(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Reload loads the files again. If they do not load (a key that is not the
+// certificate's, an unreadable file, a certificate out of its validity) it
+// returns why and keeps serving what it had.
+func (s *Server) Reload() error {
+	l, err := s.load()
+	if err != nil {
+		return err
+	}
+	s.cur.Store(l)
+	return nil
+}
+
+func (s *Server) load() (*loaded, error) {
+	certPEM, err := safefile.Read(s.files.Cert)
+	if err != nil {
+		return nil, fmt.Errorf("tls certificate: %w", err)
+	}
+	keyPEM, err := safefile.ReadPrivate(s.files.Key)
+	if err != nil {
+		return nil, fmt.Errorf("tls key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %s and %s: %w", s.files.Cert, s.files.Key, err)
+	}
+	leaf := cert.Leaf
+	switch now := s.now(); {
+	case now.After(leaf.NotAfter):
+		return nil, fmt.Errorf("tls: %s expired at %s", s.files.Cert, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return nil, fmt.Errorf("tls: %s is not valid until %s", s.files.Cert, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	l := &loaded{cert: cert}
+	if s.files.ClientCA != "" {
+		caPEM, err := safefile.ReadPrivate(s.files.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls client CA: %w", err)
+		}
+		l.clientCAs = x509.NewCertPool()
+		if !l.clientCAs.AppendCertsFromPEM(caPEM) {
+			return nil, fmt.Errorf("tls client CA: %s holds no PEM certificate", s.files.ClientCA)
+		}
+	}
+	return l, nil
+}
+
+// Leaf returns the certificate served now.
+func (s *Server) Leaf() *x509.Certificate { return s.cur.Load().cert.Leaf }
+
+// ClientAuth says whether a listener verifies client certificates.
+type ClientAuth bool
+
+const (
+	// NoClientCert: clients are not asked for a certificate.
+	NoClientCert ClientAuth = false
+	// RequireClientCert: a client must present a certificate that
+	// Files.ClientCA verifies.
+	RequireClientCert ClientAuth = true
+)
+
+// Config returns the configuration of a listener that offers nextProtos by
+// ALPN ("h2" for gRPC) and, with RequireClientCert and a ClientCA,
+// requires and verifies client certificates. Each handshake reads the
+// identity loaded last. TLS 1.2 is the oldest version spoken; 1.3 is
+// chosen whenever the client speaks it.
+func (s *Server) Config(clientAuth ClientAuth, nextProtos ...string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: nextProtos,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			l := s.cur.Load()
+			c := &tls.Config{
+				MinVersion:   tls.VersionTLS12,
+				NextProtos:   nextProtos,
+				Certificates: []tls.Certificate{l.cert},
+			}
+			if clientAuth == RequireClientCert {
+				if l.clientCAs == nil {
+					return nil, errors.New("tls: no client CA loaded")
+				}
+				c.ClientAuth = tls.RequireAndVerifyClientCert
+				c.ClientCAs = l.clientCAs
+			}
+			return c, nil
+		},
+	}
+}
