@@ -8,7 +8,7 @@ SHELL := bash
 BUF := go tool -modfile=tools/go.mod buf
 GHZ_VERSION := v0.120.0
 
-.PHONY: run test lint generate crashtest bench
+.PHONY: run test lint generate crashtest bench certs
 
 ## run: start paymentsd in dev mode: gRPC on localhost:50051, HTTP/JSON on
 ## localhost:8080, data in ./data/
@@ -18,6 +18,11 @@ GHZ_VERSION := v0.120.0
 run:
 	go build -o bin/paymentsd ./cmd/paymentsd
 	exec bin/paymentsd $(ARGS)
+
+## certs: a development CA and server and client certificates in ./certs/,
+## to try TLS and mutual TLS (never for production); refuses to overwrite
+certs:
+	go run ./cmd/paymentsd dev-certs certs
 
 ## test: every test, with the race detector
 test:

@@ -33,6 +33,7 @@ var subcommands = []subcommand{
 	{"backup", "FILE [--db DB]", "a consistent copy of the bbolt data file, while the server runs or not", runBackup},
 	{"check", "[--db DB]", "check the bbolt data file's structure: exit 0 when sound, 1 with the findings", runCheck},
 	{"hash-token", "PRINCIPAL < token", `print the --api-keys line "PRINCIPAL sha256:<hex>" of the token on standard input`, runHashToken},
+	{"dev-certs", "DIR", "write a development CA, server and client certificates into DIR to try TLS and mutual TLS (never for production)", runDevCerts},
 	{"version", "", "the module version and the revision it was built from (also --version)", runVersion},
 }
 
