@@ -25,7 +25,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/paymentsd/paymentsd/auth"
+	tokenrule "github.com/paymentsd/paymentsd/bearer" // as bearer: the tests have a helper of that name
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
@@ -59,8 +61,8 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 		return usageError(fs, "give one of --principal and --token-stdin")
 	case *apiKeys != "" && !*tokenStdin:
 		return usageError(fs, "--api-keys goes with --token-stdin")
-	case *principal != "" && !auth.ValidPrincipal(*principal) && !auth.ValidDevPrincipal(*principal):
-		return usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex (or use --token-stdin)`, *principal)
+	case *principal != "" && !auth.ValidPrincipal(*principal) && !auth.ValidDevPrincipal(*principal) && !auth.ValidCertPrincipal(*principal):
+		return usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex, or a client certificate's URI SAN (spiffe://...) or "dns:" and its DNS SAN (or use --token-stdin)`, *principal)
 	}
 	if err := interceptor.ParseKey(*key); err != nil {
 		return usageError(fs, "--key %q is no idempotency key: %v", *key, err)
@@ -120,18 +122,16 @@ func principalOfToken(r io.Reader, apiKeys string) (string, error) {
 }
 
 // readToken reads one token from r: its first line, without the line
-// break that echo or a terminal adds. A bearer token has no spaces.
+// break that echo or a terminal adds, read by the rule the server reads a
+// bearer token by, so that the same bytes name the same principal here.
 func readToken(r io.Reader) (string, error) {
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil && err != io.EOF {
 		return "", fmt.Errorf("read the token: %w", err)
 	}
-	token := strings.TrimRight(line, "\r\n")
-	switch {
-	case token == "":
-		return "", errors.New("no token on standard input")
-	case strings.ContainsAny(token, " \t"):
-		return "", errors.New("the token on standard input has a space in it: pass the token alone")
+	token, err := tokenrule.ParseToken(strings.TrimRight(line, "\r\n"))
+	if err != nil {
+		return "", fmt.Errorf("the token on standard input: %s", status.Convert(err).Message())
 	}
 	return token, nil
 }
