@@ -75,6 +75,9 @@ var credRows = []credRow{
 	{"lower-case scheme", []string{"bearer t1"}, credAccepted, credAccepted, "", ""},
 	{"upper-case scheme", []string{"BEARER t1"}, credAccepted, credAccepted, "", ""},
 	{"tab after the scheme", []string{"Bearer\tt1"}, credReader, credReader, "(0x09) at byte 6", ""},
+	// The reader counts bytes after dropping the ends, the only count the
+	// HTTP face can know.
+	{"leading space, tab after the scheme", []string{" Bearer\tt1"}, credReader, credReader, "(0x09) at byte 6", ""},
 	{"tab inside the token", []string{"Bearer t1\tt2"}, credReader, credReader, "(0x09) at byte 9", ""},
 	{"space inside the token", []string{"Bearer t1 t2"}, credReader, credReader, "", ""},
 	// Over HTTP/1.1 the CR LF and the space after it are an obs-fold, a
