@@ -1,0 +1,223 @@
+// Package rawgrpc is a test kit: a gRPC client small enough to send any
+// bytes in its header fields. It speaks HTTP/2 itself with x/net/http2's
+// Framer and hpack encoder, sends the fields in the order given, repeated
+// names and all, with no validation, and reports what the server answered,
+// down to a refused stream (RST_STREAM) or connection (GOAWAY). A gRPC
+// client library would check or canonicalize the fields before sending.
+package rawgrpc
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+)
+
+// Field is one header field, sent as it is.
+type Field struct{ Name, Value string }
+
+// Fields returns the fields of a plain unary gRPC call to path (as
+// "/package.Service/Method") on authority, followed by extra.
+func Fields(authority, path string, extra ...Field) []Field {
+	return append([]Field{
+		{":method", "POST"},
+		{":scheme", "http"},
+		{":path", path},
+		{":authority", authority},
+		{"content-type", "application/grpc"},
+		{"te", "trailers"},
+	}, extra...)
+}
+
+// Response is what the server answered to a call that it did not refuse.
+type Response struct {
+	Status  int     // the HTTP :status
+	Header  []Field // the first HEADERS frame's fields, in order
+	Trailer []Field // the trailers' fields, in order (all of them for a trailers-only answer)
+	Code    codes.Code
+	Message string // grpc-message, percent-decoded
+	Body    []byte // the response message, without its length prefix
+}
+
+// Call sends one unary call: fields as the request's HEADERS, then message
+// as one length-prefixed gRPC message that ends the stream. It connects to
+// addr over TCP, with TLS (ALPN h2) when tlsConfig is not nil, or else with
+// plaintext HTTP/2 by prior knowledge. A stream the server resets comes
+// back as an http2.StreamError, a connection it closes with GOAWAY as an
+// http2.GoAwayError; ctx bounds the whole exchange.
+func Call(ctx context.Context, addr string, tlsConfig *tls.Config, fields []Field, message []byte) (*Response, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if tlsConfig != nil {
+		cfg := tlsConfig.Clone()
+		cfg.NextProtos = []string{"h2"}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, err
+		}
+		conn = tc
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		return nil, err
+	}
+	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.MaxHeaderListSize = 1 << 20
+	if err := fr.WriteSettings(); err != nil {
+		return nil, err
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range fields {
+		enc.WriteField(hpack.HeaderField{Name: f.Name, Value: f.Value})
+	}
+	const stream = 1
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+		return nil, err
+	}
+	msg := make([]byte, 5+len(message))
+	binary.BigEndian.PutUint32(msg[1:5], uint32(len(message)))
+	copy(msg[5:], message)
+	if err := fr.WriteData(stream, true, msg); err != nil {
+		return nil, err
+	}
+	return readResponse(fr, stream)
+}
+
+// readResponse reads frames until the stream ends, answering what the
+// connection needs on the way (SETTINGS acks, PINGs, flow control).
+func readResponse(fr *http2.Framer, stream uint32) (*Response, error) {
+	r := &Response{}
+	var body []byte
+	headersSeen := false
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return nil, err
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				if err := fr.WriteSettingsAck(); err != nil {
+					return nil, err
+				}
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				if err := fr.WritePing(true, f.Data); err != nil {
+					return nil, err
+				}
+			}
+		case *http2.GoAwayFrame:
+			if f.LastStreamID < stream || f.ErrCode != http2.ErrCodeNo {
+				return nil, http2.GoAwayError{LastStreamID: f.LastStreamID, ErrCode: f.ErrCode, DebugData: string(f.DebugData())}
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == stream {
+				return nil, http2.StreamError{StreamID: stream, Code: f.ErrCode}
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamID != stream {
+				continue
+			}
+			fs := make([]Field, 0, len(f.Fields))
+			for _, hf := range f.Fields {
+				fs = append(fs, Field{hf.Name, hf.Value})
+			}
+			if !headersSeen {
+				headersSeen = true
+				r.Header = fs
+				r.Status, _ = strconv.Atoi(f.PseudoValue("status"))
+			} else {
+				r.Trailer = fs
+			}
+			if f.StreamEnded() {
+				return r.finish(body)
+			}
+		case *http2.DataFrame:
+			if f.StreamID != stream {
+				continue
+			}
+			body = append(body, f.Data()...)
+			if n := uint32(len(f.Data())); n > 0 {
+				fr.WriteWindowUpdate(0, n)
+				fr.WriteWindowUpdate(stream, n)
+			}
+			if f.StreamEnded() {
+				return r.finish(body)
+			}
+		}
+	}
+}
+
+// finish fills in the gRPC status from the trailers (or, for a
+// trailers-only answer, the headers) and the message from body.
+func (r *Response) finish(body []byte) (*Response, error) {
+	trailer := r.Trailer
+	if trailer == nil {
+		trailer = r.Header
+	}
+	r.Code = codes.Unknown
+	for _, f := range trailer {
+		switch f.Name {
+		case "grpc-status":
+			n, err := strconv.ParseUint(f.Value, 10, 32)
+			if err != nil {
+				return r, fmt.Errorf("grpc-status %q", f.Value)
+			}
+			r.Code = codes.Code(n)
+		case "grpc-message":
+			m, err := url.PathUnescape(f.Value)
+			if err != nil {
+				m = f.Value
+			}
+			r.Message = m
+		}
+	}
+	switch {
+	case len(body) == 0:
+	case len(body) < 5:
+		return r, errors.New("response message shorter than its prefix")
+	default:
+		n := binary.BigEndian.Uint32(body[1:5])
+		if uint64(n) != uint64(len(body)-5) {
+			return r, fmt.Errorf("response message prefix says %d bytes, got %d", n, len(body)-5)
+		}
+		r.Body = body[5:]
+	}
+	return r, nil
+}
+
+// Get returns the value of the first of fields named name, and whether
+// there is one.
+func Get(fields []Field, name string) (string, bool) {
+	for _, f := range fields {
+		if f.Name == name {
+			return f.Value, true
+		}
+	}
+	return "", false
+}
