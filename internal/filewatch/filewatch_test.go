@@ -1,0 +1,66 @@
+package filewatch_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/paymentsd/paymentsd/internal/filewatch"
+)
+
+func TestRun_SeesEveryKindOfChange(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "keys")
+	write := func(p, content string) {
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(path, "one")
+	w := filewatch.New(path)
+	changed := make(chan struct{}, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx, 10*time.Millisecond, func() { changed <- struct{}{} })
+
+	expect := func(what string) {
+		t.Helper()
+		select {
+		case <-changed:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no change seen", what)
+		}
+		time.Sleep(30 * time.Millisecond) // a few looks at rest
+		select {
+		case <-changed:
+			t.Fatalf("%s: seen twice", what)
+		default:
+		}
+	}
+	write(path, "two, longer")
+	expect("written in place")
+	tmp := filepath.Join(dir, "keys.tmp")
+	write(tmp, "three, same size")
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	expect("renamed over")
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect("mode changed")
+	// As Kubernetes updates a secret: the file is a link into a directory
+	// that a link swap replaces.
+	target := filepath.Join(dir, "data-1", "keys")
+	os.Mkdir(filepath.Dir(target), 0o700)
+	write(target, "four")
+	os.Remove(path)
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	expect("replaced by a link")
+	os.Remove(path)
+	expect("removed")
+}

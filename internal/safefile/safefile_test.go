@@ -1,0 +1,79 @@
+package safefile_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/paymentsd/paymentsd/internal/safefile"
+)
+
+func TestRead_RefusesWhatIsNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link-to-fifo")
+	if err := os.Symlink(fifo, link); err != nil {
+		t.Fatal(err)
+	}
+	for path, kind := range map[string]string{fifo: "a FIFO", link: "a FIFO", dir: "a directory", "/dev/null": "a character device"} {
+		done := make(chan error, 1)
+		go func() { _, err := safefile.ReadPrivate(path); done <- err }()
+		select {
+		case err := <-done:
+			var nr *safefile.NotRegularError
+			if !errors.As(err, &nr) || !strings.Contains(err.Error(), kind+", not a regular file") {
+				t.Errorf("%s: %v, want it named %s", path, err, kind)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: still reading after 5 s; it must be refused at once", path)
+		}
+		if err := safefile.CheckRegular(path); err == nil {
+			t.Errorf("CheckRegular(%s) = nil", path)
+		}
+	}
+	if err := safefile.CheckRegular(filepath.Join(dir, "missing")); err != nil {
+		t.Errorf("CheckRegular of a missing file: %v, want nil", err)
+	}
+}
+
+func TestReadPrivate_RefusesAFileOthersCanWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for mode, ok := range map[os.FileMode]bool{0o600: true, 0o400: true, 0o644: true, 0o640: true, 0o620: false, 0o602: false, 0o666: false} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		b, err := safefile.ReadPrivate(path)
+		if ok != (err == nil) {
+			t.Errorf("mode %04o: %q, %v", mode, b, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "chmod go-w")) {
+			t.Errorf("mode %04o: error %v does not say how to mend it", mode, err)
+		}
+		if _, err := safefile.Read(path); err != nil {
+			t.Errorf("Read, mode %04o: %v; only ReadPrivate looks at the mode", mode, err)
+		}
+	}
+}
+
+func TestRead_RefusesAHugeFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, safefile.MaxSize+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := safefile.Read(path); err == nil {
+		t.Error("read a file larger than MaxSize")
+	}
+}
