@@ -91,7 +91,9 @@ func ServerCredentials(network credentials.TransportCredentials) credentials.Tra
 	return serverCreds{network}
 }
 
-type serverCreds struct{ network credentials.TransportCredentials }
+type serverCreds struct {
+	network credentials.TransportCredentials
+}
 
 func (c serverCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	if _, ok := conn.(memConn); ok {
@@ -110,5 +112,5 @@ func (c serverCreds) Clone() credentials.TransportCredentials {
 	return serverCreds{c.network.Clone()}
 }
 
-//nolint:staticcheck // part of the interface until grpc-go drops it
+// OverrideServerName is part of the interface, deprecated in grpc-go.
 func (c serverCreds) OverrideServerName(name string) error { return c.network.OverrideServerName(name) }
