@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/internal/devcerts"
 	"github.com/paymentsd/paymentsd/internal/pgtest"
 )
 
@@ -61,31 +63,33 @@ type scenario struct {
 	body        string
 	setup       bool // pre-create hotKeys keys hot-0..hot-99 with body
 	replicas    int  // servers on one PostgreSQL database, each loaded by a ghz of its own; 0 for bbolt
+	tls         bool // serve gRPC over TLS, certificates made for the run; ghz verifies them against its CA
 }
 
 var boltScenarios = []scenario{
-	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0},
-	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0},
-	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0},
-	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0},
-	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0},
-	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0},
+	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false},
+	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false},
+	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false},
+	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false},
+	{"fresh c=64, TLS", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, true},
+	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0, false},
+	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0, false},
 	// Every tenth request fresh, the others replays of the hot keys. (The
 	// template is one action, since ghz renders an {{if}} only once, and has
 	// no double quotes, since ghz renders it inside the JSON text.)
 	{"90% replay, 10% fresh c=64", paymentsd, 64, 40000,
-		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0},
+		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0, false},
 }
 
 var pgScenarios = []scenario{
-	{"pg fresh c=1", paymentsd, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1},
-	{"pg fresh c=1, no interceptor", baseline, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1},
-	{"pg fresh c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1},
-	{"pg fresh c=64, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1},
-	{"pg replay one key c=64", paymentsd, 64, 20000, "hot-0", body, true, 1},
-	{"pg fresh c=64, 3 replicas", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3},
-	{"pg fresh c=64, 3 replicas, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3},
-	{"pg replay one key c=64, 3 replicas", paymentsd, 64, 20000, "hot-0", body, true, 3},
+	{"pg fresh c=1", paymentsd, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false},
+	{"pg fresh c=1, no interceptor", baseline, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false},
+	{"pg fresh c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false},
+	{"pg fresh c=64, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false},
+	{"pg replay one key c=64", paymentsd, 64, 20000, "hot-0", body, true, 1, false},
+	{"pg fresh c=64, 3 replicas", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false},
+	{"pg fresh c=64, 3 replicas, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false},
+	{"pg replay one key c=64, 3 replicas", paymentsd, 64, 20000, "hot-0", body, true, 3, false},
 }
 
 // result is one run's figures.
@@ -118,6 +122,7 @@ func main() {
 			{"fresh c=64 with / without the interceptor", "fresh c=64", "fresh c=64, no interceptor", ">= 0.85"},
 			{"replay c=64 / fresh c=64 without the interceptor", "replay one key c=64", "fresh c=64, no interceptor", ">= 1.5"},
 			{"fresh c=64 / fresh c=1", "fresh c=64", "fresh c=1", ">= 5"},
+			{"fresh c=64 over TLS / plaintext", "fresh c=64, TLS", "fresh c=64", ">= 0.85"},
 		})
 		if r, ok := m["fresh c=1"]; ok {
 			fmt.Printf("- commits per fresh create at c=1: %.3f [1.000]\n", r.commits)
@@ -224,13 +229,21 @@ func runOnce(sc scenario) result {
 		precreate(prep.addr)
 	}
 	prep.stop()
+	// Over TLS, ghz keeps its connection for the whole run, as over
+	// plaintext, so the handshake is paid once, not per request.
+	serverArgs, ghzArgs := []string(nil), []string{"--insecure"}
+	if sc.tls {
+		ca, cert, key := makeCerts(dir)
+		serverArgs = []string{"--tls-cert", cert, "--tls-key", key}
+		ghzArgs = []string{"--cacert", ca}
+	}
 	var before [2]int64
 	if sc.replicas > 0 {
 		before = readStats(db)
 	}
 	servers := make([]*server, max(sc.replicas, 1))
 	for i := range servers {
-		servers[i] = start(*sc.binary, db)
+		servers[i] = start(*sc.binary, db, serverArgs...)
 	}
 
 	// One ghz per server, each with its share of the load and keys of its
@@ -254,8 +267,9 @@ func runOnce(sc scenario) result {
 			md, _ := json.Marshal(map[string]string{"authorization": "Bearer bench", "idempotency-key": key})
 			c := max(sc.concurrency/len(servers), 1)
 			n := int(float64(sc.requests)**scale) / len(servers)
-			out, err := exec.Command(*ghz, "--insecure", "--call", method, "-d", sc.body, "--metadata", string(md),
-				"-c", fmt.Sprint(c), "-n", fmt.Sprint(n), "-O", "json", srv.addr).Output()
+			args := slices.Concat(ghzArgs, []string{"--call", method, "-d", sc.body, "--metadata", string(md),
+				"-c", fmt.Sprint(c), "-n", fmt.Sprint(n), "-O", "json", srv.addr})
+			out, err := exec.Command(*ghz, args...).Output()
 			if err != nil {
 				errs <- fmt.Errorf("ghz: %v\n%s", err, out)
 				return
@@ -362,6 +376,31 @@ func precreate(addr string) {
 	}
 }
 
+// makeCerts writes a development CA and a server certificate for
+// localhost and 127.0.0.1 into dir, and returns their files.
+func makeCerts(dir string) (caFile, certFile, keyFile string) {
+	ca, err := devcerts.NewCA("paymentsd bench CA")
+	if err != nil {
+		log.Fatal(err)
+	}
+	pair, err := ca.Issue(devcerts.Options{
+		CommonName: "localhost",
+		DNSNames:   []string{"localhost"},
+		IPs:        []net.IP{net.IPv4(127, 0, 0, 1)},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	if err := pair.WriteFiles(certFile, keyFile); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	return caFile, certFile, keyFile
+}
+
 type server struct {
 	cmd     *exec.Cmd
 	addr    string
@@ -369,9 +408,9 @@ type server struct {
 	logDone chan struct{} // closed once the log is read to its end
 }
 
-func start(binary, db string) *server {
+func start(binary, db string, args ...string) *server {
 	s := &server{logDone: make(chan struct{})}
-	s.cmd = exec.Command(binary, "--listen", "127.0.0.1:0", "--http-listen", "", "--db", db)
+	s.cmd = exec.Command(binary, append([]string{"--listen", "127.0.0.1:0", "--http-listen", "", "--db", db}, args...)...)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		log.Fatal(err)
