@@ -16,11 +16,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,6 +140,15 @@ func (d *daemon) stillRunning(t *testing.T) {
 	}
 }
 
+// watching waits until d, on a bbolt file, watches its credential files:
+// it starts to once Run has returned, and the admin socket comes after.
+// A change made before then is the subject of
+// TestReload_APIKeys_ChangedDuringStartup_Seen, not of the others.
+func (d *daemon) watching(t *testing.T) {
+	t.Helper()
+	d.waitLog(t, 10*time.Second, "admin socket listening", nil)
+}
+
 // exitOf waits up to limit for d to exit and returns its exit status.
 func exitOf(t *testing.T, d *daemon, limit time.Duration) int {
 	t.Helper()
@@ -237,6 +250,7 @@ func TestReload_APIKeys_RenameSIGHUPAndBrokenFile(t *testing.T) {
 	const t1, t2, t3 = "reload-token-one", "reload-token-two", "reload-token-333"
 	writeInPlace(t, keys, 0o600, keyFile("alice", t1))
 	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--api-keys", keys, "--metrics-listen", "127.0.0.1:0")
+	d.watching(t)
 	metricsAddr := d.metricsAddr(t)
 	if c := d.authCode(t1); c != codes.OK {
 		t.Fatalf("t1 at start: %v, want OK", c)
@@ -398,6 +412,7 @@ func TestRotation_TLSUnderLoad_NoRequestFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--tls-cert", certFile, "--tls-key", keyFile)
+	d.watching(t)
 	if got := servedSerial(t, d.addr, roots); got.Cmp(first.Cert.SerialNumber) != 0 {
 		t.Fatalf("served serial %x, want %x", got, first.Cert.SerialNumber)
 	}
@@ -784,6 +799,7 @@ func TestSecret_TokensNeverLogged(t *testing.T) {
 	)
 	writeInPlace(t, keys, 0o600, keyFile("alice", valid))
 	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--api-keys", keys, "--http-listen", "127.0.0.1:0")
+	d.watching(t)
 	base := "http://" + d.logAddr(t, "http listening") + "/v1/payment_intents"
 
 	if a := d.create(withCreds(valid, "s-1"), seedRequest("1")); a.err != nil {
@@ -828,4 +844,402 @@ func TestSecret_TokensNeverLogged(t *testing.T) {
 			t.Errorf("the log holds %q:\n%s", secret, log)
 		}
 	}
+}
+
+func TestReload_TLS_BrokenFilesKeepCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := devcerts.NewCA("tls reload test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	first := serverPair(t, ca)
+	if err := first.WriteFiles(certFile, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--tls-cert", certFile, "--tls-key", keyFile, "--metrics-listen", "127.0.0.1:0")
+	d.watching(t)
+	metricsAddr := d.logAddr(t, "metrics listening")
+	metrics := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	tlsErrors := func() float64 {
+		t.Helper()
+		resp, err := metrics.Get("https://" + metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, `paymentsd_credential_reloads_total{file="tls",result="error"} `); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			}
+		}
+		t.Fatalf("no tls error counter in:\n%s", body)
+		return 0
+	}
+	wantServed := func(p *devcerts.Pair, when string) {
+		t.Helper()
+		if got := servedSerial(t, d.addr, roots); got.Cmp(p.Cert.SerialNumber) != 0 {
+			t.Errorf("%s: serial %x served, want %x", when, got, p.Cert.SerialNumber)
+		}
+	}
+	// refused waits for a new refusal triggered by trigger whose error
+	// says inErr.
+	refusals := 0
+	refused := func(trigger, inErr string) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			lines := d.logLines("tls files not reloaded: the previous certificate stays in use")
+			for _, line := range lines[refusals:] {
+				if e, _ := line["err"].(string); line["trigger"] == trigger && strings.Contains(e, inErr) {
+					refusals = len(lines)
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no refusal by %s saying %q logged:\n%s", trigger, inErr, d.stderr())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	// A certificate file that is not PEM.
+	errs := tlsErrors()
+	replaceByRename(t, certFile, 0o644, "not a certificate\n")
+	refused("file changed", certFile)
+	wantServed(first, "after a broken certificate file")
+	if got := tlsErrors(); got <= errs {
+		t.Errorf("tls error counter %v, was %v: the refusal is not counted", got, errs)
+	}
+	// SIGHUP with it still broken.
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	refused("SIGHUP", certFile)
+	wantServed(first, "after SIGHUP on a broken certificate file")
+
+	// A good pair, but the key made writable by others: refused, naming
+	// the mode, and the old pair stays.
+	second := serverPair(t, ca)
+	if err := second.WriteFiles(certFile, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(t, 2*time.Second, "tls certificate reloaded", map[string]any{"serial": second.Cert.SerialNumber.Text(16)})
+	wantServed(second, "after a good pair")
+	if err := os.Chmod(keyFile, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	refused("SIGHUP", "0666")
+	wantServed(second, "after the key was made world-writable")
+	if err := os.Chmod(keyFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A key that is not the certificate's.
+	third := serverPair(t, ca)
+	replaceByRename(t, keyFile, 0o600, string(third.KeyPEM))
+	refused("file changed", keyFile)
+	wantServed(second, "after a key that is not the certificate's")
+	replaceByRename(t, certFile, 0o644, string(third.CertPEM))
+	d.waitLog(t, 2*time.Second, "tls certificate reloaded", map[string]any{"serial": third.Cert.SerialNumber.Text(16)})
+	wantServed(third, "once the certificate follows its key")
+	d.stillRunning(t)
+}
+
+func TestReload_APIKeys_SymlinkSwapped(t *testing.T) {
+	// As Kubernetes updates a mounted secret: api-keys -> ..data/api-keys,
+	// and ..data a link moved from one directory of the files to the next.
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	for _, v := range []string{"v1", "v2"} {
+		if err := os.MkdirAll(filepath.Join(secret, v), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeInPlace(t, filepath.Join(secret, "v1", "api-keys"), 0o600, keyFile("alice", "link-token-one"))
+	writeInPlace(t, filepath.Join(secret, "v2", "api-keys"), 0o600, keyFile("alice", "link-token-two"))
+	if err := os.Symlink("v1", filepath.Join(secret, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	keys := filepath.Join(secret, "api-keys")
+	if err := os.Symlink(filepath.Join("..data", "api-keys"), keys); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--api-keys", keys)
+	d.watching(t)
+	if c := d.authCode("link-token-one"); c != codes.OK {
+		t.Fatalf("token of v1 at start: %v", c)
+	}
+	tmp := filepath.Join(secret, "..data_tmp")
+	if err := os.Symlink("v2", tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(secret, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	swapped := time.Now()
+	for {
+		c1, c2 := d.authCode("link-token-one"), d.authCode("link-token-two")
+		if c1 == codes.Unauthenticated && c2 == codes.OK {
+			break
+		}
+		if time.Since(swapped) > time.Second {
+			t.Fatalf("1s after the link moved: v1's token %v, v2's %v; want UNAUTHENTICATED and OK:\n%s", c1, c2, d.stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.stillRunning(t)
+}
+
+func TestFIFO_APIKeys_ReplacedWhileRunning_RefusedNotHanging(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "api-keys")
+	writeInPlace(t, keys, 0o600, keyFile("alice", "fifo-token-one"))
+	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--api-keys", keys)
+	d.watching(t)
+
+	// A FIFO renamed over the file: refused at the next look, without
+	// waiting for a writer.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(fifo, keys); err != nil {
+		t.Fatal(err)
+	}
+	line := d.waitLog(t, 2*time.Second, "api keys not reloaded: the previous keys stay in use", map[string]any{"trigger": "file changed"})
+	if e, _ := line["err"].(string); !strings.Contains(e, "FIFO") {
+		t.Errorf("refusal %q does not say FIFO", e)
+	}
+	if c := d.authCode("fifo-token-one"); c != codes.OK {
+		t.Errorf("previous token with a FIFO in place: %v, want OK", c)
+	}
+	// The reloads are not stuck: SIGHUP is answered, and a file put back
+	// is read.
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	d.waitLog(t, 2*time.Second, "api keys not reloaded: the previous keys stay in use", map[string]any{"trigger": "SIGHUP"})
+	if err := os.Remove(keys); err != nil {
+		t.Fatal(err)
+	}
+	writeInPlace(t, keys, 0o600, keyFile("alice", "fifo-token-two"))
+	d.waitLog(t, 2*time.Second, "api keys reloaded", map[string]any{"trigger": "file changed"})
+	if c := d.authCode("fifo-token-two"); c != codes.OK {
+		t.Errorf("token of the file put back: %v, want OK", c)
+	}
+	if c := d.authCode("fifo-token-one"); c != codes.Unauthenticated {
+		t.Errorf("previous token once the file is back: %v, want UNAUTHENTICATED", c)
+	}
+	d.stillRunning(t)
+}
+
+func TestWorldWritable_APIKeys_WhileRunning_PreviousKeysStay(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "api-keys")
+	writeInPlace(t, keys, 0o600, keyFile("alice", "ww-token-one"))
+	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--api-keys", keys)
+	d.watching(t)
+	// Someone else could now have written their own key in: refused.
+	writeInPlace(t, keys, 0o666, keyFile("mallory", "ww-token-mallory"))
+	line := d.waitLog(t, 2*time.Second, "api keys not reloaded: the previous keys stay in use", map[string]any{"trigger": "file changed"})
+	if e, _ := line["err"].(string); !strings.Contains(e, "0666") {
+		t.Errorf("refusal %q does not name the mode", e)
+	}
+	if c := d.authCode("ww-token-mallory"); c != codes.Unauthenticated {
+		t.Errorf("token of a world-writable file: %v, want UNAUTHENTICATED", c)
+	}
+	if c := d.authCode("ww-token-one"); c != codes.OK {
+		t.Errorf("previous token: %v, want OK", c)
+	}
+	d.stillRunning(t)
+}
+
+func TestEnv_Record_APIKeysFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "api-keys")
+	writeInPlace(t, keys, 0o600, keyFile("alice", "record-env-token"))
+	dbPath := filepath.Join(dir, "paymentsd.db")
+	d := startDaemon(t, dbPath, "--api-keys", keys)
+	if a := d.create(withCreds("record-env-token", "order-env"), seedRequest("1")); a.err != nil {
+		t.Fatal(a.err)
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// The environment the server ran with, as an operator's shell has it.
+	env := cleanEnv("PAYMENTSD_DB="+dbPath, "PAYMENTSD_API_KEYS="+keys)
+
+	t.Run("token-stdin finds the principal in PAYMENTSD_API_KEYS", func(t *testing.T) {
+		cmd := exec.Command(paymentsdBinary, "record", "--token-stdin", "--key", "order-env", "--json")
+		cmd.Env = env
+		cmd.Stdin = strings.NewReader("record-env-token")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("record --token-stdin: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), `"alice"`) {
+			t.Errorf("record --token-stdin did not find alice's record:\n%s", out)
+		}
+	})
+	t.Run("principal given, PAYMENTSD_API_KEYS set", func(t *testing.T) {
+		// PAYMENTSD_API_KEYS sets no flag the operator gave: record
+		// --principal must not be refused for it.
+		r := runBounded(t, 30*time.Second, env, "record", "--principal", "alice", "--key", "order-env", "--json")
+		r.want(t, 0, `"alice"`)
+	})
+	t.Run("subcommand-only flags are not read from the environment", func(t *testing.T) {
+		r := runBounded(t, 30*time.Second, cleanEnv("PAYMENTSD_DB="+dbPath, "PAYMENTSD_PRINCIPAL=alice", "PAYMENTSD_KEY=order-env"), "record")
+		if r.code != 2 || !strings.Contains(r.stderr, "--key is required") {
+			t.Errorf("record with PAYMENTSD_KEY and PAYMENTSD_PRINCIPAL only: exit %d, stderr %q; want 2, --key is required", r.code, r.stderr)
+		}
+	})
+}
+
+// heldProxy forwards TCP connections to target, but holds the first one
+// until release is closed; accepted is closed when it arrives.
+func heldProxy(t *testing.T, target string) (addr string, accepted, release chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, release = make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		first := true
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if first {
+				first = false
+				close(accepted)
+				<-release
+			}
+			wg.Go(func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() {
+					io.Copy(s, c)
+					s.(*net.TCPConn).CloseWrite()
+				}()
+				io.Copy(c, s)
+			})
+		}
+	})
+	return ln.Addr().String(), accepted, release
+}
+
+// The server reads --api-keys first thing and watches it once it serves;
+// a file replaced in between (while it connects to its database, which
+// takes up to --db's timeout) must still be seen: the removed token must
+// be refused, without a SIGHUP.
+func TestReload_APIKeys_ChangedDuringStartup_Seen(t *testing.T) {
+	dbURL, err := url.Parse(postgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr, accepted, release := heldProxy(t, dbURL.Host)
+	dbURL.Host = proxyAddr
+
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "api-keys")
+	const old, next = "startup-token-old", "startup-token-next"
+	writeInPlace(t, keys, 0o600, keyFile("alice", old))
+	d := launch(t, dbURL.String(), "--api-keys", keys)
+	select {
+	case <-accepted: // the keys are loaded: that comes before the database
+	case <-d.exited:
+		t.Fatalf("paymentsd exited: %v\n%s", d.err, d.stderr())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("paymentsd did not connect to its database:\n%s", d.stderr())
+	}
+	if n := len(d.logLines("paymentsd listening")); n != 0 {
+		t.Fatal("paymentsd listens before its database answers; the test is wrong")
+	}
+	replaceByRename(t, keys, 0o600, keyFile("alice", next))
+	changed := time.Now()
+	close(release)
+	d.addr = waitListening(t, d)
+	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	d.client = paymentsv1.NewPaymentIntentServiceClient(conn)
+
+	var cOld, cNext codes.Code
+	for time.Since(changed) < 3*time.Second {
+		cOld, cNext = d.authCode(old), d.authCode(next)
+		if cOld == codes.Unauthenticated && cNext == codes.OK {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("3s after the file was replaced (during startup): removed token %v, new token %v; want UNAUTHENTICATED and OK. "+
+		"The watcher takes its first look at the file after the server has read it, so a change in between is never seen:\n%s",
+		cOld, cNext, d.stderr())
+}
+
+// As TestReload_APIKeys_ChangedDuringStartup_Seen, for the TLS files: a
+// certificate replaced while the server connects to its database must be
+// served once it listens.
+func TestReload_TLS_ChangedDuringStartup_Seen(t *testing.T) {
+	dbURL, err := url.Parse(postgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr, accepted, release := heldProxy(t, dbURL.Host)
+	dbURL.Host = proxyAddr
+
+	dir := t.TempDir()
+	ca, err := devcerts.NewCA("startup test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	if err := serverPair(t, ca).WriteFiles(certFile, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	d := launch(t, dbURL.String(), "--tls-cert", certFile, "--tls-key", keyFile)
+	select {
+	case <-accepted:
+	case <-d.exited:
+		t.Fatalf("paymentsd exited: %v\n%s", d.err, d.stderr())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("paymentsd did not connect to its database:\n%s", d.stderr())
+	}
+	next := serverPair(t, ca)
+	if err := next.WriteFiles(certFile, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	close(release)
+	d.addr = waitListening(t, d)
+	var got *big.Int
+	for time.Since(changed) < 3*time.Second {
+		if got = servedSerial(t, d.addr, roots); got.Cmp(next.Cert.SerialNumber) == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("3s after the pair was replaced (during startup): serial %x served, want %x. "+
+		"The watcher takes its first look at the files after the server has read them, so a change in between is never seen:\n%s",
+		got, next.Cert.SerialNumber, d.stderr())
 }
