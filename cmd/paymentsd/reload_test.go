@@ -1243,3 +1243,38 @@ func TestReload_TLS_ChangedDuringStartup_Seen(t *testing.T) {
 		"The watcher takes its first look at the files after the server has read them, so a change in between is never seen:\n%s",
 		got, next.Cert.SerialNumber, d.stderr())
 }
+
+// SIGHUP means "read the credential files again"; one that comes while
+// the server starts (here: while it connects to its database) must not
+// kill it, as Go's default action for SIGHUP does until signal.Notify.
+func TestReload_SIGHUPDuringStartup_NotFatal(t *testing.T) {
+	dbURL, err := url.Parse(postgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr, accepted, release := heldProxy(t, dbURL.Host)
+	dbURL.Host = proxyAddr
+	keys := filepath.Join(t.TempDir(), "api-keys")
+	writeInPlace(t, keys, 0o600, keyFile("alice", "hup-token"))
+	d := launch(t, dbURL.String(), "--api-keys", keys)
+	select {
+	case <-accepted:
+	case <-d.exited:
+		t.Fatalf("paymentsd exited: %v\n%s", d.err, d.stderr())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("paymentsd did not connect to its database:\n%s", d.stderr())
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	select {
+	case <-d.exited:
+		t.Fatalf("SIGHUP while starting killed paymentsd (%v):\n%s", d.err, d.stderr())
+	case addr := <-d.listening():
+		t.Logf("listening on %s after a SIGHUP while starting", addr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("paymentsd did not start listening:\n%s", d.stderr())
+	}
+}
