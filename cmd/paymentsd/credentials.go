@@ -28,7 +28,30 @@ func (e *configFileError) Error() string { return e.err.Error() }
 func (e *configFileError) Unwrap() error { return e.err }
 
 // loadCredentials reads the API keys and the TLS files for the first time.
+// Their watchers take their first look before, and SIGHUP is caught from
+// then on, so that a change or a SIGHUP while the server starts is acted
+// on once it serves (watchCredentials), neither missed nor fatal.
 func (m *Main) loadCredentials() error {
+	m.hup = make(chan os.Signal, 1)
+	signal.Notify(m.hup, syscall.SIGHUP)
+	if m.Config.APIKeysPath != "" {
+		m.keysFile = filewatch.New(m.Config.APIKeysPath)
+	}
+	if m.Config.TLSCert != "" {
+		m.tlsFiles = filewatch.New(m.tlsFilesConfig().Paths()...)
+	}
+	if err := m.readCredentials(); err != nil {
+		signal.Stop(m.hup)
+		return err
+	}
+	return nil
+}
+
+func (m *Main) tlsFilesConfig() tlsreload.Files {
+	return tlsreload.Files{Cert: m.Config.TLSCert, Key: m.Config.TLSKey, ClientCA: m.Config.TLSClientCA}
+}
+
+func (m *Main) readCredentials() error {
 	keys := auth.Dev()
 	if m.Config.APIKeysPath != "" {
 		var err error
@@ -42,7 +65,7 @@ func (m *Main) loadCredentials() error {
 	}
 	m.authn = auth.NewAuthenticator(source, keys)
 	if m.Config.TLSCert != "" {
-		m.tls, err = tlsreload.Load(tlsreload.Files{Cert: m.Config.TLSCert, Key: m.Config.TLSKey, ClientCA: m.Config.TLSClientCA})
+		m.tls, err = tlsreload.Load(m.tlsFilesConfig())
 		if err != nil {
 			return &configFileError{err}
 		}
@@ -94,16 +117,12 @@ func (m *Main) logCertificate(msg string, leaf *x509.Certificate, attrs ...any) 
 // moved) and on SIGHUP. What does not load is logged and counted, and the
 // previous keys or certificate stay in use.
 func (m *Main) watchCredentials(ctx context.Context) {
-	m.hup = make(chan os.Signal, 1)
-	signal.Notify(m.hup, syscall.SIGHUP)
 	context.AfterFunc(ctx, func() { signal.Stop(m.hup) })
-	var keysFile, tlsFiles *filewatch.Watcher
-	if m.Config.APIKeysPath != "" {
-		keysFile = filewatch.New(m.Config.APIKeysPath)
+	keysFile, tlsFiles := m.keysFile, m.tlsFiles
+	if keysFile != nil {
 		m.wg.Go(func() { keysFile.Run(ctx, credentialPoll, func() { m.reloadKeys("file changed") }) })
 	}
-	if m.tls != nil {
-		tlsFiles = filewatch.New(tlsreload.Files{Cert: m.Config.TLSCert, Key: m.Config.TLSKey, ClientCA: m.Config.TLSClientCA}.Paths()...)
+	if tlsFiles != nil {
 		m.wg.Go(func() { tlsFiles.Run(ctx, credentialPoll, func() { m.reloadTLS("file changed") }) })
 	}
 	m.wg.Go(func() {

@@ -20,27 +20,33 @@ func envName(name string) string {
 	return "PAYMENTSD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// setFromEnv sets each flag of fs not given on the command line from its
-// environment variable, if set; only, when only is not nil, the flags it
-// names. A value is never repeated in an error: it may be a secret (a
-// database URL with its password).
-func setFromEnv(fs *flag.FlagSet, only map[string]bool) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+// defaultsFromEnv sets each flag of fs whose environment variable is set
+// to its value, before the command line is parsed, so that the command
+// line wins and fs.Visit still tells what the command line gave; only,
+// when not nil, names the flags to look up. A value is never repeated in
+// an error: it may be a secret (a database URL with its password).
+func defaultsFromEnv(fs *flag.FlagSet, only map[string]bool) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || given[f.Name] || (only != nil && !only[f.Name]) {
+		if err != nil || (only != nil && !only[f.Name]) {
 			return
 		}
 		v, ok := os.LookupEnv(envName(f.Name))
 		if !ok {
 			return
 		}
-		if e := fs.Set(f.Name, v); e != nil {
+		if e := f.Value.Set(v); e != nil {
 			err = fmt.Errorf("%s: not a valid value for --%s", envName(f.Name), f.Name)
 		}
 	})
 	return err
+}
+
+// given reports whether the command line gave flag name.
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 // serverFlags are the names of the server's flags, which subcommands take

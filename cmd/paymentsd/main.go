@@ -33,6 +33,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/filewatch"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/server"
 	"github.com/paymentsd/paymentsd/tlsreload"
@@ -109,8 +110,10 @@ type Main struct {
 	api      *httpAPI // the HTTP/JSON API; nil without --http-listen
 	tracing  *tracing // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
 	authn    *auth.Authenticator
-	tls      *tlsreload.Server // nil without --tls-cert
-	hup      chan os.Signal    // SIGHUP: read the credential files again
+	tls      *tlsreload.Server  // nil without --tls-cert
+	hup      chan os.Signal     // SIGHUP: read the credential files again
+	keysFile *filewatch.Watcher // --api-keys; nil without
+	tlsFiles *filewatch.Watcher // the --tls-* files; nil without
 }
 
 // NewMain returns a Main with the default configuration, logging to w.
@@ -142,10 +145,10 @@ func (m *Main) ParseFlags(args []string) error {
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\n%s\n", envHelp)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := defaultsFromEnv(fs, nil); err != nil {
 		return err
 	}
-	if err := setFromEnv(fs, nil); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -211,6 +214,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := m.loadCredentials(); err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			signal.Stop(m.hup)
+		}
+	}()
 	var metricsListener net.Listener
 	defer func() {
 		if err != nil && m.listener != nil {

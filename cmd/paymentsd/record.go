@@ -59,7 +59,7 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 		return usageError(fs, noDB)
 	case (*principal == "") == !*tokenStdin:
 		return usageError(fs, "give one of --principal and --token-stdin")
-	case *apiKeys != "" && !*tokenStdin:
+	case given(fs, "api-keys") && !*tokenStdin: // PAYMENTSD_API_KEYS, set for the server, is no mistake
 		return usageError(fs, "--api-keys goes with --token-stdin")
 	case *principal != "" && !auth.ValidPrincipal(*principal) && !auth.ValidDevPrincipal(*principal) && !auth.ValidCertPrincipal(*principal):
 		return usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex, or a client certificate's URI SAN (spiffe://...) or "dns:" and its DNS SAN (or use --token-stdin)`, *principal)

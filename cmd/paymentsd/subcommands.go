@@ -117,6 +117,9 @@ func newFlagSet(sio *stdio, name, args, about string) *flag.FlagSet {
 // The exit code is meaningful when err is not nil: 0 after -h, else 2,
 // the usage printed.
 func parseArgs(fs *flag.FlagSet, args []string) (operands []string, code int, err error) {
+	if err := defaultsFromEnv(fs, serverFlags()); err != nil {
+		return nil, usageError(fs, "%v", err), err
+	}
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
@@ -133,9 +136,6 @@ func parseArgs(fs *flag.FlagSet, args []string) (operands []string, code int, er
 			break
 		}
 		operands, args = append(operands, rest[0]), rest[1:]
-	}
-	if err := setFromEnv(fs, serverFlags()); err != nil {
-		return nil, usageError(fs, "%v", err), err
 	}
 	return operands, 0, nil
 }
