@@ -636,6 +636,65 @@ func TestTLS_PlaintextClient_RefusedClearly(t *testing.T) {
 	}
 }
 
+// TestTLS_VersionsAndALPN: TLS 1.2 is the oldest version spoken, on every
+// listener; gRPC negotiates h2 and the HTTP API h2 or http/1.1.
+func TestTLS_VersionsAndALPN(t *testing.T) {
+	certs := newCertSet(t, "paymentsd test CA")
+	d := startTLSDaemon(t, certs, "", "--metrics-listen", "127.0.0.1:0")
+	ports := map[string]string{"gRPC": d.addr, "HTTP": d.httpAddr, "metrics": d.logAddr(t, "metrics listening")}
+	handshake := func(addr string, version uint16, protos ...string) (*tls.ConnectionState, error) {
+		cfg := certs.clientTLS(t, "")
+		cfg.MinVersion, cfg.MaxVersion, cfg.NextProtos = version, version, protos
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		st := conn.ConnectionState()
+		return &st, nil
+	}
+	for what, addr := range ports {
+		if _, err := handshake(addr, tls.VersionTLS11, "h2"); err == nil || !strings.Contains(err.Error(), "protocol version") {
+			t.Errorf("%s: TLS 1.1 handshake: %v, want refused for its protocol version", what, err)
+		}
+		for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+			st, err := handshake(addr, v, "h2")
+			if err != nil || st.NegotiatedProtocol != "h2" {
+				t.Errorf("%s: %s handshake offering h2: %v, ALPN %q; want h2", what, tls.VersionName(v), err, alpn(st))
+			}
+		}
+	}
+	for what, addr := range map[string]string{"HTTP": d.httpAddr, "metrics": ports["metrics"]} {
+		if st, err := handshake(addr, tls.VersionTLS13, "http/1.1"); err != nil || st.NegotiatedProtocol != "http/1.1" {
+			t.Errorf("%s: handshake offering http/1.1: %v, ALPN %q; want http/1.1", what, err, alpn(st))
+		}
+	}
+	// An HTTP/1.1 client is served.
+	h1 := httpsClient(t, certs.clientTLS(t, ""))
+	h1.Transport.(*http.Transport).ForceAttemptHTTP2 = false
+	h1.Transport.(*http.Transport).TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // HTTP/1.1 only
+	a := mustHTTPS(t, h1, "POST", d.baseURL(), seedBody, withHTTPKey("t1", "h1")...)
+	if a.status != http.StatusCreated {
+		t.Errorf("HTTP/1.1 create: %d %s, want 201", a.status, a.body)
+	}
+	h2 := httpsClient(t, certs.clientTLS(t, ""))
+	resp, err := h2.Get(d.baseURL()[:strings.LastIndex(d.baseURL(), "/")] + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK {
+		t.Errorf("HTTP/2 client: %s %s, want HTTP/2.0 200", resp.Proto, resp.Status)
+	}
+}
+
+func alpn(st *tls.ConnectionState) string {
+	if st == nil {
+		return ""
+	}
+	return st.NegotiatedProtocol
+}
+
 // TestTLS_ServerCertFromAnotherCA_RefusedByClient: a client that trusts
 // one CA does not talk to a server whose certificate another CA signed.
 func TestTLS_ServerCertFromAnotherCA_RefusedByClient(t *testing.T) {
@@ -818,6 +877,9 @@ func TestMTLS_CertPrincipals_Isolated(t *testing.T) {
 		if created.status != http.StatusCreated || created.header.Get("Idempotent-Replayed") != "true" || created.intent(t)["id"] != tc.own {
 			t.Errorf("HTTP: %s creates with its gRPC key and body: %d replayed %q %s, want 201, its own %s replayed",
 				tc.who, created.status, created.header.Get("Idempotent-Replayed"), created.body, tc.own)
+		}
+		if withToken := mustHTTPS(t, c, "POST", d.baseURL(), seedBody, withHTTPKey("t1", "order-1")...); withToken.status != http.StatusCreated || withToken.intent(t)["id"] != tc.own {
+			t.Errorf("HTTP: %s with a bearer token: %d %s, want its own %s replayed (the token is not read)", tc.who, withToken.status, withToken.body, tc.own)
 		}
 		if got := mustHTTPS(t, c, "GET", d.baseURL()+"/"+tc.other, ""); got.status != http.StatusNotFound {
 			t.Errorf("HTTP: %s gets the other's intent: %d %s, want 404", tc.who, got.status, got.body)
