@@ -314,9 +314,9 @@ func listOf(t *testing.T, client paymentsv1.PaymentIntentServiceClient, token st
 	return intentIDs(resp.PaymentIntents)
 }
 
-// waitLog waits until d's log has a line whose message starts with msg and
+// waitLogText waits until d's log has a line whose message starts with msg and
 // whose text contains every one of also, and returns it.
-func (d *daemon) waitLog(t *testing.T, msg string, also ...string) string {
+func (d *daemon) waitLogText(t *testing.T, msg string, also ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -530,8 +530,8 @@ func TestTLS_GRPCurlAndCurl_SameIntent(t *testing.T) {
 				client = "client-a"
 			}
 			d := startTLSDaemon(t, certs, client, args...)
-			d.waitLog(t, "paymentsd listening", `"tls":true`)
-			d.waitLog(t, "http listening", `"tls":true`)
+			d.waitLogText(t, "paymentsd listening", `"tls":true`)
+			d.waitLogText(t, "http listening", `"tls":true`)
 
 			grpcCreate := func(key string) map[string]any {
 				return runGRPCurl(t, append(slices.Clone(grpcurlTLS),
@@ -784,7 +784,7 @@ func TestTLS_CertExpiresWhileServing_ClientRefuses(t *testing.T) {
 	if err := fresh.WriteFiles(certs.serverCert, certs.serverKey); err != nil {
 		t.Fatal(err)
 	}
-	d.waitLog(t, "tls certificate reloaded", `"serial":"`+fresh.Cert.SerialNumber.Text(16)+`"`)
+	d.waitLogText(t, "tls certificate reloaded", `"serial":"`+fresh.Cert.SerialNumber.Text(16)+`"`)
 	if _, err := d.grpcClient(t, certs.clientTLS(t, "")).CreatePaymentIntent(callCtx(t, "t1", "after"), seedRequest("1")); err != nil {
 		t.Errorf("gRPC after the valid pair was written: %v", err)
 	}
@@ -813,7 +813,7 @@ func TestTLS_ExpiredReplacement_NotReloaded(t *testing.T) {
 	if err := certs.issue(t, o).WriteFiles(certs.serverCert, certs.serverKey); err != nil {
 		t.Fatal(err)
 	}
-	line := d.waitLog(t, "tls files not reloaded", "expired at")
+	line := d.waitLogText(t, "tls files not reloaded", "expired at")
 	t.Logf("log: %s", line)
 
 	m = scrapeTLS(t, httpsClient(t, cfg), metricsAddr)
@@ -842,7 +842,7 @@ func TestTLS_ExpiredReplacement_NotReloaded(t *testing.T) {
 func TestMTLS_CertPrincipals_Isolated(t *testing.T) {
 	certs := newCertSet(t, "paymentsd test CA")
 	d := startTLSDaemon(t, certs, "client-a", "--tls-client-ca", certs.caFile, "--principal-from", "cert")
-	d.waitLog(t, "principals from client certificates")
+	d.waitLogText(t, "principals from client certificates")
 	a, b := d.client, d.grpcClient(t, certs.clientTLS(t, "client-b"))
 
 	idA := createdID(t)(a.CreatePaymentIntent(callCtx(t, "", "order-1"), seedRequest("100000000")))
