@@ -95,23 +95,9 @@ func startDaemon(t *testing.T, dbPath string, args ...string) *daemon {
 // launch starts paymentsd without waiting for it.
 func launch(t *testing.T, dbPath string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{exited: make(chan struct{})}
 	// No HTTP unless a test asks for it (a later --http-listen wins): the
 	// default port would be shared by every daemon of the run.
-	d.cmd = exec.Command(paymentsdBinary, append([]string{"--listen", "127.0.0.1:0", "--http-listen", "", "--db", dbPath}, args...)...)
-	d.cmd.Stderr = &lockedWriter{d}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		d.err = d.cmd.Wait()
-		close(d.exited)
-	}()
-	t.Cleanup(func() {
-		d.cmd.Process.Kill()
-		<-d.exited
-	})
-	return d
+	return launchEnv(t, nil, append([]string{"--listen", "127.0.0.1:0", "--http-listen", "", "--db", dbPath}, args...)...)
 }
 
 type lockedWriter struct{ d *daemon }

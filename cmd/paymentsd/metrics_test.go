@@ -23,6 +23,13 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %s", resp.Status)
 	}
+	return parseMetrics(t, body)
+}
+
+// parseMetrics reads the Prometheus text format: each sample's name and
+// labels to its value.
+func parseMetrics(t *testing.T, body []byte) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {

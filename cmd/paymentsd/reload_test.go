@@ -182,7 +182,7 @@ func cleanEnv(env ...string) []string {
 }
 
 // launchEnv starts paymentsd with exactly args (none of launch's defaults)
-// in the environment env.
+// in the environment env (nil: this process's).
 func launchEnv(t *testing.T, env []string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{exited: make(chan struct{})}
@@ -553,77 +553,68 @@ func TestRotation_TLSUnderLoad_NoRequestFails(t *testing.T) {
 	}
 }
 
-func TestFIFO_APIKeys_ServerExits2AtOnce(t *testing.T) {
-	dir := t.TempDir()
-	fifo := filepath.Join(dir, "api-keys")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := launch(t, filepath.Join(dir, "data", "paymentsd.db"), "--api-keys", fifo)
-	if code := exitOf(t, d, exitBound); code != 2 {
-		t.Errorf("exit %d, want 2:\n%s", code, d.stderr())
-	}
-	if !strings.Contains(d.stderr(), "FIFO") || !strings.Contains(d.stderr(), fifo) {
-		t.Errorf("stderr does not name %s as a FIFO:\n%s", fifo, d.stderr())
-	}
-	noDataDir(t, filepath.Join(dir, "data"))
-}
-
-func TestFIFO_Directory_AsAPIKeys_Exits2(t *testing.T) {
-	dir := t.TempDir()
-	keysDir := filepath.Join(dir, "api-keys.d")
-	if err := os.Mkdir(keysDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	d := launch(t, filepath.Join(dir, "data", "paymentsd.db"), "--api-keys", keysDir)
-	if code := exitOf(t, d, exitBound); code != 2 {
-		t.Errorf("exit %d, want 2:\n%s", code, d.stderr())
-	}
-	if !strings.Contains(d.stderr(), "directory") || !strings.Contains(d.stderr(), keysDir) {
-		t.Errorf("stderr does not name %s as a directory:\n%s", keysDir, d.stderr())
-	}
-	noDataDir(t, filepath.Join(dir, "data"))
-}
-
-func TestWorldWritable_APIKeys_Exits2NamingMode(t *testing.T) {
-	for _, mode := range []os.FileMode{0o666, 0o620} {
-		t.Run(fmt.Sprintf("%04o", mode), func(t *testing.T) {
-			dir := t.TempDir()
+// A credential file that is not a regular file, or that group or others
+// can write, stops the server at once with exit 2, naming the file and
+// what is wrong, before any data file is made.
+func TestUnsafeCredentialFile_Exits2AtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// setup makes the file in dir and returns the flags naming it and
+		// what the message must say of it.
+		setup func(t *testing.T, dir string) (args []string, says string)
+	}{
+		{"api keys a FIFO", func(t *testing.T, dir string) ([]string, string) {
+			fifo := filepath.Join(dir, "api-keys")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"--api-keys", fifo}, "FIFO"
+		}},
+		{"api keys a directory", func(t *testing.T, dir string) ([]string, string) {
+			keysDir := filepath.Join(dir, "api-keys.d")
+			if err := os.Mkdir(keysDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"--api-keys", keysDir}, "directory"
+		}},
+		{"api keys 0666", func(t *testing.T, dir string) ([]string, string) {
 			keys := filepath.Join(dir, "api-keys")
-			writeInPlace(t, keys, mode, keyFile("alice", "ww-token"))
-			d := launch(t, filepath.Join(dir, "data", "paymentsd.db"), "--api-keys", keys)
+			writeInPlace(t, keys, 0o666, keyFile("alice", "ww-token"))
+			return []string{"--api-keys", keys}, "0666"
+		}},
+		{"api keys 0620", func(t *testing.T, dir string) ([]string, string) {
+			keys := filepath.Join(dir, "api-keys")
+			writeInPlace(t, keys, 0o620, keyFile("alice", "ww-token"))
+			return []string{"--api-keys", keys}, "0620"
+		}},
+		{"tls key 0606", func(t *testing.T, dir string) ([]string, string) {
+			ca, err := devcerts.NewCA("world-writable test CA")
+			if err != nil {
+				t.Fatal(err)
+			}
+			certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+			if err := serverPair(t, ca).WriteFiles(certFile, keyFile); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(keyFile, 0o606); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"--tls-cert", certFile, "--tls-key", keyFile}, "0606"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args, says := tc.setup(t, dir)
+			d := launch(t, filepath.Join(dir, "data", "paymentsd.db"), args...)
 			if code := exitOf(t, d, exitBound); code != 2 {
 				t.Errorf("exit %d, want 2:\n%s", code, d.stderr())
 			}
-			if want := fmt.Sprintf("%04o", mode); !strings.Contains(d.stderr(), want) || !strings.Contains(d.stderr(), keys) {
-				t.Errorf("stderr does not name %s and its mode %s:\n%s", keys, want, d.stderr())
+			if file := args[len(args)-1]; !strings.Contains(d.stderr(), says) || !strings.Contains(d.stderr(), file) {
+				t.Errorf("stderr does not name %s and say %q:\n%s", file, says, d.stderr())
 			}
 			noDataDir(t, filepath.Join(dir, "data"))
 		})
 	}
-}
-
-func TestWorldWritable_TLSKey_Exits2(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := devcerts.NewCA("world-writable test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
-	if err := serverPair(t, ca).WriteFiles(certFile, keyFile); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(keyFile, 0o606); err != nil {
-		t.Fatal(err)
-	}
-	d := launch(t, filepath.Join(dir, "data", "paymentsd.db"), "--tls-cert", certFile, "--tls-key", keyFile)
-	if code := exitOf(t, d, exitBound); code != 2 {
-		t.Errorf("exit %d, want 2:\n%s", code, d.stderr())
-	}
-	if !strings.Contains(d.stderr(), keyFile) || !strings.Contains(d.stderr(), "0606") {
-		t.Errorf("stderr does not name %s and its mode 0606:\n%s", keyFile, d.stderr())
-	}
-	noDataDir(t, filepath.Join(dir, "data"))
 }
 
 func TestFIFO_DataFile_RefusedNotHanging(t *testing.T) {

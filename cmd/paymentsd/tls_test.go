@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -348,19 +347,7 @@ func scrapeTLS(t *testing.T, client *http.Client, addr string) map[string]float6
 	if a.status != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", a.status, a.body)
 	}
-	out := map[string]float64{}
-	for _, line := range strings.Split(string(a.body), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
+	return parseMetrics(t, a.body)
 }
 
 const (
