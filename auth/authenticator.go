@@ -2,11 +2,13 @@ package auth
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -60,6 +62,9 @@ func (s Source) String() string {
 type Authenticator struct {
 	source Source
 	keys   atomic.Pointer[Keys]
+	// trusted, when set, says whether a connection's verified client
+	// certificate chain is still to be trusted (see SetChainCheck).
+	trusted func(chain []*x509.Certificate, now time.Time) error
 }
 
 // NewAuthenticator returns an Authenticator that takes principals from
@@ -74,11 +79,37 @@ func NewAuthenticator(source Source, keys *Keys) *Authenticator {
 // them is refused from then on.
 func (a *Authenticator) SetKeys(k *Keys) { a.keys.Store(k) }
 
+// SetChainCheck makes every request on a connection with a verified client
+// certificate ask check whether its chain is still to be trusted: a
+// connection outlives the handshake that verified it, and neither a CA
+// removed from the trusted ones nor a certificate that expired since may
+// go on speaking for a principal. Call it before serving.
+func (a *Authenticator) SetChainCheck(check func(chain []*x509.Certificate, now time.Time) error) {
+	a.trusted = check
+}
+
 // Keys returns the keys in use.
 func (a *Authenticator) Keys() *Keys { return a.keys.Load() }
 
 // Source returns where a's principals come from.
 func (a *Authenticator) Source() Source { return a.source }
+
+// AuthenticateConn authenticates a request that sent authorization over a
+// connection whose TLS state is conn (nil for plaintext): Authenticate,
+// with the verified client certificate, if any, checked again first.
+func (a *Authenticator) AuthenticateConn(authorization []string, conn *tls.ConnectionState) (string, error) {
+	var cert *x509.Certificate
+	if conn != nil && len(conn.VerifiedChains) > 0 && len(conn.VerifiedChains[0]) > 0 {
+		chain := conn.VerifiedChains[0]
+		if a.trusted != nil {
+			if err := a.trusted(chain, time.Now()); err != nil {
+				return "", status.Errorf(codes.Unauthenticated, "the client certificate is no longer trusted: %v; connect again with a trusted one", err)
+			}
+		}
+		cert = chain[0]
+	}
+	return a.Authenticate(authorization, cert)
+}
 
 // Authenticate returns the principal of a request that sent authorization
 // (every value of the header, in order) over a connection whose verified
@@ -109,15 +140,32 @@ func (a *Authenticator) Authenticate(authorization []string, cert *x509.Certific
 // its URI SAN (a SPIFFE ID such as spiffe://example.org/payments) or, if it
 // has none, "dns:" and its first DNS SAN. Either has characters an API key
 // file's principal cannot, so no certificate can take a token's keys.
+//
+// Two certificates name one principal only when their names are the same
+// name: a URI is taken only as scheme://host/path written plainly (no
+// percent-encoding, user, query or fragment, as SPIFFE IDs are), so that
+// "a%20b" and "a b" cannot be one principal written twice; scheme and host,
+// which compare without case, are lower-cased, as DNS names are; and a
+// wildcard DNS name, which names no one client, is refused.
 func CertPrincipal(cert *x509.Certificate) (string, error) {
 	var p string
 	switch {
 	case len(cert.URIs) > 1:
 		return "", status.Errorf(codes.Unauthenticated, "the client certificate has %d URI SANs; a principal is one", len(cert.URIs))
 	case len(cert.URIs) == 1:
-		p = cert.URIs[0].String()
+		u := cert.URIs[0]
+		host := strings.ToLower(u.Host)
+		if u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.RawPath != "" || u.ForceQuery ||
+			!plainHost.MatchString(host) || !plainPath.MatchString(u.Path) {
+			return "", status.Errorf(codes.Unauthenticated, "the client certificate's URI SAN %q is not a plain scheme://host/path (no percent-encoding, user, query or fragment)", u.String())
+		}
+		p = strings.ToLower(u.Scheme) + "://" + host + u.Path
 	case len(cert.DNSNames) > 0:
-		p = "dns:" + cert.DNSNames[0]
+		name := strings.ToLower(cert.DNSNames[0])
+		if strings.Contains(name, "*") {
+			return "", status.Errorf(codes.Unauthenticated, "the client certificate's DNS SAN %q is a wildcard, which names no one client", name)
+		}
+		p = "dns:" + name
 	default:
 		return "", status.Error(codes.Unauthenticated, "the client certificate has no URI or DNS SAN to name its principal")
 	}
@@ -126,6 +174,11 @@ func CertPrincipal(cert *x509.Certificate) (string, error) {
 	}
 	return p, nil
 }
+
+var (
+	plainHost = regexp.MustCompile(`^[a-z0-9.-]+(:[0-9]+)?$`)
+	plainPath = regexp.MustCompile(`^(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*$`)
+)
 
 var certPrincipalPattern = regexp.MustCompile(`^(dns:[!-~]{1,508}|[A-Za-z][A-Za-z0-9+.-]*://[!-~]{1,500})$`)
 
@@ -175,7 +228,7 @@ func UnaryServerInterceptor(a *Authenticator, prefixes ...string) grpc.UnaryServ
 // connection passes.
 func (a *Authenticator) authenticateCall(ctx context.Context) (string, error) {
 	p, _ := peer.FromContext(ctx)
-	var cert *x509.Certificate
+	var conn *tls.ConnectionState
 	if p != nil {
 		switch info := p.AuthInfo.(type) {
 		case Forwarded:
@@ -188,12 +241,10 @@ func (a *Authenticator) authenticateCall(ctx context.Context) (string, error) {
 			}
 			return vals[0], nil
 		case credentials.TLSInfo:
-			if chains := info.State.VerifiedChains; len(chains) > 0 && len(chains[0]) > 0 {
-				cert = chains[0][0]
-			}
+			conn = &info.State
 		}
 	}
-	return a.Authenticate(metadata.ValueFromIncomingContext(ctx, "authorization"), cert)
+	return a.AuthenticateConn(metadata.ValueFromIncomingContext(ctx, "authorization"), conn)
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/url"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -52,6 +55,15 @@ func TestCertPrincipal(t *testing.T) {
 		{"first DNS SAN", devcerts.Options{Client: true, DNSNames: []string{"a.example", "b.example"}}, "dns:a.example"},
 		{"two URI SANs", devcerts.Options{Client: true, URIs: []*url.URL{spiffe, mustURL(t, "spiffe://example.org/other")}}, ""},
 		{"no SAN", devcerts.Options{Client: true, CommonName: "just a name"}, ""},
+		{"scheme and host in capitals", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "SPIFFE://Example.ORG/payments")}}, "spiffe://example.org/payments"},
+		{"path keeps its case", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "spiffe://example.org/Payments")}}, "spiffe://example.org/Payments"},
+		{"DNS SAN in capitals", devcerts.Options{Client: true, DNSNames: []string{"A.Example"}}, "dns:a.example"},
+		{"URI that spells a DNS principal", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "dns:a.example")}}, ""},
+		{"percent-encoded path", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "spiffe://example.org/a%20b")}}, ""},
+		{"percent-encoded letter", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "spiffe://example.org/%61")}}, ""},
+		{"query", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "spiffe://example.org/a?b=c")}}, ""},
+		{"user", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "spiffe://u@example.org/a")}}, ""},
+		{"wildcard DNS SAN", devcerts.Options{Client: true, DNSNames: []string{"*.example"}}, ""},
 	} {
 		p := issue(t, ca, tc.o)
 		got, err := auth.CertPrincipal(p.Cert)
@@ -186,5 +198,41 @@ func TestInterceptor_NetworkClientCannotForwardAPrincipal(t *testing.T) {
 		t.Errorf("a refusal sent by the client itself was obeyed: %v", err)
 	} else {
 		<-ps.seen
+	}
+}
+
+// A connection outlives the handshake that verified its client certificate:
+// every request asks the chain check again.
+func TestAuthenticateConn_ChainCheckedOnEveryRequest(t *testing.T) {
+	ca, err := devcerts.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := issue(t, ca, devcerts.Options{Client: true, DNSNames: []string{"a.example"}}).Cert
+	conn := &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert, ca.Cert}}}
+	a := auth.NewAuthenticator(auth.FromCert, auth.Dev())
+	var refuse error
+	var seen []*x509.Certificate
+	a.SetChainCheck(func(chain []*x509.Certificate, _ time.Time) error { seen = chain; return refuse })
+	if p, err := a.AuthenticateConn(nil, conn); err != nil || p != "dns:a.example" {
+		t.Fatalf("trusted chain: %q, %v", p, err)
+	}
+	if len(seen) != 2 || seen[0] != cert {
+		t.Errorf("the check saw %v, want the verified chain", seen)
+	}
+	refuse = errors.New("its CA is no longer among the client CAs")
+	_, err = a.AuthenticateConn([]string{"Bearer t1"}, conn)
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !strings.Contains(st.Message(), "no longer among the client CAs") {
+		t.Errorf("chain no longer trusted: %v, want UNAUTHENTICATED saying why", err)
+	}
+	// In bearer mode the certificate only opened the connection, and
+	// closes it as well.
+	b := auth.NewAuthenticator(auth.FromBearer, auth.Dev())
+	b.SetChainCheck(func([]*x509.Certificate, time.Time) error { return refuse })
+	if _, err := b.AuthenticateConn([]string{"Bearer t1"}, conn); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("bearer mode, chain no longer trusted: %v, want UNAUTHENTICATED", err)
+	}
+	if _, err := b.AuthenticateConn([]string{"Bearer t1"}, nil); err != nil {
+		t.Errorf("bearer mode without TLS: %v", err)
 	}
 }

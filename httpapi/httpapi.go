@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,7 +112,7 @@ func guard(next http.Handler, authn *auth.Authenticator) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		principal, err := authn.Authenticate(r.Header.Values("Authorization"), clientCert(r))
+		principal, err := authn.AuthenticateConn(r.Header.Values("Authorization"), r.TLS)
 		r.Header.Del("Authorization")
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller{principal, err})))
 	})
@@ -136,15 +135,6 @@ func forwardCaller(ctx context.Context, r *http.Request) metadata.MD {
 		return metadata.Pairs(auth.ForwardedRefusalHeader, status.Convert(c.err).Message())
 	}
 	return metadata.Pairs(auth.ForwardedPrincipalHeader, c.principal)
-}
-
-// clientCert returns the verified client certificate of r's connection, or
-// nil.
-func clientCert(r *http.Request) *x509.Certificate {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-		return nil
-	}
-	return r.TLS.VerifiedChains[0][0]
 }
 
 // twoIntents says what is wrong with a cancel whose body names another

@@ -8,6 +8,7 @@ package tlsreload
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -40,7 +41,8 @@ type Server struct {
 
 type loaded struct {
 	cert      tls.Certificate
-	clientCAs *x509.CertPool // nil without Files.ClientCA
+	clientCAs *x509.CertPool  // nil without Files.ClientCA
+	caRaw     map[string]bool // the DER of each of clientCAs
 }
 
 // Load loads files, and fails if they do not make a usable identity.
@@ -84,18 +86,54 @@ func (s *Server) load() (*loaded, error) {
 	case now.Before(leaf.NotBefore):
 		return nil, fmt.Errorf("tls: %s is not valid until %s", s.files.Cert, leaf.NotBefore.UTC().Format(time.RFC3339))
 	}
+	if !usableBy(leaf, x509.ExtKeyUsageServerAuth) {
+		return nil, fmt.Errorf("tls: %s is not for servers (its extended key usage lacks serverAuth): clients would refuse it", s.files.Cert)
+	}
 	l := &loaded{cert: cert}
 	if s.files.ClientCA != "" {
 		caPEM, err := safefile.ReadPrivate(s.files.ClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("tls client CA: %w", err)
 		}
-		l.clientCAs = x509.NewCertPool()
-		if !l.clientCAs.AppendCertsFromPEM(caPEM) {
+		l.clientCAs, l.caRaw = x509.NewCertPool(), map[string]bool{}
+		for rest := caPEM; ; {
+			var block *pem.Block
+			if block, rest = pem.Decode(rest); block == nil {
+				break
+			}
+			if block.Type != "CERTIFICATE" {
+				continue
+			}
+			ca, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("tls client CA: %s: %w", s.files.ClientCA, err)
+			}
+			l.clientCAs.AddCert(ca)
+			l.caRaw[string(ca.Raw)] = true
+		}
+		if len(l.caRaw) == 0 {
 			return nil, fmt.Errorf("tls client CA: %s holds no PEM certificate", s.files.ClientCA)
 		}
 	}
 	return l, nil
+}
+
+// StillTrusted says whether chain, a client certificate chain verified at
+// a connection's handshake, leaf first, would still be now: each of its
+// certificates within its validity, and its root among the client CAs
+// loaded last. A connection lives on after its handshake; this is what
+// its every request asks, so that removing a CA, or a certificate
+// expiring, ends what it let in.
+func (s *Server) StillTrusted(chain []*x509.Certificate, now time.Time) error {
+	for _, c := range chain {
+		if now.After(c.NotAfter) {
+			return fmt.Errorf("%q expired at %s", c.Subject.CommonName, c.NotAfter.UTC().Format(time.RFC3339))
+		}
+	}
+	if root := chain[len(chain)-1]; !s.cur.Load().caRaw[string(root.Raw)] {
+		return fmt.Errorf("its CA %q is no longer among the client CAs", root.Subject.CommonName)
+	}
+	return nil
 }
 
 // Leaf returns the certificate served now.
@@ -138,4 +176,18 @@ func (s *Server) Config(clientAuth ClientAuth, nextProtos ...string) *tls.Config
 			return c, nil
 		},
 	}
+}
+
+// usableBy reports whether c may serve for usage: it names no extended key
+// usage, or usage or any.
+func usableBy(c *x509.Certificate, usage x509.ExtKeyUsage) bool {
+	if len(c.ExtKeyUsage) == 0 {
+		return true
+	}
+	for _, u := range c.ExtKeyUsage {
+		if u == usage || u == x509.ExtKeyUsageAny {
+			return true
+		}
+	}
+	return false
 }

@@ -239,3 +239,43 @@ func TestConfig_NoTLSBelow12(t *testing.T) {
 		t.Error("a TLS 1.1 client got in")
 	}
 }
+
+func TestStillTrusted_CARemovedOrCertificateExpired(t *testing.T) {
+	f := newFixture(t)
+	s, err := tlsreload.Load(f.files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := f.ca.Issue(devcerts.Options{Client: true, DNSNames: []string{"client"}, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := []*x509.Certificate{client.Cert, f.ca.Cert}
+	if err := s.StillTrusted(chain, time.Now()); err != nil {
+		t.Fatalf("a chain of the CA loaded: %v", err)
+	}
+	if err := s.StillTrusted(chain, time.Now().Add(2*time.Hour)); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("two hours on, past the leaf's expiry: %v", err)
+	}
+	other, err := devcerts.NewCA("other CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.files.ClientCA, other.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StillTrusted(chain, time.Now()); err == nil || !strings.Contains(err.Error(), "no longer among the client CAs") {
+		t.Errorf("after its CA was removed: %v", err)
+	}
+}
+
+func TestLoad_RefusesAClientOnlyCertificate(t *testing.T) {
+	f := newFixture(t)
+	f.write(t, devcerts.Options{Client: true, DNSNames: []string{"localhost"}})
+	if _, err := tlsreload.Load(f.files); err == nil || !strings.Contains(err.Error(), "not for servers") {
+		t.Errorf("Load of a client certificate as the server's: %v", err)
+	}
+}

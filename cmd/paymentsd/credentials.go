@@ -32,8 +32,10 @@ func (e *configFileError) Unwrap() error { return e.err }
 // then on, so that a change or a SIGHUP while the server starts is acted
 // on once it serves (watchCredentials), neither missed nor fatal.
 func (m *Main) loadCredentials() error {
-	m.hup = make(chan os.Signal, 1)
-	signal.Notify(m.hup, syscall.SIGHUP)
+	if m.hup == nil { // main catches it earlier still
+		m.hup = make(chan os.Signal, 1)
+		signal.Notify(m.hup, syscall.SIGHUP)
+	}
 	if m.Config.APIKeysPath != "" {
 		m.keysFile = filewatch.New(m.Config.APIKeysPath)
 	}
@@ -68,6 +70,9 @@ func (m *Main) readCredentials() error {
 		m.tls, err = tlsreload.Load(m.tlsFilesConfig())
 		if err != nil {
 			return &configFileError{err}
+		}
+		if m.Config.TLSClientCA != "" {
+			m.authn.SetChainCheck(m.tls.StillTrusted)
 		}
 	}
 	return nil

@@ -47,6 +47,10 @@ func main() {
 	defer stop()
 
 	m := NewMain(os.Stderr)
+	// SIGHUP reads the credential files again; caught from the start, one
+	// sent while the server starts is read once it serves, never fatal.
+	m.hup = make(chan os.Signal, 1)
+	signal.Notify(m.hup, syscall.SIGHUP)
 	if err := m.ParseFlags(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -290,7 +294,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.db.records.Close()
 		return err
 	}
-	m.grpc = grpc.NewServer(grpc.Creds(m.grpcCredentials()), grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...), m.tracing.serverOption())
+	m.grpc = grpc.NewServer(grpc.Creds(m.grpcCredentials()), grpc.ConnectionTimeout(handshakeTimeout), grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...), m.tracing.serverOption())
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.intents, nil))
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
@@ -322,6 +326,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.serveHTTP()
 	return nil
 }
+
+// handshakeTimeout bounds a new gRPC connection's handshake (TLS and the
+// HTTP/2 preface), as ReadHeaderTimeout bounds the HTTP face's: a client
+// that connects and says nothing holds nothing for long.
+const handshakeTimeout = 10 * time.Second
 
 // healthInterval is how often the store's health is looked at, and a
 // store whose commits failed is probed.

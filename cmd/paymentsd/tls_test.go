@@ -1088,3 +1088,38 @@ func TestTLS_ClientInterceptor_RetryReplays(t *testing.T) {
 		})
 	}
 }
+
+// A connection outlives the handshake that verified its client
+// certificate: once its CA is taken out of --tls-client-ca, the calls it
+// makes next are refused, over gRPC and over HTTP, without a new handshake.
+func TestMTLS_CARemoved_OpenConnectionsRefused(t *testing.T) {
+	certs := newCertSet(t, "revoked CA")
+	d := startTLSDaemon(t, certs, "client-a", "--tls-client-ca", certs.caFile, "--principal-from", "cert")
+	grpcClient := d.client // one connection, made by startTLSDaemon
+	httpClient := httpsClient(t, certs.clientTLS(t, "client-a"))
+	if _, err := grpcClient.ListPaymentIntents(callCtx(t, "", ""), &paymentsv1.ListPaymentIntentsRequest{}); err != nil {
+		t.Fatalf("gRPC before: %v", err)
+	}
+	if a := mustHTTPS(t, httpClient, "GET", d.baseURL(), ""); a.status != http.StatusOK {
+		t.Fatalf("HTTP before: %d %s", a.status, a.body)
+	}
+	other, err := devcerts.NewCA("the only CA now")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := certs.caFile + ".new"
+	if err := os.WriteFile(tmp, other.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, certs.caFile); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLogText(t, "tls certificate reloaded")
+	_, err = grpcClient.ListPaymentIntents(callCtx(t, "", ""), &paymentsv1.ListPaymentIntentsRequest{})
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !strings.Contains(st.Message(), "no longer among the client CAs") {
+		t.Errorf("gRPC on the open connection after its CA was removed: %v, want UNAUTHENTICATED saying why", err)
+	}
+	if a := mustHTTPS(t, httpClient, "GET", d.baseURL(), ""); a.status != http.StatusUnauthorized {
+		t.Errorf("HTTP on the open connection after its CA was removed: %d %s, want 401", a.status, a.body)
+	}
+}

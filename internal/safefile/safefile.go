@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -59,9 +60,19 @@ func CheckRegular(path string) error {
 func Read(path string) ([]byte, error) { return read(path, false) }
 
 // ReadPrivate reads path, a regular file that grants access (API keys, a
-// private key, a CA), refusing it when group or others may write it:
-// whoever can change it can let themselves in.
-func ReadPrivate(path string) ([]byte, error) { return read(path, true) }
+// private key, a CA), refusing it when anyone but this process's user and
+// root could change what it reads: whoever can change it can let
+// themselves in. So, as ssh's StrictModes has it, the file must be owned by
+// this user or root and writable by no group or others, and so must every
+// directory above it, and above each link on the way to it, but for a
+// directory with the sticky bit (/tmp), in which others cannot replace what
+// they do not own.
+func ReadPrivate(path string) ([]byte, error) {
+	if err := checkDirs(path); err != nil {
+		return nil, err
+	}
+	return read(path, true)
+}
 
 func read(path string, private bool) ([]byte, error) {
 	f, err := Open(path)
@@ -73,8 +84,10 @@ func read(path string, private bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mode := info.Mode().Perm(); private && mode&0o022 != 0 {
-		return nil, fmt.Errorf("%s is writable by group or others (mode %04o): whoever can write it can let themselves in; chmod go-w %s", path, mode, path)
+	if private {
+		if err := checkOwner(path, info, false); err != nil {
+			return nil, err
+		}
 	}
 	if info.Size() > MaxSize {
 		return nil, fmt.Errorf("%s is %d bytes, more than the %d a key or certificate file may be", path, info.Size(), MaxSize)
@@ -115,5 +128,67 @@ func (e *NotRegularError) Kind() string {
 		return "a device"
 	default:
 		return "an irregular file"
+	}
+}
+
+// checkOwner refuses info, the file or directory at path, if it belongs to
+// another user than this process's and root, or if group or others may
+// write it (for a directory, without the sticky bit).
+func checkOwner(path string, info fs.FileInfo, dir bool) error {
+	what := "file"
+	if dir {
+		what = "directory"
+	}
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		if uid := int(st.Uid); uid != 0 && uid != os.Geteuid() {
+			return fmt.Errorf("%s: the %s %s belongs to uid %d, neither this process's user (uid %d) nor root, who could change it to let themselves in", path, what, info.Name(), uid, os.Geteuid())
+		}
+	}
+	mode := info.Mode()
+	if mode.Perm()&0o022 == 0 || (dir && mode&fs.ModeSticky != 0) {
+		return nil
+	}
+	if dir {
+		return fmt.Errorf("%s: its directory is writable by group or others (mode %04o), who could put another file in its place; chmod go-w the directory", path, mode.Perm())
+	}
+	return fmt.Errorf("%s is writable by group or others (mode %04o): whoever can write it can let themselves in; chmod go-w %s", path, mode.Perm(), path)
+}
+
+// checkDirs checks every directory above path, and above each symbolic
+// link followed on the way to the file, with checkOwner.
+func checkDirs(path string) error {
+	seen := 0
+	for {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return err
+		}
+		for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
+			info, err := os.Stat(dir)
+			if err != nil {
+				return err
+			}
+			if err := checkOwner(path, info, true); err != nil {
+				return err
+			}
+			if dir == filepath.Dir(dir) {
+				break
+			}
+		}
+		info, err := os.Lstat(abs)
+		if err != nil || info.Mode()&fs.ModeSymlink == 0 {
+			return nil // a missing file is Open's to report
+		}
+		if seen++; seen > 40 {
+			return fmt.Errorf("%s: too many levels of symbolic links", path)
+		}
+		target, err := os.Readlink(abs)
+		if err != nil {
+			return err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(abs), target)
+		}
+		path = target
 	}
 }

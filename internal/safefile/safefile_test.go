@@ -77,3 +77,74 @@ func TestRead_RefusesAHugeFile(t *testing.T) {
 		t.Error("read a file larger than MaxSize")
 	}
 }
+
+// Whoever could replace a private file could let themselves in: its owner
+// and every directory above it, and above a link to it, count too.
+func TestReadPrivate_RefusesWhatOthersCouldReplace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a file to another user") // the tests run as root in CI
+	}
+	dir := t.TempDir()
+	mk := func(rel string, mode os.FileMode) string {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	file := func(d string) string {
+		t.Helper()
+		p := filepath.Join(d, "keys")
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	safe := file(mk("safe", 0o755))
+	sticky := file(mk("sticky", 0o777|os.ModeSticky))
+	open := file(mk("open", 0o777))
+	groupOpen := file(mk("group-open", 0o770))
+	inner := file(mk("open-above/inner", 0o700))
+	os.Chmod(filepath.Join(dir, "open-above"), 0o777)
+	theirs := file(mk("theirs", 0o755))
+	if err := os.Chown(theirs, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	theirDir := mk("their-dir", 0o755)
+	ownedFile := file(theirDir)
+	if err := os.Chown(theirDir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	linkDir := mk("link-in-open", 0o777)
+	link := filepath.Join(linkDir, "keys-link")
+	if err := os.Symlink(safe, link); err != nil {
+		t.Fatal(err)
+	}
+	safeLink := filepath.Join(mk("safe-links", 0o755), "keys-link")
+	if err := os.Symlink(sticky, safeLink); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		safe:      "",
+		sticky:    "",
+		safeLink:  "",
+		open:      "directory is writable by group or others (mode 0777)",
+		groupOpen: "directory is writable by group or others (mode 0770)",
+		inner:     "directory is writable by group or others (mode 0777)",
+		theirs:    "belongs to uid 65534",
+		ownedFile: "belongs to uid 65534",
+		link:      "directory is writable by group or others (mode 0777)",
+	} {
+		_, err := safefile.ReadPrivate(path)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v, want it read", path, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want an error saying %q", path, err, want)
+		}
+	}
+}
