@@ -1,6 +1,7 @@
-// Package auth turns a request's bearer token into the principal that owns
-// its payment intents and idempotency keys. Tokens are hashed on arrival and
-// never kept, stored or logged.
+// Package auth turns a request's credentials, its bearer token or its
+// client certificate, into the principal that owns its payment intents and
+// idempotency keys. Tokens are hashed on arrival and never kept, stored or
+// logged.
 package auth
 
 import (

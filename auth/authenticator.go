@@ -99,14 +99,20 @@ func (a *Authenticator) Source() Source { return a.source }
 // with the verified client certificate, if any, checked again first.
 func (a *Authenticator) AuthenticateConn(authorization []string, conn *tls.ConnectionState) (string, error) {
 	var cert *x509.Certificate
-	if conn != nil && len(conn.VerifiedChains) > 0 && len(conn.VerifiedChains[0]) > 0 {
-		chain := conn.VerifiedChains[0]
-		if a.trusted != nil {
-			if err := a.trusted(chain, time.Now()); err != nil {
-				return "", status.Errorf(codes.Unauthenticated, "the client certificate is no longer trusted: %v; connect again with a trusted one", err)
+	if conn != nil && len(conn.VerifiedChains) > 0 {
+		var why error
+		for _, chain := range conn.VerifiedChains { // one trusted chain will do, as at the handshake
+			if why = nil; a.trusted != nil {
+				why = a.trusted(chain, time.Now())
+			}
+			if why == nil {
+				cert = chain[0]
+				break
 			}
 		}
-		cert = chain[0]
+		if cert == nil {
+			return "", status.Errorf(codes.Unauthenticated, "the client certificate is no longer trusted: %v; connect again with a trusted one", why)
+		}
 	}
 	return a.Authenticate(authorization, cert)
 }
@@ -155,29 +161,39 @@ func CertPrincipal(cert *x509.Certificate) (string, error) {
 	case len(cert.URIs) == 1:
 		u := cert.URIs[0]
 		host := strings.ToLower(u.Host)
+		if strings.EqualFold(u.Scheme, "dns") {
+			return "", status.Errorf(codes.Unauthenticated, "the client certificate's URI SAN %+q has the scheme dns, which names DNS SANs' principals", u.String())
+		}
 		if u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.RawPath != "" || u.ForceQuery ||
 			!plainHost.MatchString(host) || !plainPath.MatchString(u.Path) {
-			return "", status.Errorf(codes.Unauthenticated, "the client certificate's URI SAN %q is not a plain scheme://host/path (no percent-encoding, user, query or fragment)", u.String())
+			return "", status.Errorf(codes.Unauthenticated, "the client certificate's URI SAN %+q is not a plain scheme://host/path (no percent-encoding, user, query or fragment)", u.String())
 		}
 		p = strings.ToLower(u.Scheme) + "://" + host + u.Path
 	case len(cert.DNSNames) > 0:
-		name := strings.ToLower(cert.DNSNames[0])
-		if strings.Contains(name, "*") {
-			return "", status.Errorf(codes.Unauthenticated, "the client certificate's DNS SAN %q is a wildcard, which names no one client", name)
+		name := strings.TrimSuffix(strings.ToLower(cert.DNSNames[0]), ".") // "a.example." is "a.example"
+		switch {
+		case strings.Contains(name, "*"):
+			return "", status.Errorf(codes.Unauthenticated, "the client certificate's DNS SAN %+q is a wildcard, which names no one client", name)
+		case !hostName.MatchString(name):
+			return "", status.Errorf(codes.Unauthenticated, "the client certificate's DNS SAN %+q is not a host name (letters, digits and hyphens, in dot-separated labels)", name)
 		}
 		p = "dns:" + name
 	default:
 		return "", status.Error(codes.Unauthenticated, "the client certificate has no URI or DNS SAN to name its principal")
 	}
 	if !ValidCertPrincipal(p) {
-		return "", status.Errorf(codes.Unauthenticated, "the client certificate's SAN %q cannot name a principal: use printable ASCII, at most 512 bytes", p)
+		return "", status.Errorf(codes.Unauthenticated, "the client certificate's SAN %+q cannot name a principal: use printable ASCII, at most 512 bytes", p)
 	}
 	return p, nil
 }
 
+// plainPath is a path that net/url writes as it reads it: a character it
+// would escape (a space, "!") might have been written either way, and two
+// certificates could then name one principal in two spellings.
 var (
+	hostName  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
 	plainHost = regexp.MustCompile(`^[a-z0-9.-]+(:[0-9]+)?$`)
-	plainPath = regexp.MustCompile(`^(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*$`)
+	plainPath = regexp.MustCompile(`^(/[A-Za-z0-9._~$&+,;=:@-]*)*$`)
 )
 
 var certPrincipalPattern = regexp.MustCompile(`^(dns:[!-~]{1,508}|[A-Za-z][A-Za-z0-9+.-]*://[!-~]{1,500})$`)
@@ -236,8 +252,8 @@ func (a *Authenticator) authenticateCall(ctx context.Context) (string, error) {
 				return "", status.Error(codes.Unauthenticated, why[0])
 			}
 			vals := metadata.ValueFromIncomingContext(ctx, ForwardedPrincipalHeader)
-			if len(vals) != 1 || vals[0] == "" {
-				return "", status.Error(codes.Unauthenticated, "no principal forwarded")
+			if len(vals) != 1 || vals[0] == "" { // the face's defect, not the caller's
+				return "", status.Error(codes.Internal, "the HTTP face forwarded no principal")
 			}
 			return vals[0], nil
 		case credentials.TLSInfo:

@@ -64,6 +64,10 @@ func TestCertPrincipal(t *testing.T) {
 		{"query", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "spiffe://example.org/a?b=c")}}, ""},
 		{"user", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "spiffe://u@example.org/a")}}, ""},
 		{"wildcard DNS SAN", devcerts.Options{Client: true, DNSNames: []string{"*.example"}}, ""},
+		{"DNS SAN with a trailing dot", devcerts.Options{Client: true, DNSNames: []string{"a.example."}}, "dns:a.example"},
+		{"DNS SAN that is no host name", devcerts.Options{Client: true, DNSNames: []string{"//victim.example/p"}}, ""},
+		{"URI of the scheme dns", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "dns://victim.example/p")}}, ""},
+		{"path character net/url escapes", devcerts.Options{Client: true, URIs: []*url.URL{mustURL(t, "spiffe://example.org/a!")}}, ""},
 	} {
 		p := issue(t, ca, tc.o)
 		got, err := auth.CertPrincipal(p.Cert)

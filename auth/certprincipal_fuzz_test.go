@@ -25,6 +25,10 @@ func FuzzCertPrincipal(f *testing.F) {
 		{"", "a.example"},
 		{"", "*.example"},
 		{"", "A.EXAMPLE"},
+		{"dns://victim.example/p", ""},
+		{"", "//victim.example/p"},
+		{"", "svc.example."},
+		{"A://0/%21", "0"},
 	} {
 		f.Add(seed[0], seed[1])
 	}

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -127,14 +128,27 @@ type caller struct {
 type callerKey struct{}
 
 // forwardCaller passes the principal of the request to the server, or,
-// when it has none, the refusal, which the server answers as it would
-// over gRPC: a refusal keeps its place among the server's checks.
+// when it has none, the refusal, which the server answers as it would over
+// gRPC, after the codec's checks; guard's own (body, Content-Type,
+// Idempotency-Key) come before it. The refusal's message is escaped to
+// printable ASCII, all that metadata may carry.
 func forwardCaller(ctx context.Context, r *http.Request) metadata.MD {
 	c, _ := r.Context().Value(callerKey{}).(caller)
 	if c.err != nil {
-		return metadata.Pairs(auth.ForwardedRefusalHeader, status.Convert(c.err).Message())
+		return metadata.Pairs(auth.ForwardedRefusalHeader, printable(status.Convert(c.err).Message()))
 	}
 	return metadata.Pairs(auth.ForwardedPrincipalHeader, c.principal)
+}
+
+// printable escapes what is not printable ASCII in s, as %+q would.
+func printable(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			q := strconv.QuoteToASCII(s)
+			return q[1 : len(q)-1]
+		}
+	}
+	return s
 }
 
 // twoIntents says what is wrong with a cancel whose body names another
@@ -174,9 +188,10 @@ func isJSON(ct string) bool {
 
 // incomingHeader forwards the headers the gateway would not: the
 // idempotency key, decoded by guard, and the W3C trace context, so that an
-// HTTP caller's trace continues into the server's span. The gateway itself
-// forwards Authorization; every other header stays out of the metadata the
-// interceptors read.
+// HTTP caller's trace continues into the server's span. Authorization,
+// which the gateway would forward, guard reads and removes: the server gets
+// the principal (forwardCaller). Every other header stays out of the
+// metadata the interceptors read.
 func incomingHeader(h string) (string, bool) {
 	switch h {
 	case keyHeader:

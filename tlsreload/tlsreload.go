@@ -80,6 +80,12 @@ func (s *Server) load() (*loaded, error) {
 		return nil, fmt.Errorf("tls: %s and %s: %w", s.files.Cert, s.files.Key, err)
 	}
 	leaf := cert.Leaf
+	if leaf == nil { // GODEBUG=x509keypairleaf=0
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("tls: %s: %w", s.files.Cert, err)
+		}
+		cert.Leaf = leaf
+	}
 	switch now := s.now(); {
 	case now.After(leaf.NotAfter):
 		return nil, fmt.Errorf("tls: %s expired at %s", s.files.Cert, leaf.NotAfter.UTC().Format(time.RFC3339))
@@ -127,11 +133,11 @@ func (s *Server) load() (*loaded, error) {
 func (s *Server) StillTrusted(chain []*x509.Certificate, now time.Time) error {
 	for _, c := range chain {
 		if now.After(c.NotAfter) {
-			return fmt.Errorf("%q expired at %s", c.Subject.CommonName, c.NotAfter.UTC().Format(time.RFC3339))
+			return fmt.Errorf("%+q expired at %s", c.Subject.CommonName, c.NotAfter.UTC().Format(time.RFC3339))
 		}
 	}
 	if root := chain[len(chain)-1]; !s.cur.Load().caRaw[string(root.Raw)] {
-		return fmt.Errorf("its CA %q is no longer among the client CAs", root.Subject.CommonName)
+		return fmt.Errorf("its CA %+q is no longer among the client CAs", root.Subject.CommonName)
 	}
 	return nil
 }

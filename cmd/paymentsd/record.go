@@ -42,7 +42,7 @@ failed.`
 func runRecord(ctx context.Context, sio *stdio, args []string) int {
 	fs := newFlagSet(sio, "record", "(--principal P | --token-stdin [--api-keys FILE]) --key K [--db DB] [--json]", recordAbout)
 	db := fs.String("db", defaultDB(), "the bbolt data file, or a postgres:// URL, as given to the server")
-	principal := fs.String("principal", "", `the principal the key belongs to: as listed in --api-keys, or "dev:<hex>" in dev mode`)
+	principal := fs.String("principal", "", `the principal the key belongs to: as listed in --api-keys, "dev:<hex>" in dev mode, or a client certificate's (spiffe://... or dns:<name>)`)
 	tokenStdin := fs.Bool("token-stdin", false, "read the client's bearer token from standard input and look up its principal's key")
 	apiKeys := fs.String("api-keys", "", "with --token-stdin: the server's --api-keys file, to find the token's principal; without it, dev mode's")
 	key := fs.String("key", "", "the idempotency key")
