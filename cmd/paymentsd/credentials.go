@@ -153,6 +153,8 @@ func (m *Main) watchCredentials(ctx context.Context) {
 // reloadKeys reads --api-keys again; a token removed is refused from the
 // next request on.
 func (m *Main) reloadKeys(why string) {
+	m.reloading.Lock()
+	defer m.reloading.Unlock()
 	keys, err := auth.LoadFile(m.Config.APIKeysPath)
 	m.prom.reloaded("api_keys", err)
 	if err != nil {
@@ -166,6 +168,8 @@ func (m *Main) reloadKeys(why string) {
 // reloadTLS reads the TLS files again: new connections get the new
 // certificate (and client CAs), connections made keep theirs.
 func (m *Main) reloadTLS(why string) {
+	m.reloading.Lock()
+	defer m.reloading.Unlock()
 	err := m.tls.Reload()
 	m.prom.reloaded("tls", err)
 	if err != nil {

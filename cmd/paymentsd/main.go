@@ -118,6 +118,9 @@ type Main struct {
 	hup      chan os.Signal     // SIGHUP: read the credential files again
 	keysFile *filewatch.Watcher // --api-keys; nil without
 	tlsFiles *filewatch.Watcher // the --tls-* files; nil without
+	// reloading serialises reloads: a watcher's and a SIGHUP's, each
+	// reading then storing, could otherwise store the older file last.
+	reloading sync.Mutex
 }
 
 // NewMain returns a Main with the default configuration, logging to w.

@@ -1,5 +1,6 @@
 // Package filewatch tells when files change, by looking at them: a poll of
-// each file's identity (device, inode, size, modification time and mode)
+// each file's identity (device, inode, size, modification and change times,
+// mode)
 // sees a file written in place, replaced by a rename, or swapped behind a
 // symbolic link (as Kubernetes updates a mounted secret), with no platform
 // notification API and no event to lose.
@@ -15,11 +16,11 @@ import (
 // stamp is what a file looks like from outside; a change to the file
 // changes it.
 type stamp struct {
-	exists   bool
-	dev, ino uint64
-	size     int64
-	mtime    time.Time
-	mode     os.FileMode
+	exists       bool
+	dev, ino     uint64
+	size         int64
+	mtime, ctime int64 // nanoseconds; ctime changes on every write, even one that sets mtime back
+	mode         os.FileMode
 }
 
 func look(path string) stamp {
@@ -27,9 +28,9 @@ func look(path string) stamp {
 	if err != nil {
 		return stamp{}
 	}
-	s := stamp{exists: true, size: info.Size(), mtime: info.ModTime(), mode: info.Mode()}
+	s := stamp{exists: true, size: info.Size(), mtime: info.ModTime().UnixNano(), mode: info.Mode()}
 	if st, ok := info.Sys().(*syscall.Stat_t); ok {
-		s.dev, s.ino = uint64(st.Dev), st.Ino
+		s.dev, s.ino, s.ctime = uint64(st.Dev), st.Ino, st.Ctim.Nano()
 	}
 	return s
 }
@@ -50,11 +51,14 @@ func New(paths ...string) *Watcher {
 	return w
 }
 
-// Run calls changed each time one of the paths differs from the last look,
-// looking every interval until ctx ends.
+// Run calls changed once the paths have changed since the last call (or
+// New) and then stood still for one look, looking every interval until ctx
+// ends: files replaced one after the other (a key, then its certificate)
+// are read once, together, not half-replaced.
 func (w *Watcher) Run(ctx context.Context, interval time.Duration, changed func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	pending := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -67,7 +71,11 @@ func (w *Watcher) Run(ctx context.Context, interval time.Duration, changed func(
 				w.last[i], moved = s, true
 			}
 		}
-		if moved {
+		switch {
+		case moved:
+			pending = true
+		case pending:
+			pending = false
 			changed()
 		}
 	}

@@ -63,4 +63,33 @@ func TestRun_SeesEveryKindOfChange(t *testing.T) {
 	expect("replaced by a link")
 	os.Remove(path)
 	expect("removed")
+
+	// Written again with its old modification time kept (cp -p, rsync -t).
+	write(path, "five")
+	expect("written anew")
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(path, old, old)
+	expect("times set back")
+	write(path, "six!")
+	os.Chtimes(path, old, old)
+	expect("same size, same modification time")
+
+	// Two files replaced one after the other, within a look: one call.
+	other := filepath.Join(dir, "cert")
+	write(other, "a")
+	w2 := filewatch.New(path, other)
+	calls := make(chan struct{}, 16)
+	go w2.Run(ctx, 50*time.Millisecond, func() { calls <- struct{}{} })
+	write(path, "key two")
+	time.Sleep(20 * time.Millisecond)
+	write(other, "cert two")
+	select {
+	case <-calls:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pair replaced: no change seen")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := len(calls); n != 0 {
+		t.Errorf("the pair replaced within a look: %d more calls, want one in all", n)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -154,41 +155,61 @@ func checkOwner(path string, info fs.FileInfo, dir bool) error {
 	return fmt.Errorf("%s is writable by group or others (mode %04o): whoever can write it can let themselves in; chmod go-w %s", path, mode.Perm(), path)
 }
 
-// checkDirs checks every directory above path, and above each symbolic
-// link followed on the way to the file, with checkOwner.
+// checkDirs checks every directory that resolving path enters, with
+// checkOwner: path is resolved one name at a time, as the kernel does,
+// and a symbolic link met on the way (the file's own, or a directory's) is
+// followed from where it stands, so the directories that hold each link
+// are checked as well as those above the file.
 func checkDirs(path string) error {
-	seen := 0
-	for {
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			return err
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	cur := "/"
+	info, err := os.Stat(cur)
+	if err != nil {
+		return err
+	}
+	if err := checkOwner(path, info, true); err != nil {
+		return err
+	}
+	rest := strings.Split(abs, "/")
+	for links := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		switch name {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
 		}
-		for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
-			info, err := os.Stat(dir)
+		next := filepath.Join(cur, name)
+		info, err := os.Lstat(next)
+		if err != nil {
+			return nil // Open reports a missing file or directory
+		}
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if links++; links > 40 {
+				return fmt.Errorf("%s: too many levels of symbolic links", path)
+			}
+			target, err := os.Readlink(next)
 			if err != nil {
 				return err
 			}
-			if err := checkOwner(path, info, true); err != nil {
-				return err
+			if filepath.IsAbs(target) {
+				cur = "/"
 			}
-			if dir == filepath.Dir(dir) {
-				break
-			}
+			rest = append(strings.Split(target, "/"), rest...)
+			continue
 		}
-		info, err := os.Lstat(abs)
-		if err != nil || info.Mode()&fs.ModeSymlink == 0 {
-			return nil // a missing file is Open's to report
+		if len(rest) == 0 || !info.IsDir() {
+			return nil // the file itself, which read checks through its descriptor
 		}
-		if seen++; seen > 40 {
-			return fmt.Errorf("%s: too many levels of symbolic links", path)
-		}
-		target, err := os.Readlink(abs)
-		if err != nil {
+		if err := checkOwner(path, info, true); err != nil {
 			return err
 		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(abs), target)
-		}
-		path = target
+		cur = next
 	}
+	return nil
 }

@@ -127,20 +127,27 @@ func TestReadPrivate_RefusesWhatOthersCouldReplace(t *testing.T) {
 	if err := os.Symlink(safe, link); err != nil {
 		t.Fatal(err)
 	}
+	// A link among the directories: the directory it leads into counts.
+	throughLink := filepath.Join(mk("via", 0o755), "dir-link")
+	if err := os.Symlink(filepath.Dir(open), throughLink); err != nil {
+		t.Fatal(err)
+	}
+	throughLink = filepath.Join(throughLink, "keys")
 	safeLink := filepath.Join(mk("safe-links", 0o755), "keys-link")
 	if err := os.Symlink(sticky, safeLink); err != nil {
 		t.Fatal(err)
 	}
 	for path, want := range map[string]string{
-		safe:      "",
-		sticky:    "",
-		safeLink:  "",
-		open:      "directory is writable by group or others (mode 0777)",
-		groupOpen: "directory is writable by group or others (mode 0770)",
-		inner:     "directory is writable by group or others (mode 0777)",
-		theirs:    "belongs to uid 65534",
-		ownedFile: "belongs to uid 65534",
-		link:      "directory is writable by group or others (mode 0777)",
+		safe:        "",
+		sticky:      "",
+		safeLink:    "",
+		open:        "directory is writable by group or others (mode 0777)",
+		groupOpen:   "directory is writable by group or others (mode 0770)",
+		inner:       "directory is writable by group or others (mode 0777)",
+		theirs:      "belongs to uid 65534",
+		ownedFile:   "belongs to uid 65534",
+		link:        "directory is writable by group or others (mode 0777)",
+		throughLink: "directory is writable by group or others (mode 0777)",
 	} {
 		_, err := safefile.ReadPrivate(path)
 		switch {
