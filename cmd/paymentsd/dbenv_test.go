@@ -1,7 +1,8 @@
 package main
 
-// What --db may not do quietly: make a new data file of a connection
-// string.
+// What --db and the PAYMENTSD_ environment may not do quietly: make a new
+// data file of a connection string, and leave authentication off through
+// a misspelled or empty variable.
 
 import (
 	"bytes"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -145,4 +147,74 @@ func TestDB_UpperCaseScheme_ServesPostgres(t *testing.T) {
 	if strings.Contains(d.stderr(), "admin socket") {
 		t.Errorf("a bbolt admin socket was opened for a PostgreSQL URL:\n%s", d.stderr())
 	}
+}
+
+func TestEnv_MisspelledSetting_Refused(t *testing.T) {
+	for _, kv := range []string{
+		"PAYMENTSD_API_KEY=" + dbPassword,
+		"PAYMENTSD_API-KEYS=" + dbPassword,
+		"paymentsd_api_keys=" + dbPassword,
+		"PAYMENTSD_APIKEY=" + dbPassword,
+	} {
+		name, _, _ := strings.Cut(kv, "=")
+		want := name + " is not a setting; did you mean PAYMENTSD_API_KEYS?"
+		for _, c := range dbCommands {
+			t.Run(name+" "+c.name, func(t *testing.T) {
+				dir := t.TempDir()
+				r := runIn(t, dir, cleanEnv(kv), c.args...)
+				if r.code != 2 || !strings.Contains(r.stderr, want) {
+					t.Errorf("exit %d, want 2 saying %q\nstdout:\n%s\nstderr:\n%s", r.code, want, r.stdout, r.stderr)
+				}
+				noPassword(t, r)
+				emptyDir(t, dir)
+			})
+		}
+	}
+}
+
+// Variables far from every flag's are other programs' (the tests'
+// own), and left alone.
+func TestEnv_UnrelatedVariables_LeftAlone(t *testing.T) {
+	env := cleanEnv("PAYMENTSD_CRASH_ROUNDS=3", "PAYMENTSD_REPLICA_ROUNDS=3", "PAYMENTSD_SCALE_RECORDS=10",
+		"PAYMENTSD_LISTEN=127.0.0.1:0", "PAYMENTSD_HTTP_LISTEN=", "PAYMENTSD_METRICS_LISTEN=",
+		"PAYMENTSD_DB="+filepath.Join(t.TempDir(), "paymentsd.db"))
+	waitListening(t, launchEnv(t, env))
+	dir := t.TempDir()
+	r := runIn(t, dir, cleanEnv("PAYMENTSD_CRASH_ROUNDS=3", "PAYMENTSD_REPLICA_ROUNDS=3", "PAYMENTSD_SCALE_RECORDS=10"), "check", "--db", "no-such.db")
+	if r.code != 3 {
+		t.Errorf("check of a missing file beside the tests' variables: exit %d, want 3\nstderr:\n%s", r.code, r.stderr)
+	}
+}
+
+func TestEnv_EmptySetting_Refused(t *testing.T) {
+	server := []string{"--listen", "127.0.0.1:0", "--http-listen", ""}
+	for _, c := range []struct {
+		env, cmd string
+		args     []string
+	}{
+		{"PAYMENTSD_API_KEYS", "server", server},
+		{"PAYMENTSD_LISTEN", "server", []string{"--http-listen", ""}},
+		{"PAYMENTSD_DB", "server", server},
+		{"PAYMENTSD_TLS_CERT", "server", server},
+		{"PAYMENTSD_DB", "check", []string{"check"}},
+		{"PAYMENTSD_API_KEYS", "record", []string{"record", "--token-stdin", "--key", "order-1"}},
+	} {
+		t.Run(c.env+" "+c.cmd, func(t *testing.T) {
+			dir := t.TempDir()
+			r := runIn(t, dir, cleanEnv(c.env+"="), c.args...)
+			want := c.env + " is set but empty: unset it"
+			if r.code != 2 || !strings.Contains(r.stderr, want) {
+				t.Errorf("exit %d, want 2 saying %q\nstdout:\n%s\nstderr:\n%s", r.code, want, r.stdout, r.stderr)
+			}
+			emptyDir(t, dir)
+		})
+	}
+}
+
+func TestListen_Empty_Refused(t *testing.T) {
+	code, stderr, dir := runToExit(t, "--listen", "")
+	if want := "--listen must name an address (host:port)"; code != 2 || !strings.Contains(stderr, want) {
+		t.Errorf("--listen \"\": exit %d, want 2 saying %q:\n%s", code, want, stderr)
+	}
+	noDataDir(t, dir)
 }
