@@ -40,14 +40,37 @@ type backend struct {
 	countRecords func() (float64, error)
 }
 
-// isPostgres reports whether --db names a PostgreSQL database rather than
-// a bbolt file.
-func isPostgres(db string) bool {
-	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
+// badDB is the error of a --db that reads as a connection string
+// paymentsd does not take. It never repeats the value, which may hold a
+// password.
+const badDB = "--db must be a bbolt file's path, or a PostgreSQL URL starting postgres:// or postgresql://; " +
+	"other connection strings (key=value, other URL schemes) are not taken, rather than made a file of that name"
+
+// parseDB classifies --db. A URL whose scheme is postgres or postgresql,
+// in any case, is PostgreSQL: it is returned with its scheme lower-cased,
+// as pgx matches it. A value that reads as another connection string
+// (with "://", "postgres:" or "=" in it) is refused: taken as a file, it
+// would start an empty store of its own, its name holding the password.
+// Anything else is a bbolt file's path, and pgURL is "".
+func parseDB(db string) (pgURL string, err error) {
+	lower := strings.ToLower(db)
+	scheme, rest, isURL := strings.Cut(db, "://")
+	switch s := strings.ToLower(scheme); {
+	case isURL && (s == "postgres" || s == "postgresql"):
+		return s + "://" + rest, nil
+	case isURL || strings.HasPrefix(lower, "postgres:") || strings.HasPrefix(lower, "postgresql:") || strings.Contains(db, "="):
+		return "", errors.New(badDB)
+	}
+	return "", nil
 }
 
 func openBackend(ctx context.Context, c Config, log *slog.Logger) (*backend, error) {
-	if isPostgres(c.DB) {
+	pgURL, err := parseDB(c.DB)
+	switch {
+	case err != nil:
+		return nil, err
+	case pgURL != "":
+		c.DB = pgURL
 		return openPostgres(ctx, c, log)
 	}
 	return openBolt(ctx, c)

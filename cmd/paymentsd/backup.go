@@ -26,14 +26,16 @@ func runBackup(ctx context.Context, sio *stdio, args []string) int {
 	fs := newFlagSet(sio, "backup", "FILE [--db DB]", backupAbout)
 	db := fs.String("db", defaultDB(), "the bbolt data file to copy")
 	operands, code, err := parseArgs(fs, args)
-	switch {
+	switch pgURL, dbErr := parseDB(*db); {
 	case err != nil:
 		return code
 	case len(operands) != 1:
 		return usageError(fs, "give one FILE to write the copy to")
 	case *db == "":
 		return usageError(fs, noDB)
-	case isPostgres(*db):
+	case dbErr != nil:
+		return usageError(fs, "%v", dbErr)
+	case pgURL != "":
 		return usageError(fs, "backup copies a bbolt file; back PostgreSQL up with pg_dump")
 	}
 	dest := operands[0]

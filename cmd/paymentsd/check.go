@@ -22,14 +22,16 @@ func runCheck(ctx context.Context, sio *stdio, args []string) int {
 	fs := newFlagSet(sio, "check", "[--db DB]", checkAbout)
 	db := fs.String("db", defaultDB(), "the bbolt data file to check")
 	operands, code, err := parseArgs(fs, args)
-	switch {
+	switch pgURL, dbErr := parseDB(*db); {
 	case err != nil:
 		return code
 	case len(operands) > 0:
 		return usageError(fs, "unexpected arguments %q", operands)
 	case *db == "":
 		return usageError(fs, noDB)
-	case isPostgres(*db):
+	case dbErr != nil:
+		return usageError(fs, "%v", dbErr)
+	case pgURL != "":
 		return usageError(fs, "check is for bbolt files; PostgreSQL checks its own")
 	}
 	via := ""

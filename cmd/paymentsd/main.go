@@ -161,9 +161,13 @@ func (m *Main) ParseFlags(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	switch {
+	switch _, dbErr := parseDB(c.DB); {
 	case c.DB == "":
 		return errors.New(noDB)
+	case dbErr != nil:
+		return dbErr
+	case c.Listen == "":
+		return errors.New("--listen must name an address (host:port)")
 	case c.Lease <= 0 || c.TTL <= c.Lease:
 		return fmt.Errorf("need 0 < --lease < --ttl, got %v and %v", c.Lease, c.TTL)
 	case c.SweepInterval <= 0:

@@ -67,6 +67,9 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 	if err := interceptor.ParseKey(*key); err != nil {
 		return usageError(fs, "--key %q is no idempotency key: %v", *key, err)
 	}
+	if _, err := parseDB(*db); err != nil {
+		return usageError(fs, "%v", err)
+	}
 	scope := *principal
 	if *tokenStdin {
 		if scope, err = principalOfToken(sio.in, *apiKeys); err != nil {
@@ -139,12 +142,16 @@ func readToken(r io.Reader) (string, error) {
 // lookupRecord returns k's record in db, a bbolt file or a postgres:// URL,
 // or nil when there is none.
 func lookupRecord(ctx context.Context, db string, k interceptor.RecordKey) (*interceptor.Record, error) {
-	if isPostgres(db) {
+	pgURL, err := parseDB(db)
+	if err != nil {
+		return nil, err
+	}
+	if pgURL != "" {
 		ctx, cancel := context.WithTimeout(ctx, postgresTimeout)
 		defer cancel()
 		// A lookup never changes the schema under the servers: a database
 		// not at this binary's version is refused, naming both.
-		pg, err := pgstore.Open(ctx, db, &pgstore.Options{MaxConns: 2, NoMigrate: true})
+		pg, err := pgstore.Open(ctx, pgURL, &pgstore.Options{MaxConns: 2, NoMigrate: true})
 		if err != nil {
 			return nil, err
 		}
