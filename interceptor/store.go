@@ -146,7 +146,7 @@ type ClaimRequest struct {
 // Outcome is what a claim decided.
 type Outcome int
 
-// The outcomes of a claim, as in the README's idempotency contract.
+// The outcomes of a claim, as in the idempotency contract (docs/idempotency.md).
 const (
 	// OutcomeFresh: no live record; the caller runs the handler.
 	OutcomeFresh Outcome = iota + 1

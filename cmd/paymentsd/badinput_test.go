@@ -150,7 +150,7 @@ func TestE2E_BadInput(t *testing.T) {
 	cases = append(cases, badCase{"Create/over the message size limit", create(huge), withKey(interceptor.KeyHeader, key), codes.ResourceExhausted, ""})
 
 	// Invalid fields: errors of the handler, stored for their key like any
-	// result (the README's idempotency contract), so each uses a key of its own.
+	// result (the idempotency contract, docs/idempotency.md), so each uses a key of its own.
 	fieldCase := func(name, field string, call rpc) {
 		cases = append(cases, badCase{name, call, withKey(interceptor.KeyHeader, "field-"+name), codes.InvalidArgument, field})
 	}
