@@ -16,14 +16,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -35,6 +38,7 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/faultproxy"
 	"github.com/paymentsd/paymentsd/internal/pgtest"
 )
 
@@ -619,5 +623,96 @@ func TestE2E_SweeperRemovesExpiredRecords(t *testing.T) {
 	}
 	if n := len(d.list(t, "merchant-demo")); n != 2 {
 		t.Errorf("%d intents, want 2", n)
+	}
+}
+
+// TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach creates intents
+// through a fault proxy (internal/faultproxy) that loses responses after the
+// server handled them, or resets connections, with the client interceptor
+// retrying: every caller gets its intent, and no create ran twice.
+func TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		configure func(*faultproxy.Proxy)
+	}{
+		// Half the writes of 100 bytes or more (responses; HTTP/2 settings,
+		// pings and window updates are smaller) swallowed, the connection cut.
+		{"responses dropped after handling", func(p *faultproxy.Proxy) { p.DropReplies(100, 0.5) }},
+		// Each connection reset after a random lifetime up to 20ms.
+		{"connections reset", func(p *faultproxy.Proxy) { p.LimitLifetime(20 * time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+			proxy, err := faultproxy.New(d.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { proxy.Close() })
+			tc.configure(proxy)
+			conn, err := grpc.NewClient(proxy.Addr(),
+				grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+					BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 50 * time.Millisecond,
+				}}),
+				grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(
+					interceptor.WithClientMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
+					interceptor.WithMaxAttempts(50),
+					interceptor.WithBackoff(2*time.Millisecond, 50*time.Millisecond),
+				)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			client := paymentsv1.NewPaymentIntentServiceClient(conn)
+
+			const creates, workers = 200, 8
+			var (
+				mu  sync.Mutex
+				ids = map[string]string{} // intent id -> amount
+				wg  sync.WaitGroup
+				nxt atomic.Int64
+			)
+			for range workers {
+				wg.Go(func() {
+					for {
+						n := nxt.Add(1)
+						if n > creates {
+							return
+						}
+						amount := strconv.FormatInt(n, 10)
+						resp, err := client.CreatePaymentIntent(withCreds("chaos", ""), seedRequest(amount))
+						if err != nil {
+							t.Errorf("create %s: %v", amount, err)
+							continue
+						}
+						mu.Lock()
+						ids[resp.PaymentIntent.Id] = amount
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+
+			if proxy.Cuts() == 0 {
+				t.Fatal("the proxy broke nothing: the test proved nothing")
+			}
+			intents := d.list(t, "chaos")
+			perAmount := map[string]int{}
+			for _, pi := range intents {
+				perAmount[pi.Amount]++
+				if ids[pi.Id] == "" {
+					t.Errorf("intent %s (amount %s) was created but never returned", pi.Id, pi.Amount)
+				}
+			}
+			for amount, n := range perAmount {
+				if n != 1 {
+					t.Errorf("amount %s: %d intents", amount, n)
+				}
+			}
+			if len(intents) != creates || len(ids) != creates {
+				t.Errorf("%d intents exist and %d were returned, want %d and %d", len(intents), len(ids), creates, creates)
+			}
+			t.Logf("%d creates, %d broken by the proxy, %d intents, 0 duplicates", creates, proxy.Cuts(), len(intents))
+		})
 	}
 }
