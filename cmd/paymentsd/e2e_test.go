@@ -37,7 +37,7 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/faultproxy"
+	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
 )
 
 func TestE2E_SeedDemo_FreshReplayMismatch(t *testing.T) {
@@ -445,9 +445,10 @@ func TestE2E_SweeperRemovesExpiredRecords(t *testing.T) {
 }
 
 // TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach creates intents
-// through a fault proxy (internal/faultproxy) that loses responses after the
-// server handled them, or resets connections, with the client interceptor
-// retrying: every caller gets its intent, and no create ran twice.
+// through a fault proxy (internal/testkit/faultproxy) that loses responses
+// after the server handled them, or resets connections, with the client
+// interceptor retrying: every caller gets its intent, and no create ran
+// twice.
 func TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

@@ -38,8 +38,8 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/bolttest"
-	"github.com/paymentsd/paymentsd/internal/pgtest"
+	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
 
 // ---- Starting the binary ----

@@ -26,7 +26,7 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/bolttest"
+	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
 
 // changeWithDD sets the byte at offset of every occurrence of marker in the
