@@ -13,7 +13,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/internal/bolttest"
+	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
 
 func intent(id, amount string) *paymentsv1.PaymentIntent {

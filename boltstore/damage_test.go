@@ -17,7 +17,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/bolttest"
+	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
 
 const pageSize = 4096

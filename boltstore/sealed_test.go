@@ -14,7 +14,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/bolttest"
+	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
 
 // A stored answer whose bytes changed on disk (100000000 become 900000000)

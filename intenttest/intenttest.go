@@ -32,7 +32,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/testclock"
+	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/server"
 )
 

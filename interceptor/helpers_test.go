@@ -17,7 +17,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/testclock"
+	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 )
 
 // testService is grpc.testing.TestService whose UnaryCall runs a test's

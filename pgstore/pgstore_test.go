@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/faultproxy"
-	"github.com/paymentsd/paymentsd/internal/pgtest"
+	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/storetest"
 )

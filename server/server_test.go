@@ -17,7 +17,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/internal/testclock"
+	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/server"
 )
 

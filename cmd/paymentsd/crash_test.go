@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,17 +19,6 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 )
-
-// The crash test's size comes from the environment, so that CI runs a short
-// version and `make crashtest` a long one:
-//
-//	PAYMENTSD_CRASH_ROUNDS   kill -9 rounds (default 20)
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
 
 // crashRecord is what the clients of the crash test know of one key.
 type crashRecord struct {
@@ -48,6 +36,9 @@ func TestCrash_KillNineNeverDuplicatesOrLoses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
+	// The size comes from the environment, so that CI runs a short version
+	// and `make crashtest` a long one: PAYMENTSD_CRASH_ROUNDS kill -9 rounds
+	// (default 20).
 	rounds := envInt("PAYMENTSD_CRASH_ROUNDS", 20)
 	const (
 		workers = 16

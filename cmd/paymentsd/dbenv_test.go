@@ -5,11 +5,7 @@ package main
 // a misspelled or empty variable.
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,31 +15,6 @@ import (
 // dbPassword is the password in the connection strings below: it must
 // appear nowhere in what paymentsd prints, nor in a file name.
 const dbPassword = "S3cretPW-canary"
-
-// runIn runs paymentsd with args in the working directory dir and the
-// environment env, bounded as runBounded is.
-func runIn(t *testing.T, dir string, env []string, args ...string) run {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, paymentsdBinary, args...)
-	cmd.Dir, cmd.Env = dir, env
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	r := run{stdout: out.String(), stderr: errOut.String()}
-	if ctx.Err() != nil {
-		t.Fatalf("paymentsd %q did not return within 30s (killed):\nstdout:\n%s\nstderr:\n%s", args, r.stdout, r.stderr)
-	}
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		r.code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("paymentsd %q: %v", args, err)
-	}
-	return r
-}
 
 // emptyDir fails t if paymentsd left anything in dir, its working
 // directory.
@@ -97,7 +68,7 @@ func TestDB_ConnectionStringsNotTaken_RefusedWithoutFileOrPassword(t *testing.T)
 					} else {
 						env = cleanEnv("PAYMENTSD_DB=" + b.db)
 					}
-					r := runIn(t, dir, env, args...)
+					r := runBounded(t, 30*time.Second, dir, env, args...)
 					if r.code != 2 || !strings.Contains(r.stderr, "--db must be a bbolt file's path, or a PostgreSQL URL") {
 						t.Errorf("exit %d, want 2 saying what --db takes\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 					}
@@ -126,7 +97,7 @@ func TestDB_UpperCaseScheme_IsPostgres(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			r := runIn(t, dir, cleanEnv(), c.args...)
+			r := runBounded(t, 30*time.Second, dir, cleanEnv(), c.args...)
 			if r.code != c.code || !strings.Contains(r.stderr, c.says) {
 				t.Errorf("exit %d, want %d saying %q\nstdout:\n%s\nstderr:\n%s", r.code, c.code, c.says, r.stdout, r.stderr)
 			}
@@ -161,7 +132,7 @@ func TestEnv_MisspelledSetting_Refused(t *testing.T) {
 		for _, c := range dbCommands {
 			t.Run(name+" "+c.name, func(t *testing.T) {
 				dir := t.TempDir()
-				r := runIn(t, dir, cleanEnv(kv), c.args...)
+				r := runBounded(t, 30*time.Second, dir, cleanEnv(kv), c.args...)
 				if r.code != 2 || !strings.Contains(r.stderr, want) {
 					t.Errorf("exit %d, want 2 saying %q\nstdout:\n%s\nstderr:\n%s", r.code, want, r.stdout, r.stderr)
 				}
@@ -180,7 +151,7 @@ func TestEnv_UnrelatedVariables_LeftAlone(t *testing.T) {
 		"PAYMENTSD_DB="+filepath.Join(t.TempDir(), "paymentsd.db"))
 	waitListening(t, launchEnv(t, env))
 	dir := t.TempDir()
-	r := runIn(t, dir, cleanEnv("PAYMENTSD_CRASH_ROUNDS=3", "PAYMENTSD_REPLICA_ROUNDS=3", "PAYMENTSD_SCALE_RECORDS=10"), "check", "--db", "no-such.db")
+	r := runBounded(t, 30*time.Second, dir, cleanEnv("PAYMENTSD_CRASH_ROUNDS=3", "PAYMENTSD_REPLICA_ROUNDS=3", "PAYMENTSD_SCALE_RECORDS=10"), "check", "--db", "no-such.db")
 	if r.code != 3 {
 		t.Errorf("check of a missing file beside the tests' variables: exit %d, want 3\nstderr:\n%s", r.code, r.stderr)
 	}
@@ -201,7 +172,7 @@ func TestEnv_EmptySetting_Refused(t *testing.T) {
 	} {
 		t.Run(c.env+" "+c.cmd, func(t *testing.T) {
 			dir := t.TempDir()
-			r := runIn(t, dir, cleanEnv(c.env+"="), c.args...)
+			r := runBounded(t, 30*time.Second, dir, cleanEnv(c.env+"="), c.args...)
 			want := c.env + " is set but empty: unset it"
 			if r.code != 2 || !strings.Contains(r.stderr, want) {
 				t.Errorf("exit %d, want 2 saying %q\nstdout:\n%s\nstderr:\n%s", r.code, want, r.stdout, r.stderr)

@@ -16,14 +16,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -35,188 +37,8 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/pgtest"
+	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
 )
-
-var paymentsdBinary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "paymentsd-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	paymentsdBinary = filepath.Join(dir, "paymentsd")
-	if out, err := exec.Command("go", "build", "-o", paymentsdBinary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build paymentsd: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := pgtest.Run(m, &pgCluster)
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// pgCluster is a PostgreSQL for the tests of paymentsd on PostgreSQL.
-var pgCluster *pgtest.Cluster
-
-// daemon is a running paymentsd process.
-type daemon struct {
-	cmd    *exec.Cmd
-	addr   string
-	client paymentsv1.PaymentIntentServiceClient
-	exited chan struct{} // closed when the process has exited
-	err    error         // its exit status, once exited is closed
-
-	mu  sync.Mutex
-	log bytes.Buffer // everything it wrote to stderr
-}
-
-// startDaemon runs paymentsd on dbPath and waits until it listens.
-func startDaemon(t *testing.T, dbPath string, args ...string) *daemon {
-	t.Helper()
-	d := launch(t, dbPath, args...)
-	select {
-	case <-d.exited:
-		t.Fatalf("paymentsd exited: %v\n%s", d.err, d.stderr())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("paymentsd did not start listening:\n%s", d.stderr())
-	case addr := <-d.listening():
-		d.addr = addr
-	}
-	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	d.client = paymentsv1.NewPaymentIntentServiceClient(conn)
-	return d
-}
-
-// launch starts paymentsd without waiting for it.
-func launch(t *testing.T, dbPath string, args ...string) *daemon {
-	t.Helper()
-	// No HTTP unless a test asks for it (a later --http-listen wins): the
-	// default port would be shared by every daemon of the run.
-	return launchEnv(t, nil, append([]string{"--listen", "127.0.0.1:0", "--http-listen", "", "--db", dbPath}, args...)...)
-}
-
-type lockedWriter struct{ d *daemon }
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.d.mu.Lock()
-	defer w.d.mu.Unlock()
-	return w.d.log.Write(p)
-}
-
-func (d *daemon) stderr() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.log.String()
-}
-
-// listening delivers the address from the "paymentsd listening" log line.
-func (d *daemon) listening() <-chan string {
-	ch := make(chan string, 1)
-	go func() {
-		for {
-			sc := bufio.NewScanner(strings.NewReader(d.stderr()))
-			for sc.Scan() {
-				var line struct{ Msg, Addr string }
-				if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "paymentsd listening" {
-					ch <- line.Addr
-					return
-				}
-			}
-			select {
-			case <-d.exited:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}()
-	return ch
-}
-
-// stop sends SIGTERM and returns the exit status.
-func (d *daemon) stop(t *testing.T) error {
-	t.Helper()
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-		return d.err
-	case <-time.After(60 * time.Second):
-		t.Fatalf("paymentsd ignored SIGTERM:\n%s", d.stderr())
-		return nil
-	}
-}
-
-// answer is one call's outcome with its metadata.
-type answer struct {
-	resp   proto.Message
-	err    error
-	header metadata.MD
-}
-
-func (a answer) replayed() bool {
-	return fmt.Sprint(a.header.Get(interceptor.ReplayedHeader)) == "[true]"
-}
-
-func withCreds(token, key string) context.Context {
-	kv := []string{}
-	if token != "" {
-		kv = append(kv, "authorization", "Bearer "+token)
-	}
-	if key != "" {
-		kv = append(kv, interceptor.KeyHeader, key)
-	}
-	return metadata.NewOutgoingContext(context.Background(), metadata.Pairs(kv...))
-}
-
-func (d *daemon) create(ctx context.Context, req *paymentsv1.CreatePaymentIntentRequest) answer {
-	var a answer
-	resp, err := d.client.CreatePaymentIntent(ctx, req, grpc.Header(&a.header))
-	a.resp, a.err = resp, err
-	return a
-}
-
-func (d *daemon) list(t *testing.T, token string) []*paymentsv1.PaymentIntent {
-	t.Helper()
-	resp, err := d.client.ListPaymentIntents(withCreds(token, ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.PaymentIntents
-}
-
-// seedRequest is the body of the seed's demo.
-func seedRequest(amount string) *paymentsv1.CreatePaymentIntentRequest {
-	return &paymentsv1.CreatePaymentIntentRequest{
-		Chain:            "evm:31337",
-		Token:            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
-		Payer:            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
-		Merchant:         "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
-		Amount:           amount,
-		ExpiresInSeconds: 900,
-	}
-}
-
-func deterministic(t *testing.T, m proto.Message) []byte {
-	t.Helper()
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func reason(err error) string {
-	for _, d := range status.Convert(err).Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.Reason
-		}
-	}
-	return ""
-}
 
 func TestE2E_SeedDemo_FreshReplayMismatch(t *testing.T) {
 	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
@@ -619,5 +441,97 @@ func TestE2E_SweeperRemovesExpiredRecords(t *testing.T) {
 	}
 	if n := len(d.list(t, "merchant-demo")); n != 2 {
 		t.Errorf("%d intents, want 2", n)
+	}
+}
+
+// TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach creates intents
+// through a fault proxy (internal/testkit/faultproxy) that loses responses
+// after the server handled them, or resets connections, with the client
+// interceptor retrying: every caller gets its intent, and no create ran
+// twice.
+func TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		configure func(*faultproxy.Proxy)
+	}{
+		// Half the writes of 100 bytes or more (responses; HTTP/2 settings,
+		// pings and window updates are smaller) swallowed, the connection cut.
+		{"responses dropped after handling", func(p *faultproxy.Proxy) { p.DropReplies(100, 0.5) }},
+		// Each connection reset after a random lifetime up to 20ms.
+		{"connections reset", func(p *faultproxy.Proxy) { p.LimitLifetime(20 * time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+			proxy, err := faultproxy.New(d.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { proxy.Close() })
+			tc.configure(proxy)
+			conn, err := grpc.NewClient(proxy.Addr(),
+				grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+					BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 50 * time.Millisecond,
+				}}),
+				grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(
+					interceptor.WithClientMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
+					interceptor.WithMaxAttempts(50),
+					interceptor.WithBackoff(2*time.Millisecond, 50*time.Millisecond),
+				)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			client := paymentsv1.NewPaymentIntentServiceClient(conn)
+
+			const creates, workers = 200, 8
+			var (
+				mu  sync.Mutex
+				ids = map[string]string{} // intent id -> amount
+				wg  sync.WaitGroup
+				nxt atomic.Int64
+			)
+			for range workers {
+				wg.Go(func() {
+					for {
+						n := nxt.Add(1)
+						if n > creates {
+							return
+						}
+						amount := strconv.FormatInt(n, 10)
+						resp, err := client.CreatePaymentIntent(withCreds("chaos", ""), seedRequest(amount))
+						if err != nil {
+							t.Errorf("create %s: %v", amount, err)
+							continue
+						}
+						mu.Lock()
+						ids[resp.PaymentIntent.Id] = amount
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+
+			if proxy.Cuts() == 0 {
+				t.Fatal("the proxy broke nothing: the test proved nothing")
+			}
+			intents := d.list(t, "chaos")
+			perAmount := map[string]int{}
+			for _, pi := range intents {
+				perAmount[pi.Amount]++
+				if ids[pi.Id] == "" {
+					t.Errorf("intent %s (amount %s) was created but never returned", pi.Id, pi.Amount)
+				}
+			}
+			for amount, n := range perAmount {
+				if n != 1 {
+					t.Errorf("amount %s: %d intents", amount, n)
+				}
+			}
+			if len(intents) != creates || len(ids) != creates {
+				t.Errorf("%d intents exist and %d were returned, want %d and %d", len(intents), len(ids), creates, creates)
+			}
+			t.Logf("%d creates, %d broken by the proxy, %d intents, 0 duplicates", creates, proxy.Cuts(), len(intents))
+		})
 	}
 }

@@ -5,17 +5,13 @@ package main
 // walk away, a bounded shutdown.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,54 +23,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/paymentsd/paymentsd/boltintents"
-	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/bolttest"
+	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
-
-const hostileToken = "hostile-token"
-
-// bigDataFile writes a paymentsd data file of at least 16 MiB: 2,000 intents
-// of the principal of hostileToken, and 16 MiB of an embedder's data.
-func bigDataFile(t *testing.T) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "paymentsd.db")
-	db, err := boltstore.Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	intents, err := boltintents.New(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner := devPrincipal(hostileToken)
-	for i := range 2000 {
-		pi := &paymentsv1.PaymentIntent{Id: fmt.Sprintf("pi_%024x", i), State: paymentsv1.State_STATE_CREATED, Version: 1,
-			Amount: strconv.Itoa(i + 1), CreateTime: timestamppb.Now(), ExpireTime: timestamppb.New(time.Now().Add(time.Hour))}
-		if err := intents.CreateIntent(ctx, owner, pi); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bolttest.Fill(t, db, "filler", 16)
-	db.Close()
-	if info, err := os.Stat(path); err != nil || info.Size() < 16<<20 {
-		t.Fatalf("data file of %d bytes (%v), want at least 16 MiB", info.Size(), err)
-	}
-	return path
-}
-
-// devPrincipal is the principal dev mode gives token.
-func devPrincipal(token string) string { return "dev:" + sha256Hex(token) }
-
-func sha256Hex(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
 
 // changeWithDD sets the byte at offset of every occurrence of marker in the
 // file at path to b, with dd, and returns how many it changed.
@@ -98,33 +51,6 @@ func changeWithDD(t *testing.T, path string, marker []byte, offset int, b byte) 
 		}
 		n++
 	}
-}
-
-// damageWithDD zeroes count 4 KiB pages of path from page seek, with dd.
-func damageWithDD(t *testing.T, path string, seek, count int64) {
-	t.Helper()
-	out, err := exec.Command("dd", "if=/dev/zero", "of="+path, "bs=4096", "conv=notrunc",
-		fmt.Sprint("seek=", seek), fmt.Sprint("count=", count)).CombinedOutput()
-	if err != nil {
-		t.Fatalf("dd: %v\n%s", err, out)
-	}
-}
-
-// truncate cuts path to size bytes with truncate(1).
-func truncate(t *testing.T, path string, size int64) {
-	t.Helper()
-	if out, err := exec.Command("truncate", "-s", fmt.Sprint(size), path).CombinedOutput(); err != nil {
-		t.Fatalf("truncate: %v %s", err, out)
-	}
-}
-
-func filePages(t *testing.T, path string) int64 {
-	t.Helper()
-	info, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.Size() / 4096
 }
 
 func TestE2E_DamagedDataFile_RefusedAtStartNamingFileAndRemedy(t *testing.T) {
@@ -228,43 +154,6 @@ func TestE2E_KeyByteChangedOnDisk_RefusedAtStart(t *testing.T) {
 	}
 }
 
-// healthStatus asks d's grpc.health.v1 for the server's status.
-func healthStatus(t *testing.T, d *daemon) healthpb.HealthCheckResponse_ServingStatus {
-	t.Helper()
-	return serviceHealth(t, d, "")
-}
-
-// serviceHealth asks d's grpc.health.v1 for a service's status.
-func serviceHealth(t *testing.T, d *daemon, service string) healthpb.HealthCheckResponse_ServingStatus {
-	t.Helper()
-	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
-	if err != nil {
-		t.Fatalf("health check: %v", err)
-	}
-	return h.Status
-}
-
-// waitHealth waits up to a minute for d to report want.
-func waitHealth(t *testing.T, d *daemon, want healthpb.HealthCheckResponse_ServingStatus) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		got := healthStatus(t, d)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health %v after a minute, want %v:\n%s", got, want, d.stderr())
-		}
-	}
-}
-
 func TestE2E_PagesDamagedWhileServing_DataLossNotServingStillAlive(t *testing.T) {
 	path := bigDataFile(t)
 	d := startDaemon(t, path)
@@ -345,66 +234,6 @@ func TestE2E_APIKeys_OneHashUnderTwoPrincipals_RefusedNamingBothLines(t *testing
 	if log := d.stderr(); d.err == nil || !strings.Contains(log, keys+":2") || !strings.Contains(log, "line 1") {
 		t.Errorf("exit %v, log:\n%s\nwant a refusal naming %s:2 and line 1", d.err, log, keys)
 	}
-}
-
-// slowFsync attaches strace to d, delaying every fdatasync and fsync of
-// the real binary by delay, and detaches when the test ends.
-func slowFsync(t *testing.T, d *daemon, delay time.Duration) {
-	t.Helper()
-	us := fmt.Sprint(delay.Microseconds())
-	t.Cleanup(attachStrace(t, d, "-e", "trace=fdatasync,fsync", "-e", "inject=fdatasync:delay_enter="+us, "-e", "inject=fsync:delay_enter="+us))
-}
-
-// attachStrace attaches strace with args to d's threads, and returns the
-// func that detaches it, leaving paymentsd running.
-func attachStrace(t *testing.T, d *daemon, args ...string) (detach func()) {
-	t.Helper()
-	cmd := exec.Command("strace", append([]string{"-f", "-p", strconv.Itoa(d.cmd.Process.Pid), "-o", "/dev/null"}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("strace: %v", err)
-	}
-	detach = func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}
-	attached := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		var once sync.Once
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "attached") {
-				once.Do(func() { close(attached) })
-			}
-		}
-	}()
-	select {
-	case <-attached:
-		time.Sleep(100 * time.Millisecond) // the other threads
-	case <-time.After(30 * time.Second):
-		detach()
-		t.Fatal("strace did not attach")
-	}
-	return detach
-}
-
-// wantOneIntentPerAmount checks that hostileToken's intents, one amount per
-// key in these tests, hold each amount once, and returns how many there are.
-func wantOneIntentPerAmount(t *testing.T, d *daemon) int {
-	t.Helper()
-	byAmount := map[string]int{}
-	for _, pi := range d.list(t, hostileToken) {
-		byAmount[pi.Amount]++
-	}
-	for amount, n := range byAmount {
-		if n != 1 {
-			t.Errorf("amount %s: %d intents, want 1", amount, n)
-		}
-	}
-	return len(byAmount)
 }
 
 // A client that gives up after 2 ms while every fsync takes 200 ms, and a

@@ -4,13 +4,10 @@ package main
 // curl's view of it.
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,108 +17,6 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 )
-
-// seedBody is the seed's curl body.
-const seedBody = `{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3",` +
-	`"payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8",` +
-	`"merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",` +
-	`"amount":"100000000","expires_in_seconds":900}`
-
-// startHTTP runs paymentsd with the HTTP API on a free port and returns it
-// with the API's base URL.
-func startHTTP(t *testing.T, args ...string) (*daemon, string) {
-	t.Helper()
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), append([]string{"--http-listen", "127.0.0.1:0"}, args...)...)
-	return d, "http://" + d.logAddr(t, "http listening")
-}
-
-// logAddr returns the addr of the first log line with message msg.
-func (d *daemon) logAddr(t *testing.T, msg string) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		sc := bufio.NewScanner(strings.NewReader(d.stderr()))
-		for sc.Scan() {
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == msg {
-				return line.Addr
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no %q log line:\n%s", msg, d.stderr())
-	return ""
-}
-
-// httpAnswer is one HTTP exchange's answer.
-type httpAnswer struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// problem decodes an application/problem+json body.
-func (a httpAnswer) problem(t *testing.T) problemBody {
-	t.Helper()
-	var p problemBody
-	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Errorf("Content-Type %q, want application/problem+json; body %s", ct, a.body)
-	}
-	if err := json.Unmarshal(a.body, &p); err != nil {
-		t.Fatalf("problem body %s: %v", a.body, err)
-	}
-	return p
-}
-
-type problemBody struct {
-	Type, Title, Detail, Error string
-	Status                     int
-	FieldViolations            []struct{ Field, Description string } `json:"field_violations"`
-}
-
-// intent decodes a body that is one payment intent.
-func (a httpAnswer) intent(t *testing.T) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(a.body, &m); err != nil {
-		t.Fatalf("body %s: %v", a.body, err)
-	}
-	return m
-}
-
-// httpCall sends one request; headers are name, value pairs. A body is sent
-// as application/json unless the headers name another Content-Type.
-func httpCall(t *testing.T, method, url, body string, headers ...string) httpAnswer {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i < len(headers); i += 2 {
-		if http.CanonicalHeaderKey(headers[i]) == "Content-Type" {
-			req.Header.Set(headers[i], headers[i+1])
-			continue
-		}
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return httpAnswer{resp.StatusCode, resp.Header, b}
-}
-
-func bearer(token string) []string { return []string{"Authorization", "Bearer " + token} }
-
-func withHTTPKey(token, key string) []string { return append(bearer(token), "Idempotency-Key", key) }
 
 func TestHTTP_SeedTranscript_CreatedReplayedReused(t *testing.T) {
 	_, base := startHTTP(t)

@@ -1,74 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
-	"io"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 )
-
-// scrape reads /metrics into a map from `name{labels}` to value.
-func scrape(t *testing.T, addr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	return parseMetrics(t, body)
-}
-
-// parseMetrics reads the Prometheus text format: each sample's name and
-// labels to its value.
-func parseMetrics(t *testing.T, body []byte) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	for _, line := range strings.Split(string(body), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
-
-// metricsAddr is the address of d's metrics listener, from its log.
-func (d *daemon) metricsAddr(t *testing.T) string {
-	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(d.stderr()))
-	for sc.Scan() {
-		var line struct{ Msg, Addr string }
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "metrics listening" {
-			return line.Addr
-		}
-	}
-	t.Fatalf("no metrics address logged:\n%s", d.stderr())
-	return ""
-}
-
-// healthz returns the status code of GET /healthz on d's metrics listener.
-func (d *daemon) healthz(t *testing.T) int {
-	t.Helper()
-	resp, err := http.Get("http://" + d.metricsAddr(t) + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
 
 func TestE2E_Metrics_CountOutcomes(t *testing.T) {
 	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")

@@ -12,14 +12,8 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/pgtest"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
-
-// postgresURL is a new database of the package's cluster for this test.
-func postgresURL(t *testing.T) string {
-	t.Helper()
-	return pgtest.Require(t, pgCluster).NewDatabase(t, pgtest.DatabaseName(t.Name()))
-}
 
 // Two replicas on one database answer as one: a create on either is
 // replayed by the other, and its key reused for another request is a

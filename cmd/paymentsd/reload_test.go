@@ -9,7 +9,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -147,101 +146,6 @@ func (d *daemon) stillRunning(t *testing.T) {
 func (d *daemon) watching(t *testing.T) {
 	t.Helper()
 	d.waitLog(t, 10*time.Second, "admin socket listening", nil)
-}
-
-// exitOf waits up to limit for d to exit and returns its exit status.
-func exitOf(t *testing.T, d *daemon, limit time.Duration) int {
-	t.Helper()
-	select {
-	case <-d.exited:
-	case <-time.After(limit):
-		t.Fatalf("paymentsd %q still runs after %v, want it to exit at once:\n%s", d.cmd.Args[1:], limit, d.stderr())
-	}
-	var exit *exec.ExitError
-	switch {
-	case d.err == nil:
-		return 0
-	case errors.As(d.err, &exit):
-		return exit.ExitCode()
-	default:
-		t.Fatalf("paymentsd %q: %v", d.cmd.Args[1:], d.err)
-		return -1
-	}
-}
-
-// cleanEnv is this process's environment without any PAYMENTSD_ variable,
-// and with env added.
-func cleanEnv(env ...string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYMENTSD_") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, env...)
-}
-
-// launchEnv starts paymentsd with exactly args (none of launch's defaults)
-// in the environment env (nil: this process's).
-func launchEnv(t *testing.T, env []string, args ...string) *daemon {
-	t.Helper()
-	d := &daemon{exited: make(chan struct{})}
-	d.cmd = exec.Command(paymentsdBinary, args...)
-	d.cmd.Env = env
-	d.cmd.Stderr = &lockedWriter{d}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		d.err = d.cmd.Wait()
-		close(d.exited)
-	}()
-	t.Cleanup(func() {
-		d.cmd.Process.Kill()
-		<-d.exited
-	})
-	return d
-}
-
-// waitListening waits until d serves and returns its gRPC address.
-func waitListening(t *testing.T, d *daemon) string {
-	t.Helper()
-	select {
-	case <-d.exited:
-		t.Fatalf("paymentsd exited: %v\n%s", d.err, d.stderr())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("paymentsd did not start listening:\n%s", d.stderr())
-	case addr := <-d.listening():
-		return addr
-	}
-	return ""
-}
-
-// runBounded runs paymentsd args in env and kills it after limit, which
-// fails t: every refusal tested with it must come at once.
-func runBounded(t *testing.T, limit time.Duration, env []string, args ...string) run {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, paymentsdBinary, args...)
-	cmd.Env = env
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	start := time.Now()
-	err := cmd.Run()
-	r := run{stdout: out.String(), stderr: errOut.String()}
-	if ctx.Err() != nil {
-		t.Fatalf("paymentsd %q did not return within %v (killed):\nstdout:\n%s\nstderr:\n%s", args, limit, r.stdout, r.stderr)
-	}
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		r.code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("paymentsd %q: %v", args, err)
-	}
-	t.Logf("paymentsd %q: exit %d after %v", args, r.code, time.Since(start).Round(time.Millisecond))
-	return r
 }
 
 func TestReload_APIKeys_RenameSIGHUPAndBrokenFile(t *testing.T) {
@@ -631,7 +535,7 @@ func TestFIFO_DataFile_RefusedNotHanging(t *testing.T) {
 		{"backup", out, "--db", fifo},
 	} {
 		t.Run(args[0], func(t *testing.T) {
-			r := runBounded(t, exitBound, env, args...)
+			r := runBounded(t, exitBound, "", env, args...)
 			if r.code != 2 && r.code != 3 {
 				t.Errorf("exit %d, want 2 or 3\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 			}
@@ -738,20 +642,20 @@ func TestEnv_ConfiguresServer_FlagWins(t *testing.T) {
 	})
 
 	t.Run("check reads PAYMENTSD_DB", func(t *testing.T) {
-		r := runBounded(t, 30*time.Second, cleanEnv("PAYMENTSD_DB="+dbPath), "check")
+		r := runBounded(t, 30*time.Second, "", cleanEnv("PAYMENTSD_DB="+dbPath), "check")
 		r.want(t, 0, dbPath+": sound")
 		// The flag wins in a subcommand too.
-		r = runBounded(t, 30*time.Second, cleanEnv("PAYMENTSD_DB="+filepath.Join(dir, "no-such.db")), "check", "--db", dbPath)
+		r = runBounded(t, 30*time.Second, "", cleanEnv("PAYMENTSD_DB="+filepath.Join(dir, "no-such.db")), "check", "--db", dbPath)
 		r.want(t, 0, dbPath+": sound")
 		// And without the flag, the variable is what is read.
-		r = runBounded(t, 30*time.Second, cleanEnv("PAYMENTSD_DB="+filepath.Join(dir, "no-such.db")), "check")
+		r = runBounded(t, 30*time.Second, "", cleanEnv("PAYMENTSD_DB="+filepath.Join(dir, "no-such.db")), "check")
 		if r.code != 3 || !strings.Contains(r.stderr, filepath.Join(dir, "no-such.db")) {
 			t.Errorf("check with PAYMENTSD_DB naming no file: exit %d, stderr %q; want 3 naming it", r.code, r.stderr)
 		}
 	})
 
 	t.Run("help", func(t *testing.T) {
-		r := runBounded(t, 30*time.Second, cleanEnv(), "help")
+		r := runBounded(t, 30*time.Second, "", cleanEnv(), "help")
 		r.want(t, 0, "PAYMENTSD_", "PAYMENTSD_API_KEYS", "PAYMENTSD_DB")
 	})
 }
@@ -770,7 +674,7 @@ func TestEnv_DatabasePassword_NeverLogged(t *testing.T) {
 		t.Errorf("the log holds the password of PAYMENTSD_DB:\n%s", d.stderr())
 	}
 	// The operator commands read PAYMENTSD_DB too, and say as little.
-	r := runBounded(t, 20*time.Second, cleanEnv("PAYMENTSD_DB="+url), "record", "--principal", "p", "--key", "k")
+	r := runBounded(t, 20*time.Second, "", cleanEnv("PAYMENTSD_DB="+url), "record", "--principal", "p", "--key", "k")
 	if r.code == 0 {
 		t.Errorf("record on a database that does not answer: exit 0")
 	}
@@ -1080,11 +984,11 @@ func TestEnv_Record_APIKeysFromEnvironment(t *testing.T) {
 	t.Run("principal given, PAYMENTSD_API_KEYS set", func(t *testing.T) {
 		// PAYMENTSD_API_KEYS sets no flag the operator gave: record
 		// --principal must not be refused for it.
-		r := runBounded(t, 30*time.Second, env, "record", "--principal", "alice", "--key", "order-env", "--json")
+		r := runBounded(t, 30*time.Second, "", env, "record", "--principal", "alice", "--key", "order-env", "--json")
 		r.want(t, 0, `"alice"`)
 	})
 	t.Run("subcommand-only flags are not read from the environment", func(t *testing.T) {
-		r := runBounded(t, 30*time.Second, cleanEnv("PAYMENTSD_DB="+dbPath, "PAYMENTSD_PRINCIPAL=alice", "PAYMENTSD_KEY=order-env"), "record")
+		r := runBounded(t, 30*time.Second, "", cleanEnv("PAYMENTSD_DB="+dbPath, "PAYMENTSD_PRINCIPAL=alice", "PAYMENTSD_KEY=order-env"), "record")
 		if r.code != 2 || !strings.Contains(r.stderr, "--key is required") {
 			t.Errorf("record with PAYMENTSD_KEY and PAYMENTSD_PRINCIPAL only: exit %d, stderr %q; want 2, --key is required", r.code, r.stderr)
 		}

@@ -24,8 +24,8 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/faultproxy"
-	"github.com/paymentsd/paymentsd/internal/pgtest"
+	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
 
 // replicaRounds is the number of rounds of TestCrash_Replicas_PostgreSQL:

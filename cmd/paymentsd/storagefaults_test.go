@@ -12,14 +12,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,54 +33,11 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/testclock"
+	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/server"
 )
 
 const createMethod = paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName
-
-// mountTmpfs mounts a tmpfs of size (as mount's size= takes it) on a new
-// directory under t.TempDir() and unmounts it when the test ends. Cleanups
-// run last first, so a daemon started after this has been killed by then.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a %s tmpfs on %s: %v\n%s(the disk-full test needs root and mount)", size, dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v\n%s", dir, err, out)
-			exec.Command("umount", "-l", dir).Run() // do not leave it mounted
-		}
-	})
-	return dir
-}
-
-// fillUntilFull writes a filler file in dir until the file system refuses
-// a page with ENOSPC, and returns its path.
-func fillUntilFull(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	page := make([]byte, 4096)
-	for {
-		if _, err = f.Write(page); err != nil {
-			break
-		}
-	}
-	if !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("filling %s: %v, want ENOSPC", dir, err)
-	}
-	return path
-}
 
 // rpcLine is one "rpc" line of paymentsd's log.
 type rpcLine struct {

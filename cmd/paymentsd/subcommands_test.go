@@ -6,13 +6,11 @@ package main
 // bad command lines.
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,55 +25,8 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/pgtest"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
-
-// run is one run of a subcommand.
-type run struct {
-	stdout, stderr string
-	code           int
-}
-
-// paymentsd runs the binary with args, stdin as its standard input.
-func paymentsd(t *testing.T, stdin string, args ...string) run {
-	t.Helper()
-	cmd := exec.Command(paymentsdBinary, args...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	r := run{stdout: out.String(), stderr: errOut.String()}
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		r.code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("paymentsd %q: %v", args, err)
-	}
-	return r
-}
-
-func (r run) want(t *testing.T, code int, stdout ...string) {
-	t.Helper()
-	if r.code != code {
-		t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
-	}
-	for _, s := range stdout {
-		if !strings.Contains(r.stdout, s) {
-			t.Errorf("stdout does not say %q:\n%s\nstderr:\n%s", s, r.stdout, r.stderr)
-		}
-	}
-}
-
-// waitAdmin waits until d serves its admin socket.
-func waitAdmin(t *testing.T, d *daemon) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.stderr(), `"admin socket listening"`); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no admin socket:\n%s", d.stderr())
-		}
-	}
-}
 
 // recordJSON is paymentsd record --json's output.
 type recordJSON struct {

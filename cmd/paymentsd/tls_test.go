@@ -180,14 +180,7 @@ func startTLSDaemon(t *testing.T, certs *certSet, client string, args ...string)
 	d := launch(t, filepath.Join(t.TempDir(), "paymentsd.db"), append([]string{
 		"--tls-cert", certs.serverCert, "--tls-key", certs.serverKey, "--http-listen", "127.0.0.1:0",
 	}, args...)...)
-	select {
-	case <-d.exited:
-		t.Fatalf("paymentsd exited: %v\n%s", d.err, d.stderr())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("paymentsd did not start listening:\n%s", d.stderr())
-	case addr := <-d.listening():
-		d.addr = addr
-	}
+	d.addr = waitListening(t, d)
 	td := &tlsDaemon{daemon: d, httpAddr: d.logAddr(t, "http listening")}
 	d.client = paymentsv1.NewPaymentIntentServiceClient(td.dial(t, certs.clientTLS(t, client)))
 	return td

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/paymentsd/paymentsd/internal/pgtest"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
 
 var cluster *pgtest.Cluster

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/internal/faultproxy"
+	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
 )
 
 // echoServer echoes every connection until the test ends.
@@ -184,4 +185,79 @@ func TestCutWhenClientSends_TargetGetsItClientNoAnswer(t *testing.T) {
 	if line, err := r2.ReadString('\n'); err != nil || line != "COMMIT\n" {
 		t.Fatalf("a second connection sending the pattern: %q, %v; want its answer", line, err)
 	}
+}
+
+// A reply of at least the size given is swallowed and its connection cut,
+// once the target has had the request; shorter ones pass, and a chance of
+// 0 stops the dropping.
+func TestDropReplies_TargetAnsweredClientNot(t *testing.T) {
+	long := strings.Repeat("a", 1000) + "\n"
+	got := make(chan string, 1)
+	target := server(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if line == long {
+				select {
+				case got <- line:
+				default:
+				}
+			}
+			c.Write([]byte(line))
+		}
+	})
+	p, err := faultproxy.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.DropReplies(100, 1)
+	c, r := dial(t, p) // a short reply: through
+	c.Write([]byte(long))
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the target did not get the request")
+	}
+	if line, err := r.ReadString('\n'); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("a long reply: %d bytes, %v; want none, connection reset", len(line), err)
+	}
+	if n := p.Cuts(); n != 1 {
+		t.Fatalf("Cuts() = %d, want 1", n)
+	}
+
+	p.DropReplies(100, 0)
+	c2, r2 := dial(t, p)
+	c2.Write([]byte(long))
+	if line, err := r2.ReadString('\n'); err != nil || line != long {
+		t.Fatalf("a long reply with dropping stopped: %d bytes, %v; want it whole", len(line), err)
+	}
+}
+
+// Each connection is cut within its lifetime; with the limit lifted, new
+// connections live on.
+func TestLimitLifetime_CutsEachConnection(t *testing.T) {
+	p := newProxy(t)
+	p.LimitLifetime(20 * time.Millisecond)
+	for range 3 {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := waitBroken(t, c, bufio.NewReader(c)); !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("a connection past its lifetime: %v, want connection reset", err)
+		}
+	}
+	if n := p.Cuts(); n != 3 {
+		t.Fatalf("Cuts() = %d, want 3", n)
+	}
+
+	p.LimitLifetime(0)
+	c, r := dial(t, p)
+	time.Sleep(50 * time.Millisecond)
+	roundTrip(t, c, r)
 }

@@ -1,7 +1,9 @@
 // Package faultproxy is a loopback TCP proxy that cuts the connections it
 // carries, for tests of what a client (a paymentsd replica and its
-// PostgreSQL pool) does when the network drops it mid-conversation: a reset
-// rather than a clean close, at a moment the client does not choose.
+// PostgreSQL pool, a gRPC client retrying through its interceptor) does
+// when the network drops it mid-conversation: a reset rather than a clean
+// close, at a moment the client does not choose, or right after the target
+// has answered, the answer lost.
 package faultproxy
 
 import (
@@ -30,6 +32,9 @@ type Proxy struct {
 	cuts     int
 	stopCuts chan struct{} // closes to stop the running CutEvery loop, if any
 	cutOn    []byte        // see CutWhenClientSends; nil when unarmed
+	lifetime time.Duration // see LimitLifetime; 0 when unlimited
+	dropMin  int           // see DropReplies
+	dropP    float64       // see DropReplies; 0 when off
 }
 
 // pair is one proxied connection: the client's side and the target's.
@@ -94,13 +99,18 @@ func (p *Proxy) serve(client *net.TCPConn) {
 		return
 	}
 	p.conns[pr] = struct{}{}
+	lifetime := p.lifetime
 	p.mu.Unlock()
 
 	var copies sync.WaitGroup
 	copies.Add(2)
 	go pr.copy(&copies, cutter{conn: pr.server, p: p, pr: pr}, pr.client)
-	go pr.copy(&copies, pr.client, pr.server)
-	copies.Wait()
+	go pr.copy(&copies, dropper{conn: pr.client, p: p, pr: pr}, pr.server)
+	if lifetime > 0 {
+		p.cutAfter(pr, rand.N(lifetime), &copies)
+	} else {
+		copies.Wait()
+	}
 
 	p.mu.Lock()
 	delete(p.conns, pr)
@@ -145,6 +155,84 @@ func (c cutter) Write(b []byte) (int, error) {
 }
 
 func (c cutter) CloseWrite() error { return c.conn.CloseWrite() }
+
+// dropper writes what a server sends to its client, unless DropReplies
+// picks the write: then it cuts the pair instead, the bytes never sent.
+type dropper struct {
+	conn *net.TCPConn // not embedded, as in cutter
+	p    *Proxy
+	pr   *pair
+}
+
+func (d dropper) Write(b []byte) (int, error) {
+	if d.p.dropOnReply(d.pr, b) {
+		return 0, errCut
+	}
+	return d.conn.Write(b)
+}
+
+func (d dropper) CloseWrite() error { return d.conn.CloseWrite() }
+
+// dropOnReply cuts pr, if it is still live, when DropReplies picks b.
+func (p *Proxy) dropOnReply(pr *pair, b []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dropP <= 0 || len(b) < p.dropMin || rand.Float64() >= p.dropP {
+		return false
+	}
+	return p.cutLiveLocked(pr)
+}
+
+// DropReplies makes the proxy, from now on, swallow what a target sends
+// when one read of it holds at least minLen bytes, with probability chance
+// (1: always), and cut that connection instead of forwarding the bytes: the
+// target has handled the request, its client never gets the answer. (For
+// gRPC, 100 bytes tells a response from the HTTP/2 settings, pings and
+// window updates, which are smaller.) A chance of 0 stops it.
+func (p *Proxy) DropReplies(minLen int, chance float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropMin, p.dropP = minLen, chance
+}
+
+// LimitLifetime makes the proxy cut each connection it accepts from now on
+// after a random lifetime, uniform in [0, limit): no connection lives long,
+// and each dies at a moment its client does not choose. 0 leaves the
+// connections accepted afterwards alone.
+func (p *Proxy) LimitLifetime(limit time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lifetime = limit
+}
+
+// cutAfter waits for copies, and cuts pr if it is still live after life.
+func (p *Proxy) cutAfter(pr *pair, life time.Duration, copies *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() {
+		copies.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(life)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		p.mu.Lock()
+		p.cutLiveLocked(pr)
+		p.mu.Unlock()
+		<-done
+	}
+}
+
+// cutLiveLocked cuts pr, and counts it, unless it has ended, been cut
+// already, or the proxy is closing; it reports whether it cut.
+func (p *Proxy) cutLiveLocked(pr *pair) bool {
+	if _, live := p.conns[pr]; !live || p.closed {
+		return false
+	}
+	p.cutLocked(pr)
+	return true
+}
 
 // cutOnMatch cuts pr and disarms the pattern if b holds it.
 func (p *Proxy) cutOnMatch(pr *pair, b []byte) bool {
