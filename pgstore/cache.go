@@ -55,5 +55,5 @@ func (db *DB) remember(k interceptor.RecordKey, rec *interceptor.Record) {
 func (db *DB) sawClock(now time.Time) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	db.clockOffset = now.Sub(time.Now())
+	db.clockOffset = time.Until(now)
 }

@@ -27,11 +27,6 @@ var (
 // sweep holds many row locks or a long transaction.
 const sweepBatch = 1000
 
-const (
-	stateInFlight  = 1
-	stateCompleted = 2
-)
-
 // Claim decides req and, when it is claimed, commits the claim before
 // returning.
 func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
@@ -381,7 +376,8 @@ func (db *DB) CountRecords(ctx context.Context) (int64, error) {
 
 // Renew extends the claim's lease by its length from now, on the
 // database's clock (with CallerClock, to claim.LeaseExpiry), provided the
-// claim is still the stored one.
+// claim is still the stored one (state 1 is interceptor.StateInFlight, as
+// queueInsert stores it).
 func (db *DB) Renew(ctx context.Context, k interceptor.RecordKey, claim *interceptor.Record) error {
 	var to *time.Time
 	if db.opts.CallerClock {

@@ -394,9 +394,6 @@ func (m *Main) serveMetrics(lis net.Listener) {
 	})
 }
 
-// Addr is the address paymentsd listens on, once Run has returned.
-func (m *Main) Addr() string { return m.listener.Addr().String() }
-
 // swept reports a sweep of expired idempotency records.
 func (m *Main) swept(n int, err error) {
 	if err != nil {
