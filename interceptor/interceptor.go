@@ -65,6 +65,10 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	defer func() {
 		obs.Code = status.Code(err)
 		traceObservation(ctx, obs)
+		if obs.Err != nil { // the caller knows only the code; the operator needs the cause
+			i.opts.logger.LogAttrs(ctx, slog.LevelError, "idempotency: store failed",
+				slog.String("method", obs.FullMethod), slog.String("code", obs.Code.String()), slog.String("err", obs.Err.Error()))
+		}
 		i.opts.observer.Finished(ctx, *obs)
 	}()
 	rk, dedup, fp, err := i.identify(ctx, req, info.FullMethod)

@@ -71,10 +71,20 @@ type Observer interface {
 	Finished(ctx context.Context, o Observation)
 }
 
-type noObserver struct{}
+// observers tells each of its observers, in the order they were given.
+type observers []Observer
 
-func (noObserver) Claimed(context.Context, Observation)  {}
-func (noObserver) Finished(context.Context, Observation) {}
+func (all observers) Claimed(ctx context.Context, o Observation) {
+	for _, ob := range all {
+		ob.Claimed(ctx, o)
+	}
+}
+
+func (all observers) Finished(ctx context.Context, o Observation) {
+	for _, ob := range all {
+		ob.Finished(ctx, o)
+	}
+}
 
 // Option configures the interceptor.
 type Option func(*options)
@@ -86,7 +96,7 @@ type options struct {
 	defaultPolicy  KeyPolicy
 	scope          ScopeFunc
 	now            func() time.Time
-	observer       Observer
+	observer       observers
 	maxResult      int
 	exclude        []protoreflect.FullName
 	inFlightWait   time.Duration
@@ -113,7 +123,6 @@ func evaluateOptions(opts []Option) *options {
 		defaultPolicy:  KeyOptional,
 		scope:          BearerScope,
 		now:            time.Now,
-		observer:       noObserver{},
 		maxResult:      DefaultMaxResultSize,
 		transactional:  map[string]bool{},
 		logger:         slog.Default(),
@@ -202,12 +211,17 @@ func WithTransactional(fullMethods ...string) Option {
 // Default DefaultHandlerTimeout.
 func WithHandlerTimeout(d time.Duration) Option { return func(o *options) { o.handlerTimeout = d } }
 
-// WithLogger sets where problems that reach no caller are logged, such as a
-// lease renewal that failed. Default slog.Default().
+// WithLogger sets where problems that reach no caller are logged: the
+// cause of a store failure the caller was told of only by its code
+// (UNAVAILABLE, DATA_LOSS), a lease renewal that failed. Default
+// slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// WithObserver has o told of every request the interceptor sees.
-func WithObserver(o Observer) Option { return func(opts *options) { opts.observer = o } }
+// WithObserver has o told of every request the interceptor sees. Each
+// call adds one: metrics and a log, say, both observe.
+func WithObserver(o Observer) Option {
+	return func(opts *options) { opts.observer = append(opts.observer, o) }
+}
 
 // check reports options that cannot work: a lease not shorter than the
 // TTL, a method name not of the form "/package.Service/Method" (a typo
