@@ -66,10 +66,8 @@ func main() {
 		}
 		os.Exit(1)
 	}
-	admin := m.serveAdmin() // nil for PostgreSQL
 	<-ctx.Done()
 	stop() // a second signal kills at once
-	admin.close()
 	if err := m.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "paymentsd:", err)
 		os.Exit(1)
@@ -118,6 +116,7 @@ type Main struct {
 	hup      chan os.Signal     // SIGHUP: read the credential files again
 	keysFile *filewatch.Watcher // --api-keys; nil without
 	tlsFiles *filewatch.Watcher // the --tls-* files; nil without
+	admin    *adminServer       // the admin socket; nil for PostgreSQL
 	// reloading serialises reloads: a watcher's and a SIGHUP's, each
 	// reading then storing, could otherwise store the older file last.
 	reloading sync.Mutex
@@ -331,6 +330,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.wg.Go(func() { m.watchHealth(ctx) })
 	m.watchCredentials(ctx)
 	m.serveHTTP()
+	m.admin = m.serveAdmin() // nil for PostgreSQL
 	return nil
 }
 
@@ -416,6 +416,7 @@ func (m *Main) Close() error {
 	if m.grpc == nil {
 		return nil
 	}
+	m.admin.close() // first: a backup in progress must not hold the file open
 	m.Logger.Info("shutting down", "grace", m.Config.ShutdownGrace.String())
 	m.stop()            // the sweeper and the health watcher, which could report SERVING again
 	m.health.Shutdown() // drain: load balancers stop sending
