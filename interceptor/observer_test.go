@@ -2,7 +2,6 @@ package interceptor_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,31 +12,11 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 )
 
-// countingObserver counts what it is told.
-type countingObserver struct {
-	mu                sync.Mutex
-	claimed, finished int
-	codes             []codes.Code
-}
-
-func (c *countingObserver) Claimed(context.Context, interceptor.Observation) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.claimed++
-}
-
-func (c *countingObserver) Finished(_ context.Context, o interceptor.Observation) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.finished++
-	c.codes = append(c.codes, o.Code)
-}
-
 // Every WithObserver observes, and a store failure's cause, which the
 // caller is told only as UNAVAILABLE, is logged through WithLogger with no
 // observer written for it.
 func TestObservers_AllObserve_StoreFailureLogged(t *testing.T) {
-	first, second := &countingObserver{}, &countingObserver{}
+	first, second := &recordingObserver{}, &recordingObserver{}
 	var logged bytes.Buffer
 	var mu sync.Mutex
 	logger := slog.New(slog.NewJSONHandler(&lockedBuffer{mu: &mu, b: &logged}, nil))
@@ -47,10 +26,10 @@ func TestObservers_AllObserve_StoreFailureLogged(t *testing.T) {
 	}
 	fs.failClaim.Store(true)
 	h.send("tok", "k2", payload("y"))
-	for name, o := range map[string]*countingObserver{"first": first, "second": second} {
+	for name, o := range map[string]*recordingObserver{"first": first, "second": second} {
 		o.mu.Lock()
-		if o.claimed != 1 || o.finished != 2 || o.codes[1] != codes.Unavailable {
-			t.Errorf("%s observer: claimed %d, finished %d (%v); want 1, 2, the second UNAVAILABLE", name, o.claimed, o.finished, o.codes)
+		if o.claimed != 1 || len(o.finished) != 2 || o.finished[1].Code != codes.Unavailable {
+			t.Errorf("%s observer: claimed %d, finished %v; want 1, and two, the second UNAVAILABLE", name, o.claimed, o.finished)
 		}
 		o.mu.Unlock()
 	}
