@@ -64,7 +64,7 @@ func TestKeptRecord_AnswersWithoutReadingUntilReplacedOrSwept(t *testing.T) {
 	t0 := time.Now()
 	claim := func(fp interceptor.Fingerprint, now time.Time) (interceptor.Outcome, interceptor.Tx) {
 		t.Helper()
-		outcome, _, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), false)
+		outcome, _, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), interceptor.ClaimInTx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,11 +72,11 @@ func TestKeptRecord_AnswersWithoutReadingUntilReplacedOrSwept(t *testing.T) {
 	}
 	complete := func(fp interceptor.Fingerprint, now time.Time, text string) {
 		t.Helper()
-		outcome, rec, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), false)
+		outcome, rec, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), interceptor.ClaimInTx)
 		if err != nil || !outcome.Claimed() {
 			t.Fatalf("claim at %v: %v, %v; want it claimed", now.Sub(t0), outcome, err)
 		}
-		if err := tx.Commit(ctx, rec.Completed(textResult(t, text)), true); err != nil {
+		if err := tx.Commit(ctx, rec.Completed(textResult(t, text)), interceptor.KeepWrites); err != nil {
 			t.Fatal(err)
 		}
 	}

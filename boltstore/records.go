@@ -43,7 +43,7 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 // since this process knows the handler is alive. A slow disk that delays
 // renewals cannot get a live worker taken over; only a claim whose process
 // ended (an orphan) or whose Tx ended without a result is.
-func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, durable)
 	if tx == nil {
 		return outcome, rec, nil, err // no typed nil in the interface
@@ -51,7 +51,7 @@ func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable
 	return outcome, rec, tx, err
 }
 
-func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}

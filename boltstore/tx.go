@@ -82,7 +82,7 @@ func (t *Tx) end() (writes []func(*bolt.Tx) error, failed error, ok bool) {
 // ended, either way: committed, its record answers for it; failed, a claim
 // that was not durable leaves the key free to run afresh, a durable one
 // stays in flight under the lease rule.
-func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bool) error {
+func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites interceptor.Writes) error {
 	writes, failed, ok := t.end()
 	if !ok {
 		return ErrTxDone

@@ -187,7 +187,7 @@ func claim(t *testing.T, b Backend, req interceptor.ClaimRequest, want intercept
 
 // claimTx claims a new key through ClaimTx; the Tx is rolled back when the
 // test ends unless it ended before.
-func claimTx(t *testing.T, b Backend, req interceptor.ClaimRequest, durable bool) (*interceptor.Record, interceptor.Tx) {
+func claimTx(t *testing.T, b Backend, req interceptor.ClaimRequest, durable interceptor.Durability) (*interceptor.Record, interceptor.Tx) {
 	t.Helper()
 	got, rec, tx, err := b.Records.ClaimTx(context.Background(), req, durable)
 	if tx != nil {
@@ -530,7 +530,7 @@ func testStagedVisibleAfterCommit(t *testing.T, open Opener) {
 				t.Errorf("ListIntents before Commit = %v, want nothing", got)
 			}
 
-			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), keepWrites); err != nil {
+			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), interceptor.Writes(keepWrites)); err != nil {
 				t.Fatalf("Commit: %v", err)
 			}
 			if keepWrites {
@@ -584,7 +584,7 @@ func testFailedWriteRollsBack(t *testing.T, open Opener) {
 				createDup()
 			}
 
-			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), true); err == nil {
+			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), interceptor.KeepWrites); err == nil {
 				t.Fatal("Commit of a Tx with a create of a taken id = nil, want an error")
 			}
 			absent(t, b, "alice", fresh.Id)
@@ -612,7 +612,7 @@ func testTakeoverDropsWrites(t *testing.T, open Opener) {
 		// An exclusive store never takes over a Tx this process still runs:
 		// its writes commit with its result, however late.
 		claim(t, b, request("k", t0.Add(time.Hour)), interceptor.OutcomeInFlight)
-		if err := tx.Commit(context.Background(), first.Completed(result(t, "live")), true); err != nil {
+		if err := tx.Commit(context.Background(), first.Completed(result(t, "live")), interceptor.KeepWrites); err != nil {
 			t.Fatalf("Commit(live attempt past its lease) = %v, want it stored", err)
 		}
 		if got := list(t, b, "alice"); len(got) != 1 || got[0] != pi.Id {
@@ -622,7 +622,7 @@ func testTakeoverDropsWrites(t *testing.T, open Opener) {
 	}
 	second := claim(t, b, request("k", t0.Add(lease)), interceptor.OutcomeTakeover)
 
-	if err := tx.Commit(context.Background(), first.Completed(result(t, "stale")), true); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := tx.Commit(context.Background(), first.Completed(result(t, "stale")), interceptor.KeepWrites); !errors.Is(err, interceptor.ErrSuperseded) {
 		t.Fatalf("Commit(attempt 1 after takeover) = %v, want ErrSuperseded", err)
 	}
 	absent(t, b, "alice", pi.Id)
@@ -640,7 +640,7 @@ func testRollbackDropsWrites(t *testing.T, open Opener) {
 		t.Run(fmt.Sprintf("durable=%t", durable), func(t *testing.T) {
 			b := newBackend(t, open)
 			req := request("k", t0)
-			_, tx := claimTx(t, b, req, durable)
+			_, tx := claimTx(t, b, req, interceptor.Durability(durable))
 			ctx := tx.Context(context.Background())
 			pi := intent("pi_rolled_back", t0)
 			if err := b.Intents.CreateIntent(ctx, "alice", pi); err != nil {

@@ -50,7 +50,7 @@ func (s *faultyStore) Claim(ctx context.Context, req interceptor.ClaimRequest) (
 	return s.DB.Claim(ctx, req)
 }
 
-func (s *faultyStore) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+func (s *faultyStore) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
 	if s.failClaim.Load() {
 		return 0, nil, nil, errInjected
 	}
@@ -67,7 +67,7 @@ type faultyTx struct {
 	store *faultyStore
 }
 
-func (t *faultyTx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bool) error {
+func (t *faultyTx) Commit(ctx context.Context, done *interceptor.Record, keepWrites interceptor.Writes) error {
 	if t.store.failComplete.Load() {
 		t.Tx.Rollback()
 		return t.store.completeFault()

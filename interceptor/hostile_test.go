@@ -22,7 +22,7 @@ type slowBolt struct {
 	delay time.Duration
 }
 
-func (s *slowBolt) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+func (s *slowBolt) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
 	outcome, rec, tx, err := s.DB.ClaimTx(ctx, req, durable)
 	if outcome.Claimed() {
 		time.Sleep(s.delay)
@@ -43,7 +43,7 @@ type slowCommit struct {
 	delay time.Duration
 }
 
-func (t *slowCommit) Commit(ctx context.Context, done *interceptor.Record, keepWrites bool) error {
+func (t *slowCommit) Commit(ctx context.Context, done *interceptor.Record, keepWrites interceptor.Writes) error {
 	time.Sleep(t.delay)
 	return t.Tx.Commit(ctx, done, keepWrites)
 }

@@ -180,7 +180,11 @@ func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, o
 			err     error
 		)
 		if i.txStore != nil {
-			outcome, rec, tx, err = i.txStore.ClaimTx(ctx, req, !i.opts.transactional[obs.FullMethod])
+			durability := ClaimDurable
+			if i.opts.transactional[obs.FullMethod] {
+				durability = ClaimInTx // its writes are its only effect: they and the claim commit together
+			}
+			outcome, rec, tx, err = i.txStore.ClaimTx(ctx, req, durability)
 		} else {
 			outcome, rec, err = i.store.Claim(ctx, req)
 		}
@@ -329,7 +333,11 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	defer cancel()
 	start = time.Now()
 	if tx != nil {
-		err = tx.Commit(cctx, claim.Completed(result), result.Status == nil)
+		writes := KeepWrites
+		if result.Status != nil {
+			writes = DropWrites // a handler that failed leaves no writes behind
+		}
+		err = tx.Commit(cctx, claim.Completed(result), writes)
 	} else {
 		err = i.store.Complete(cctx, rk, claim.Completed(result))
 	}

@@ -52,13 +52,33 @@ type TxStore interface {
 
 	// ClaimTx decides req as Claim does. When the outcome is Claimed, it
 	// returns the Tx that the handler's writes join and that completes the
-	// claim. With durable, the claim is committed before ClaimTx returns,
-	// as Claim's is. Without it (a transactional method, whose only effects
-	// are writes through the Tx), the claim need only keep concurrent
+	// claim. A ClaimDurable claim is committed before ClaimTx returns, as
+	// Claim's is. A ClaimInTx one (a transactional method, whose only
+	// effects are writes through the Tx) need only keep concurrent
 	// duplicates out until the Tx ends: it becomes durable together with
 	// the handler's writes and the completion, or never.
-	ClaimTx(ctx context.Context, req ClaimRequest, durable bool) (Outcome, *Record, Tx, error)
+	ClaimTx(ctx context.Context, req ClaimRequest, durability Durability) (Outcome, *Record, Tx, error)
 }
+
+// Durability says when a claim of ClaimTx is committed.
+type Durability bool
+
+const (
+	// ClaimInTx: with the Tx that completes it, or never.
+	ClaimInTx Durability = false
+	// ClaimDurable: before ClaimTx returns.
+	ClaimDurable Durability = true
+)
+
+// Writes says whether Commit keeps the handler's writes.
+type Writes bool
+
+const (
+	// DropWrites: the completion alone is stored (a handler that failed).
+	DropWrites Writes = false
+	// KeepWrites: the handler's writes commit with the completion.
+	KeepWrites Writes = true
+)
 
 // Tx is a unit of work of a TxStore: the handler's writes and the
 // completion of one claim, committed together. Exactly one of Commit and
@@ -68,14 +88,14 @@ type Tx interface {
 	// through the store's repositories with it join the Tx.
 	Context(parent context.Context) context.Context
 
-	// Commit stores done, the completed form of the claim, and, when
-	// keepWrites is true, the writes the handler made through the Tx, in
+	// Commit stores done, the completed form of the claim, and, with
+	// KeepWrites, the writes the handler made through the Tx, in
 	// one transaction, provided CheckClaim finds the claim still the stored
 	// one (ErrSuperseded otherwise). If any of it fails, none of it is
 	// stored, a claim that was not durable is released, and the error is
 	// returned; unless the store cannot tell whether it was stored, which
 	// its error says by wrapping ErrOutcomeUnknown.
-	Commit(ctx context.Context, done *Record, keepWrites bool) error
+	Commit(ctx context.Context, done *Record, writes Writes) error
 
 	// Rollback discards the handler's writes and releases a claim that was
 	// not durable; a durable claim stays in flight, for the lease rule.

@@ -248,7 +248,7 @@ func TestUpdate_LockTimeoutInTx_FailsTx(t *testing.T) {
 		Scheme:      interceptor.FingerprintScheme,
 		Now:         t0, Lease: 30 * time.Second, TTL: time.Hour,
 	}
-	outcome, rec, tx, err := db.ClaimTx(ctx, req, false)
+	outcome, rec, tx, err := db.ClaimTx(ctx, req, interceptor.ClaimInTx)
 	if err != nil || outcome != interceptor.OutcomeFresh {
 		t.Fatalf("ClaimTx = %v, %v", outcome, err)
 	}
@@ -260,7 +260,7 @@ func TestUpdate_LockTimeoutInTx_FailsTx(t *testing.T) {
 	if err == nil || !isLockTimeout(err) || ctx.Err() != nil || calls != 0 {
 		t.Fatalf("UpdateIntent in a Tx past the lock timeout = %v (context %v) after %d calls of update; want the lock timeout at once, update never called", err, ctx.Err(), calls)
 	}
-	if err := tx.Commit(context.Background(), rec.Completed(&interceptor.Result{}), true); err == nil {
+	if err := tx.Commit(context.Background(), rec.Completed(&interceptor.Result{}), interceptor.KeepWrites); err == nil {
 		t.Error("Commit of a Tx whose update timed out = nil, want an error")
 	}
 	holder.Rollback(context.Background())

@@ -133,7 +133,7 @@ func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing
 			opts := &pgstore.Options{LockTimeout: 300 * time.Millisecond}
 			a, b := open(t, name, opts), open(t, name, opts)
 			req := request("k", time.Now())
-			outcome, rec, tx, err := a.ClaimTx(context.Background(), req, false)
+			outcome, rec, tx, err := a.ClaimTx(context.Background(), req, interceptor.ClaimInTx)
 			if err != nil || outcome != interceptor.OutcomeFresh {
 				t.Fatalf("ClaimTx = %v, %v", outcome, err)
 			}
@@ -153,7 +153,7 @@ func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing
 			} else {
 				time.Sleep(50 * time.Millisecond) // let it reach the lock (if it does not, it still replays)
 			}
-			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), true); err != nil {
+			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), interceptor.KeepWrites); err != nil {
 				t.Fatalf("Commit: %v", err)
 			}
 			if !holdPastTimeout {
@@ -171,7 +171,7 @@ func TestWatch_ClaimEndsInOtherProcess_WakesWatcher(t *testing.T) {
 	name := fresh("watch")
 	a, b := open(t, name, nil), open(t, name, nil)
 	req := request("k", time.Now())
-	_, rec, tx, err := a.ClaimTx(context.Background(), req, true)
+	_, rec, tx, err := a.ClaimTx(context.Background(), req, interceptor.ClaimDurable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestWatch_ClaimEndsInOtherProcess_WakesWatcher(t *testing.T) {
 	defer stop()
 	other, stopOther := b.Watch(interceptor.RecordKey{Scope: "alice", Key: "other"})
 	defer stopOther()
-	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), true); err != nil {
+	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), interceptor.KeepWrites); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -292,7 +292,7 @@ func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
 	db := open(t, fresh("restart"), nil)
 	ctx := context.Background()
 	req := request("cut", time.Now())
-	_, rec, tx, err := db.ClaimTx(ctx, req, false)
+	_, rec, tx, err := db.ClaimTx(ctx, req, interceptor.ClaimInTx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
 			c.StartAgain(t)
 		}
 	}()
-	if err := tx.Commit(ctx, rec.Completed(result(t, "lost")), true); err == nil {
+	if err := tx.Commit(ctx, rec.Completed(result(t, "lost")), interceptor.KeepWrites); err == nil {
 		t.Fatal("Commit with the database down = nil, want an error")
 	}
 	down, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -421,19 +421,19 @@ func TestCommit_ConnectionLostAtCommit_OutcomeUnknown(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 
 	req := request("k", time.Now())
-	outcome, rec, tx, err := db.ClaimTx(ctx, req, false)
+	outcome, rec, tx, err := db.ClaimTx(ctx, req, interceptor.ClaimInTx)
 	if err != nil || outcome != interceptor.OutcomeFresh {
 		t.Fatalf("ClaimTx = %v, %v; want fresh", outcome, err)
 	}
 	proxy.CutWhenClientSends([]byte("COMMIT"))
-	err = tx.Commit(ctx, rec.Completed(result(t, "the answer")), true)
+	err = tx.Commit(ctx, rec.Completed(result(t, "the answer")), interceptor.KeepWrites)
 	if !errors.Is(err, interceptor.ErrOutcomeUnknown) {
 		t.Fatalf("Commit over a connection lost at COMMIT = %v, want ErrOutcomeUnknown", err)
 	}
 	if proxy.Cuts() != 1 {
 		t.Fatalf("%d cuts, want the one at COMMIT", proxy.Cuts())
 	}
-	switch outcome, _, tx, err := db.ClaimTx(ctx, request("k", time.Now()), false); {
+	switch outcome, _, tx, err := db.ClaimTx(ctx, request("k", time.Now()), interceptor.ClaimInTx); {
 	case err != nil:
 		t.Fatalf("the next claim: %v", err)
 	case outcome == interceptor.OutcomeFresh:

@@ -43,7 +43,7 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 // inserted, completed, when the Tx commits. Other processes' claims of the
 // key wait for the lock, and see the result once it commits. A crash, or a
 // connection lost, releases the lock and leaves nothing.
-func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, durable)
 	if tx == nil {
 		return outcome, rec, nil, err // no typed nil in the interface
@@ -56,7 +56,7 @@ func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable
 // duplicate of a claim not yet committed, in any process, waits for the
 // lock (LockTimeout at most) and then reads what it committed. Completed
 // records found before are answered from memory, without the database.
-func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable bool) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
@@ -104,7 +104,7 @@ var errLocked = errors.New("pgstore: key locked by another claim")
 // that is not durable keeps the transaction open, and the lock, in the
 // returned Tx: its record is written when it commits. A durable one writes
 // its claim, commits and unlocks at once.
-func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durable bool) (outcome interceptor.Outcome, rec *interceptor.Record, tx *Tx, err error) {
+func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (outcome interceptor.Outcome, rec *interceptor.Record, tx *Tx, err error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return 0, nil, nil, err
@@ -112,7 +112,7 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 	// Taken before the lock is asked for: a duplicate waiting elsewhere
 	// times its wait from no earlier than this (see Tx.Commit's notice).
 	claimedAt := time.Now()
-	t := &Tx{db: db, key: req.Key, lock: lockID(req.Key), durable: durable, conn: conn}
+	t := &Tx{db: db, key: req.Key, lock: lockID(req.Key), durable: bool(durable), conn: conn}
 	defer func() {
 		if tx == nil {
 			t.rollbackLocked()

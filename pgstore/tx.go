@@ -89,7 +89,7 @@ func (t *Tx) run(ctx context.Context, fn func(Querier) error) error {
 // one transaction, if the claim still stands and no statement run through
 // t failed. Waiters in other processes hear of it when it may have kept
 // them waiting: for a durable claim, or one held longer than LockTimeout.
-func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bool) error {
+func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites interceptor.Writes) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.ended {
@@ -102,7 +102,7 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites bo
 	}
 	notify := t.durable || time.Since(t.claimedAt) >= t.db.opts.LockTimeout
 	if t.durable {
-		return t.commitDurableLocked(ctx, done, keepWrites, notify)
+		return t.commitDurableLocked(ctx, done, bool(keepWrites), notify)
 	}
 	// One round trip. Should the record's insert fail (the claim was
 	// superseded), the transaction aborts and the COMMIT after it does

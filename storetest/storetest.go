@@ -173,7 +173,7 @@ func claim(t *testing.T, s Store, req interceptor.ClaimRequest, want interceptor
 // claimTx claims req through ClaimTx and checks the outcome. A claimed
 // outcome returns its Tx, rolled back when the test ends unless it ended
 // before (Rollback after Commit does nothing); any other returns no Tx.
-func claimTx(t *testing.T, s interceptor.TxStore, req interceptor.ClaimRequest, durable bool, want interceptor.Outcome) (*interceptor.Record, interceptor.Tx) {
+func claimTx(t *testing.T, s interceptor.TxStore, req interceptor.ClaimRequest, durable interceptor.Durability, want interceptor.Outcome) (*interceptor.Record, interceptor.Tx) {
 	t.Helper()
 	got, rec, tx, err := s.ClaimTx(context.Background(), req, durable)
 	if tx != nil {
@@ -197,7 +197,7 @@ func claimTx(t *testing.T, s interceptor.TxStore, req interceptor.ClaimRequest, 
 // commit commits tx with claim completed as result, keeping its writes.
 func commit(t *testing.T, tx interceptor.Tx, claim *interceptor.Record, result *interceptor.Result) {
 	t.Helper()
-	if err := tx.Commit(context.Background(), claim.Completed(result), true); err != nil {
+	if err := tx.Commit(context.Background(), claim.Completed(result), interceptor.KeepWrites); err != nil {
 		t.Fatalf("Commit(attempt %d): %v", claim.Attempt, err)
 	}
 }
@@ -621,7 +621,7 @@ func testClaimTxCanceled(t *testing.T, open Opener) {
 			s := newStore(t, open)
 			ts := asTxStore(t, s)
 			req := request("k", "body", t0)
-			got, _, tx, err := ts.ClaimTx(canceled(), req, durable)
+			got, _, tx, err := ts.ClaimTx(canceled(), req, interceptor.Durability(durable))
 			if tx != nil {
 				t.Cleanup(tx.Rollback)
 				t.Errorf("ClaimTx(canceled context) returned a Tx, want none")
@@ -694,7 +694,7 @@ func testTxConcurrent(t *testing.T, open Opener) {
 					wg.Go(func() {
 						body := fmt.Sprintf("body-%d", i%tc.bodies)
 						durable := i%2 == 0
-						got, _, tx, err := ts.ClaimTx(context.Background(), request(key, body, t0), durable)
+						got, _, tx, err := ts.ClaimTx(context.Background(), request(key, body, t0), interceptor.Durability(durable))
 						if err != nil {
 							t.Error(err)
 						}
@@ -821,14 +821,14 @@ func testTxSuperseded(t *testing.T, open Opener) {
 		// The store is this process's alone, and this process still runs the
 		// claim's Tx: its worker is alive, however late its lease.
 		claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeInFlight)
-		if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "live")), true); err != nil {
+		if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "live")), interceptor.KeepWrites); err != nil {
 			t.Fatalf("Commit(live attempt past its lease) = %v, want it stored", err)
 		}
 		sameResult(t, claim(t, s, request("k", "body", t0.Add(2*time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "live"))
 		return
 	}
 	second := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover)
-	if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "stale")), true); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "stale")), interceptor.KeepWrites); !errors.Is(err, interceptor.ErrSuperseded) {
 		t.Fatalf("Commit(attempt 1 after takeover) = %v, want ErrSuperseded", err)
 	}
 	// Nothing of attempt 1 was stored: attempt 2 is in flight, and its
@@ -883,13 +883,13 @@ func testTxDurableRenewedRollback(t *testing.T, open Opener) {
 }
 
 func testTxEnded(t *testing.T, open Opener) {
-	for _, durable := range []bool{false, true} {
+	for _, durable := range []interceptor.Durability{interceptor.ClaimInTx, interceptor.ClaimDurable} {
 		t.Run(fmt.Sprintf("CommitTwice/durable=%t", durable), func(t *testing.T) {
 			s := newStore(t, open)
 			ts := asTxStore(t, s)
 			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, interceptor.OutcomeFresh)
 			commit(t, tx, rec, sampleResult(t, "one"))
-			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "two")), true); err == nil {
+			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "two")), interceptor.KeepWrites); err == nil {
 				t.Error("second Commit = nil, want an error")
 			}
 			tx.Rollback() // after Commit: does nothing
@@ -904,7 +904,7 @@ func testTxEnded(t *testing.T, open Opener) {
 			ts := asTxStore(t, s)
 			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, interceptor.OutcomeFresh)
 			tx.Rollback()
-			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "late")), true); err == nil {
+			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "late")), interceptor.KeepWrites); err == nil {
 				t.Error("Commit after Rollback = nil, want an error")
 			}
 			if durable {
