@@ -68,17 +68,17 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable i
 	}
 	outcome, rec, tx, err := db.tryClaim(ctx, req, durable)
 	if errors.Is(err, errLocked) {
-		return db.decideLocked(ctx, req)
+		return db.decideWithoutLock(ctx, req)
 	}
 	return outcome, rec, tx, err
 }
 
-// decideLocked decides req when the key's lock could not be had within
+// decideWithoutLock decides req when the key's lock could not be had within
 // LockTimeout: on this process's pending claim if it holds one, else on
 // the record as committed, read without the lock. Only a request that
 // would claim is in flight: another claim of the key holds the lock, not
 // yet committed, most likely of the same request.
-func (db *DB) decideLocked(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) decideWithoutLock(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
 	if outcome, rec := db.decidePending(req); outcome != 0 {
 		return outcome, rec, nil, nil
 	}
