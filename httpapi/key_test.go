@@ -16,7 +16,7 @@ func TestReadKey_BareAndStructuredStringNameTheSameKey(t *testing.T) {
 		{in: `"say \"hi\""`, want: `say "hi"`},
 		{in: `"back\\slash"`, want: `back\slash`},
 		{in: `a"b`, want: `a"b`}, // bare: quotes inside are the key's own
-		{in: `""`, want: ``},     // empty: ParseKey's to refuse
+		{in: `""`, want: ``},     // empty: ValidateKey's to refuse
 		{in: `"order-1001`, wantErr: true},
 		{in: `"order-1001";p=1`, wantErr: true},
 		{in: `"a\b"`, wantErr: true},

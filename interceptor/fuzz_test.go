@@ -12,7 +12,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 )
 
-func FuzzParseKey(f *testing.F) {
+func FuzzValidateKey(f *testing.F) {
 	for _, seed := range []string{"order-1001", "", " ", "~", "tab\t", "café", "\x7f", string(make([]byte, 256)), `"order-1001"`, `a"b`, " order-1001", "order 1001 "} {
 		f.Add(seed)
 	}
@@ -22,8 +22,8 @@ func FuzzParseKey(f *testing.F) {
 		for i := 0; i < len(key); i++ {
 			want = want && key[i] >= 0x20 && key[i] <= 0x7e
 		}
-		if err := interceptor.ParseKey(key); (err == nil) != want {
-			t.Errorf("ParseKey(%q) = %v, want ok %t", key, err, want)
+		if err := interceptor.ValidateKey(key); (err == nil) != want {
+			t.Errorf("ValidateKey(%q) = %v, want ok %t", key, err, want)
 		}
 	})
 }

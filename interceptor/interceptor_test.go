@@ -297,7 +297,7 @@ func TestKey_Validation(t *testing.T) {
 	h.wantCalls(t, 1)
 }
 
-func TestParseKey(t *testing.T) {
+func TestValidateKey(t *testing.T) {
 	for _, tc := range []struct {
 		key string
 		ok  bool
@@ -317,8 +317,8 @@ func TestParseKey(t *testing.T) {
 		{`"`, false},
 		{`order "1001"`, true},
 	} {
-		if err := interceptor.ParseKey(tc.key); (err == nil) != tc.ok {
-			t.Errorf("ParseKey(%q) = %v, want ok %t", tc.key, err, tc.ok)
+		if err := interceptor.ValidateKey(tc.key); (err == nil) != tc.ok {
+			t.Errorf("ValidateKey(%q) = %v, want ok %t", tc.key, err, tc.ok)
 		}
 	}
 }

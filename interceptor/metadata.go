@@ -25,16 +25,16 @@ const (
 	MaxKeyLength = 255
 )
 
-// ParseKey checks an idempotency key: 1 to MaxKeyLength printable ASCII
-// characters (0x20 to 0x7E), the first not a double quote and neither the
-// first nor the last a space. Over HTTP, a header value that starts with a
+// ValidateKey checks an idempotency key, which it leaves as it is: 1 to
+// MaxKeyLength printable ASCII characters (0x20 to 0x7E), the first not a
+// double quote and neither the first nor the last a space. Over HTTP, a header value that starts with a
 // quote is a quoted string ("order-1" is the key order-1, as the IETF draft
 // has it), and spaces around a value are dropped; gRPC keeps both. A key
 // that started with a quote, or started or ended with a space, would be
 // another key over HTTP than over gRPC, and a client that changed route
 // would run its request twice. The error says what is wrong, for the
 // caller.
-func ParseKey(key string) error {
+func ValidateKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("key is empty")
@@ -74,7 +74,7 @@ func keyFromContext(ctx context.Context) (string, bool, error) {
 	default:
 		return "", true, errKeyInvalid(fmt.Sprintf("sent %d times; send exactly one", len(vals)))
 	}
-	if err := ParseKey(vals[0]); err != nil {
+	if err := ValidateKey(vals[0]); err != nil {
 		return "", true, errKeyInvalid(err.Error())
 	}
 	return vals[0], true, nil

@@ -64,7 +64,7 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 	case *principal != "" && !auth.ValidPrincipal(*principal) && !auth.ValidDevPrincipal(*principal) && !auth.ValidCertPrincipal(*principal):
 		return usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex, or a client certificate's URI SAN (spiffe://...) or "dns:" and its DNS SAN (or use --token-stdin)`, *principal)
 	}
-	if err := interceptor.ParseKey(*key); err != nil {
+	if err := interceptor.ValidateKey(*key); err != nil {
 		return usageError(fs, "--key %q is no idempotency key: %v", *key, err)
 	}
 	if _, err := parseDB(*db); err != nil {
