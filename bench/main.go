@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -383,11 +382,7 @@ func makeCerts(dir string) (caFile, certFile, keyFile string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pair, err := ca.Issue(devcerts.Options{
-		CommonName: "localhost",
-		DNSNames:   []string{"localhost"},
-		IPs:        []net.IP{net.IPv4(127, 0, 0, 1)},
-	})
+	pair, err := ca.Issue(devcerts.LocalServer())
 	if err != nil {
 		log.Fatal(err)
 	}

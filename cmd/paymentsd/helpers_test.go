@@ -506,10 +506,12 @@ func httpCall(t *testing.T, method, url, body string, headers ...string) httpAns
 
 // bearer is the Authorization header, as httpCall's name, value pair, for
 // token.
-func bearer(token string) []string { return []string{"Authorization", "Bearer " + token} }
+func bearerHeader(token string) []string { return []string{"Authorization", "Bearer " + token} }
 
-// withHTTPKey is bearer(token) with key as the Idempotency-Key header.
-func withHTTPKey(token, key string) []string { return append(bearer(token), "Idempotency-Key", key) }
+// withHTTPKey is bearerHeader(token) with key as the Idempotency-Key header.
+func withHTTPKey(token, key string) []string {
+	return append(bearerHeader(token), "Idempotency-Key", key)
+}
 
 // ---- Metrics and health ----
 

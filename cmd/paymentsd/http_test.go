@@ -77,8 +77,8 @@ func TestHTTP_ErrorStatuses(t *testing.T) {
 	}{
 		{"no credential", "POST", "", seedBody, []string{"Idempotency-Key", "k"}, 401, "unauthenticated", "WWW-Authenticate", `Bearer realm="paymentsd"`},
 		{"not Bearer", "GET", "", "", []string{"Authorization", "Basic eDp5"}, 401, "unauthenticated", "WWW-Authenticate", `Bearer realm="paymentsd"`},
-		{"no key", "POST", "", seedBody, bearer("t"), 400, "idempotency_key_missing", "", ""},
-		{"unknown intent", "GET", "/pi_000000000000000000000000", "", bearer("t"), 404, "not_found", "", ""},
+		{"no key", "POST", "", seedBody, bearerHeader("t"), 400, "idempotency_key_missing", "", ""},
+		{"unknown intent", "GET", "/pi_000000000000000000000000", "", bearerHeader("t"), 404, "not_found", "", ""},
 		{"body over 1 MiB", "POST", "", `{"chain":"` + strings.Repeat("9", 1<<20) + `"}`, withHTTPKey("t", "k"), 413, "request_too_large", "", ""},
 		{"form body, as curl -d sends", "POST", "", seedBody, append(withHTTPKey("t", "k"), "Content-Type", "application/x-www-form-urlencoded"), 415, "unsupported_media_type", "", ""},
 	} {
@@ -194,10 +194,10 @@ func TestHTTP_GetListCancel(t *testing.T) {
 		ids = append(ids, a.intent(t)["id"].(string))
 	}
 
-	if a := httpCall(t, "GET", url+"/"+ids[0], "", bearer("lister")...); a.status != 200 || a.intent(t)["id"] != ids[0] {
+	if a := httpCall(t, "GET", url+"/"+ids[0], "", bearerHeader("lister")...); a.status != 200 || a.intent(t)["id"] != ids[0] {
 		t.Errorf("get: %d %s", a.status, a.body)
 	}
-	if a := httpCall(t, "GET", url+"/"+ids[0], "", bearer("someone-else")...); a.status != 404 {
+	if a := httpCall(t, "GET", url+"/"+ids[0], "", bearerHeader("someone-else")...); a.status != 404 {
 		t.Errorf("another principal's get: %d %s, want 404", a.status, a.body)
 	}
 
@@ -207,7 +207,7 @@ func TestHTTP_GetListCancel(t *testing.T) {
 	}
 	var listed []string
 	for token := ""; ; {
-		a := httpCall(t, "GET", url+"?page_size=2&page_token="+token, "", bearer("lister")...)
+		a := httpCall(t, "GET", url+"?page_size=2&page_token="+token, "", bearerHeader("lister")...)
 		if a.status != 200 {
 			t.Fatalf("list: %d %s", a.status, a.body)
 		}

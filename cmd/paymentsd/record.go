@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/paymentsd/paymentsd/auth"
-	tokenrule "github.com/paymentsd/paymentsd/bearer" // as bearer: the tests have a helper of that name
+	"github.com/paymentsd/paymentsd/bearer"
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
@@ -132,7 +132,7 @@ func readToken(r io.Reader) (string, error) {
 	if err != nil && err != io.EOF {
 		return "", fmt.Errorf("read the token: %w", err)
 	}
-	token, err := tokenrule.ParseToken(strings.TrimRight(line, "\r\n"))
+	token, err := bearer.ParseToken(strings.TrimRight(line, "\r\n"))
 	if err != nil {
 		return "", fmt.Errorf("the token on standard input: %s", status.Convert(err).Message())
 	}

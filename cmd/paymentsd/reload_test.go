@@ -260,11 +260,7 @@ func TestReload_APIKeys_RenameSIGHUPAndBrokenFile(t *testing.T) {
 // serverPair issues a server certificate for 127.0.0.1 and localhost.
 func serverPair(t *testing.T, ca *devcerts.CA) *devcerts.Pair {
 	t.Helper()
-	p, err := ca.Issue(devcerts.Options{
-		CommonName: "localhost",
-		DNSNames:   []string{"localhost"},
-		IPs:        []net.IP{net.IPv4(127, 0, 0, 1)},
-	})
+	p, err := ca.Issue(devcerts.LocalServer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +589,7 @@ func TestEnv_ConfiguresServer_FlagWins(t *testing.T) {
 			t.Errorf("listening line %v: want db %s (PAYMENTSD_DB), lease 3s (PAYMENTSD_LEASE)", line, dbPath)
 		}
 		httpBase := "http://" + d.logAddr(t, "http listening")
-		if a := httpCall(t, "GET", httpBase+"/v1/payment_intents", "", bearer("env-token")...); a.status != 200 {
+		if a := httpCall(t, "GET", httpBase+"/v1/payment_intents", "", bearerHeader("env-token")...); a.status != 200 {
 			t.Errorf("HTTP face (PAYMENTSD_HTTP_LISTEN): %d %s, want 200", a.status, a.body)
 		}
 		scrape(t, d.metricsAddr(t)) // PAYMENTSD_METRICS_LISTEN
@@ -709,7 +705,7 @@ func TestSecret_TokensNeverLogged(t *testing.T) {
 	if a := httpCall(t, "POST", base, seedBody, withHTTPKey(invalid, "s-4")...); a.status != 401 {
 		t.Errorf("invalid token over HTTP: %d %s, want 401", a.status, a.body)
 	}
-	if a := httpCall(t, "GET", base, "", bearer(odd)...); a.status != 401 && a.status != 400 {
+	if a := httpCall(t, "GET", base, "", bearerHeader(odd)...); a.status != 401 && a.status != 400 {
 		t.Errorf("token with a non-ASCII byte over HTTP: %d %s, want 400 or 401", a.status, a.body)
 	}
 	if a := httpCall(t, "GET", base, "", "Authorization", "Bearer "+valid+" "+invalid); a.status != 401 && a.status != 400 {

@@ -16,7 +16,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,7 +64,7 @@ func newCertSet(t *testing.T, name string) *certSet {
 	if err := os.WriteFile(s.caFile, ca.CertPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f := s.write(t, "server", s.issue(t, serverOptions()))
+	f := s.write(t, "server", s.issue(t, devcerts.LocalServer()))
 	s.serverCert, s.serverKey = f.cert, f.key
 	return s
 }
@@ -84,14 +83,6 @@ func devCertSet(t *testing.T) *certSet {
 		dir: dir, caFile: filepath.Join(dir, "ca.pem"),
 		serverCert: at("server").cert, serverKey: at("server").key,
 		clients: map[string]certFiles{"client-a": at("client-a"), "client-b": at("client-b")},
-	}
-}
-
-func serverOptions() devcerts.Options {
-	return devcerts.Options{
-		CommonName: "localhost",
-		DNSNames:   []string{"localhost"},
-		IPs:        []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
 }
 
@@ -122,18 +113,9 @@ func (s *certSet) client(t *testing.T, name string) certFiles {
 	if f, ok := s.clients[name]; ok {
 		return f
 	}
-	f := s.write(t, name, s.issue(t, clientOptions(name)))
+	f := s.write(t, name, s.issue(t, devcerts.Client(name)))
 	s.clients[name] = f
 	return f
-}
-
-func clientOptions(name string) devcerts.Options {
-	return devcerts.Options{
-		CommonName: name,
-		DNSNames:   []string{name + ".paymentsd.dev"},
-		URIs:       []*url.URL{{Scheme: "spiffe", Host: "paymentsd.dev", Path: "/" + name}},
-		Client:     true,
-	}
 }
 
 func (s *certSet) pool(t *testing.T) *x509.CertPool {
@@ -611,7 +593,7 @@ func TestTLS_PlaintextClient_RefusedClearly(t *testing.T) {
 	if _, err := d.client.CreatePaymentIntent(callCtx(t, "t1", "plain-1"), seedRequest("1")); err != nil {
 		t.Errorf("TLS create after the plaintext attempts: %v", err)
 	}
-	if a := mustHTTPS(t, httpsClient(t, certs.clientTLS(t, "")), "GET", d.baseURL(), "", bearer("t1")...); len(listedIDs(t, a)) != 1 {
+	if a := mustHTTPS(t, httpsClient(t, certs.clientTLS(t, "")), "GET", d.baseURL(), "", bearerHeader("t1")...); len(listedIDs(t, a)) != 1 {
 		t.Errorf("HTTPS list after the plaintext attempts: %s, want the one intent", a.body)
 	}
 }
@@ -687,7 +669,7 @@ func TestTLS_ServerCertFromAnotherCA_RefusedByClient(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 		t.Errorf("gRPC: %v, want UNAVAILABLE naming the unknown authority", err)
 	}
-	_, err = httpsCall(t, httpsClient(t, cfg), "GET", d.baseURL(), "", bearer("t1")...)
+	_, err = httpsCall(t, httpsClient(t, cfg), "GET", d.baseURL(), "", bearerHeader("t1")...)
 	var unknown x509.UnknownAuthorityError
 	if !errors.As(err, &unknown) {
 		t.Errorf("HTTPS: %v, want x509.UnknownAuthorityError", err)
@@ -712,7 +694,7 @@ func TestTLS_CertOutOfValidityAtStart_Refused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			certs := newCertSet(t, "paymentsd test CA")
-			o := serverOptions()
+			o := devcerts.LocalServer()
 			o.NotBefore, o.NotAfter = tc.notBefore, tc.notAfter
 			f := certs.write(t, "out-of-validity", certs.issue(t, o))
 			code, stderr, dir := runToExit(t, "--tls-cert", f.cert, "--tls-key", f.key)
@@ -733,7 +715,7 @@ func TestTLS_CertOutOfValidityAtStart_Refused(t *testing.T) {
 // brings new connections back.
 func TestTLS_CertExpiresWhileServing_ClientRefuses(t *testing.T) {
 	certs := newCertSet(t, "paymentsd test CA")
-	o := serverOptions()
+	o := devcerts.LocalServer()
 	o.NotAfter = time.Now().Add(5 * time.Second)
 	short := certs.issue(t, o)
 	if err := short.WriteFiles(certs.serverCert, certs.serverKey); err != nil {
@@ -754,13 +736,13 @@ func TestTLS_CertExpiresWhileServing_ClientRefuses(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "certificate has expired") {
 		t.Errorf("gRPC on a new connection after expiry: %v, want UNAVAILABLE naming the expiry", err)
 	}
-	_, err = httpsCall(t, httpsClient(t, certs.clientTLS(t, "")), "GET", d.baseURL(), "", bearer("t1")...)
+	_, err = httpsCall(t, httpsClient(t, certs.clientTLS(t, "")), "GET", d.baseURL(), "", bearerHeader("t1")...)
 	var invalid x509.CertificateInvalidError
 	if !errors.As(err, &invalid) || invalid.Reason != x509.Expired {
 		t.Errorf("HTTPS after expiry: %v, want x509.CertificateInvalidError, Expired", err)
 	}
 
-	fresh := certs.issue(t, serverOptions())
+	fresh := certs.issue(t, devcerts.LocalServer())
 	if err := fresh.WriteFiles(certs.serverCert, certs.serverKey); err != nil {
 		t.Fatal(err)
 	}
@@ -788,7 +770,7 @@ func TestTLS_ExpiredReplacement_NotReloaded(t *testing.T) {
 		t.Fatalf("no %s series", tlsReloadErrors)
 	}
 
-	o := serverOptions()
+	o := devcerts.LocalServer()
 	o.NotBefore, o.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)
 	if err := certs.issue(t, o).WriteFiles(certs.serverCert, certs.serverKey); err != nil {
 		t.Fatal(err)
@@ -812,7 +794,7 @@ func TestTLS_ExpiredReplacement_NotReloaded(t *testing.T) {
 	if _, err := d.grpcClient(t, cfg).CreatePaymentIntent(callCtx(t, "t1", "k"), seedRequest("1")); err != nil {
 		t.Errorf("gRPC on a new connection after the failed reload: %v", err)
 	}
-	if a := mustHTTPS(t, httpsClient(t, cfg), "GET", d.baseURL(), "", bearer("t1")...); len(listedIDs(t, a)) != 1 {
+	if a := mustHTTPS(t, httpsClient(t, cfg), "GET", d.baseURL(), "", bearerHeader("t1")...); len(listedIDs(t, a)) != 1 {
 		t.Errorf("HTTPS on a new connection after the failed reload: %s", a.body)
 	}
 }
@@ -885,7 +867,7 @@ func TestMTLS_ClientWithoutTrustedCert_RefusedAtHandshake(t *testing.T) {
 	other := newCertSet(t, "paymentsd other CA")
 	d := startTLSDaemon(t, certs, "client-a", "--tls-client-ca", certs.caFile, "--principal-from", "cert",
 		"--metrics-listen", "127.0.0.1:0")
-	o := clientOptions("client-old")
+	o := devcerts.Client("client-old")
 	o.NotBefore, o.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)
 	certs.clients["client-old"] = certs.write(t, "client-old", certs.issue(t, o))
 
@@ -1006,7 +988,7 @@ func TestEither_CertAndBearerPrincipals(t *testing.T) {
 			if got := listedIDs(t, mustHTTPS(t, h, "GET", d.baseURL(), "")); !slices.Equal(got, []string{byCert}) {
 				t.Errorf("HTTP list by the certificate: %v, want [%s]", got, byCert)
 			}
-			if got := listedIDs(t, mustHTTPS(t, h, "GET", d.baseURL(), "", bearer("t1")...)); !slices.Equal(got, []string{byToken}) {
+			if got := listedIDs(t, mustHTTPS(t, h, "GET", d.baseURL(), "", bearerHeader("t1")...)); !slices.Equal(got, []string{byToken}) {
 				t.Errorf("HTTP list by the token: %v, want [%s]", got, byToken)
 			}
 
@@ -1016,7 +998,7 @@ func TestEither_CertAndBearerPrincipals(t *testing.T) {
 				if _, err := c.ListPaymentIntents(callCtx(t, "nope", ""), &paymentsv1.ListPaymentIntentsRequest{}); status.Code(err) != codes.Unauthenticated {
 					t.Errorf("gRPC with an unknown token: %v, want UNAUTHENTICATED", err)
 				}
-				if a := mustHTTPS(t, h, "GET", d.baseURL(), "", bearer("nope")...); a.status != http.StatusUnauthorized {
+				if a := mustHTTPS(t, h, "GET", d.baseURL(), "", bearerHeader("nope")...); a.status != http.StatusUnauthorized {
 					t.Errorf("HTTP with an unknown token: %d %s, want 401", a.status, a.body)
 				}
 			}

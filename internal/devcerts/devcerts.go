@@ -182,20 +182,11 @@ func Dev(dir string) ([]string, error) {
 		files = append(files, file{name + ".pem", p.CertPEM, 0o644}, file{name + "-key.pem", p.KeyPEM, 0o600})
 		return nil
 	}
-	if err := issue("server", Options{
-		CommonName: "localhost",
-		DNSNames:   []string{"localhost"},
-		IPs:        []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}); err != nil {
+	if err := issue("server", LocalServer()); err != nil {
 		return nil, err
 	}
 	for _, client := range []string{"client-a", "client-b"} {
-		if err := issue(client, Options{
-			CommonName: client,
-			DNSNames:   []string{client + ".paymentsd.dev"},
-			URIs:       []*url.URL{{Scheme: "spiffe", Host: "paymentsd.dev", Path: "/" + client}},
-			Client:     true,
-		}); err != nil {
+		if err := issue(client, Client(client)); err != nil {
 			return nil, err
 		}
 	}
@@ -222,6 +213,27 @@ func Dev(dir string) ([]string, error) {
 		}
 	}
 	return paths, nil
+}
+
+// LocalServer describes the certificate of a server on this machine:
+// localhost, 127.0.0.1 and ::1.
+func LocalServer() Options {
+	return Options{
+		CommonName: "localhost",
+		DNSNames:   []string{"localhost"},
+		IPs:        []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+}
+
+// Client describes the certificate of the development client name: URI
+// SAN spiffe://paymentsd.dev/<name>, DNS SAN <name>.paymentsd.dev.
+func Client(name string) Options {
+	return Options{
+		CommonName: name,
+		DNSNames:   []string{name + ".paymentsd.dev"},
+		URIs:       []*url.URL{{Scheme: "spiffe", Host: "paymentsd.dev", Path: "/" + name}},
+		Client:     true,
+	}
 }
 
 // newSerial is a random positive 128-bit serial number: unique without

@@ -41,22 +41,6 @@ func Open(path string) (*os.File, error) {
 	return f, nil
 }
 
-// CheckRegular returns nil if path is missing or a regular file, and a
-// *NotRegularError otherwise. It never opens path, so it cannot block.
-func CheckRegular(path string) error {
-	info, err := os.Stat(path)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
-		return err
-	}
-	if !info.Mode().IsRegular() {
-		return &NotRegularError{Path: path, Mode: info.Mode()}
-	}
-	return nil
-}
-
 // Read reads path, a regular file of at most MaxSize bytes.
 func Read(path string) ([]byte, error) { return read(path, false) }
 
