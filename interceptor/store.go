@@ -122,6 +122,15 @@ type Watcher interface {
 // error is answered UNAVAILABLE. Either way the caller is told a plain
 // message, and the error itself goes to the Observer.
 
+// ErrDamaged, wrapped in a store's error, says the store found its data
+// damaged: the request is not run, and the caller is told DATA_LOSS.
+var ErrDamaged = errors.New("idempotency: stored data is damaged")
+
+// ErrStopped, wrapped in a store's error, says the store takes no requests
+// until it is restarted (after a commit whose outcome it cannot know, say):
+// the caller is told UNAVAILABLE, and to retry with the same key.
+var ErrStopped = errors.New("idempotency: the store takes no requests until it is restarted")
+
 // ErrSuperseded is returned by Store.Renew and Store.Complete when the claim
 // is no longer the stored one: a takeover started a newer attempt, or the
 // record expired and was replaced.
