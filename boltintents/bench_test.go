@@ -18,6 +18,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/server"
 )
 
@@ -72,7 +73,7 @@ func BenchmarkCreate(b *testing.B) {
 				before, commits := db.Bolt().Stats(), db.Commits()
 				create := func() {
 					ctx := metadata.NewIncomingContext(context.Background(),
-						metadata.Pairs("authorization", "Bearer bench", interceptor.KeyHeader, fmt.Sprint("fresh-", n.Add(1))))
+						metadata.Pairs("authorization", "Bearer bench", wire.KeyHeader, fmt.Sprint("fresh-", n.Add(1))))
 					ctx = grpc.NewContextWithServerTransportStream(auth.NewContext(ctx, "dev:bench"), transport{})
 					if _, err := call(ctx, req); err != nil {
 						b.Error(err)

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // Writes of 300-byte values, three ways, each alone and with 64 writers:
@@ -74,9 +74,9 @@ func BenchmarkWrite(b *testing.B) {
 // claim, its completion, and a replay (a read transaction only).
 func BenchmarkRecords(b *testing.B) {
 	now := time.Now()
-	req := func(i uint64) interceptor.ClaimRequest {
-		return interceptor.ClaimRequest{
-			Key:         interceptor.RecordKey{Scope: "bench", Key: fmt.Sprint("key-", i)},
+	req := func(i uint64) storage.ClaimRequest {
+		return storage.ClaimRequest{
+			Key:         storage.RecordKey{Scope: "bench", Key: fmt.Sprint("key-", i)},
 			Fingerprint: sha256.Sum256([]byte("body")),
 			Now:         now, Lease: time.Minute, TTL: time.Hour,
 		}
@@ -85,7 +85,7 @@ func BenchmarkRecords(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	result := &interceptor.Result{Response: response}
+	result := &storage.Result{Response: response}
 	ctx := context.Background()
 
 	b.Run("ClaimFresh", func(b *testing.B) {
@@ -93,7 +93,7 @@ func BenchmarkRecords(b *testing.B) {
 		var i uint64
 		for b.Loop() {
 			i++
-			if o, _, err := db.Claim(ctx, req(i)); err != nil || o != interceptor.OutcomeFresh {
+			if o, _, err := db.Claim(ctx, req(i)); err != nil || o != storage.OutcomeFresh {
 				b.Fatal(o, err)
 			}
 		}
@@ -117,7 +117,7 @@ func BenchmarkRecords(b *testing.B) {
 		_, rec, _ := db.Claim(ctx, req(0))
 		db.Complete(ctx, req(0).Key, rec.Completed(result))
 		for b.Loop() {
-			if o, _, err := db.Claim(ctx, req(0)); err != nil || o != interceptor.OutcomeReplay {
+			if o, _, err := db.Claim(ctx, req(0)); err != nil || o != storage.OutcomeReplay {
 				b.Fatal(o, err)
 			}
 		}

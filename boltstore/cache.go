@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // Bounds of the decoded records kept: how many, and how large one may be.
@@ -35,14 +35,14 @@ func (d *decoded) generation(key []byte) uint64 { return d.forgotten.of(key) }
 
 type decodedRecord struct {
 	raw []byte
-	rec *interceptor.Record
+	rec *storage.Record
 }
 
 // get returns the record decoded from stored, the bytes stored for key now,
 // if it is kept, and the kept copy of those bytes. The record is a copy of
 // the kept one's fields, so that callers may change them; its Result is
 // shared, and is never changed.
-func (d *decoded) get(key, stored []byte) (*interceptor.Record, []byte) {
+func (d *decoded) get(key, stored []byte) (*storage.Record, []byte) {
 	v, ok := d.m.Load(string(key))
 	if !ok {
 		return nil, nil
@@ -59,7 +59,7 @@ func (d *decoded) get(key, stored []byte) (*interceptor.Record, []byte) {
 // now. Kept records are completed, and a completed record that has not
 // expired never changes: only an expired one is swept or claimed anew. So
 // it answers a retry as the stored bytes would, without reading them.
-func (d *decoded) unexpired(key []byte, now time.Time) *interceptor.Record {
+func (d *decoded) unexpired(key []byte, now time.Time) *storage.Record {
 	v, ok := d.m.Load(string(key))
 	if !ok {
 		return nil
@@ -84,8 +84,8 @@ func (d *decoded) forget(key []byte) {
 // put keeps rec, decoded from raw (which the caller no longer changes), as
 // read after generation(key) returned gen: unless key was forgotten since,
 // for the record read may be gone.
-func (d *decoded) put(key, raw []byte, rec *interceptor.Record, gen uint64) {
-	if rec.State != interceptor.StateCompleted || len(raw) > decodedMaxSize {
+func (d *decoded) put(key, raw []byte, rec *storage.Record, gen uint64) {
+	if rec.State != storage.StateCompleted || len(raw) > decodedMaxSize {
 		d.forget(key) // claims in flight change, results do not; and what was kept is not stored
 		return
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // A read that ends after its key was forgotten (its record replaced or
@@ -13,7 +13,7 @@ func TestDecoded_ReadEndingAfterAForget_KeepsNothing(t *testing.T) {
 	var d decoded
 	key := []byte("k")
 	now := time.Now()
-	done := &interceptor.Record{State: interceptor.StateCompleted, Expiry: now.Add(time.Hour)}
+	done := &storage.Record{State: storage.StateCompleted, Expiry: now.Add(time.Hour)}
 
 	gen := d.generation(key) // a read begins
 	d.forget(key)            // the record it reads is replaced
@@ -26,7 +26,7 @@ func TestDecoded_ReadEndingAfterAForget_KeepsNothing(t *testing.T) {
 	if d.unexpired(key, now) == nil {
 		t.Fatal("a read after the forget kept nothing")
 	}
-	inFlight := &interceptor.Record{State: interceptor.StateInFlight, Expiry: now.Add(time.Hour)}
+	inFlight := &storage.Record{State: storage.StateInFlight, Expiry: now.Add(time.Hour)}
 	d.put(key, []byte("claim"), inFlight, d.generation(key))
 	if d.unexpired(key, now) != nil {
 		t.Fatal("a read that found a claim in flight left the completed record kept")

@@ -12,11 +12,12 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // The key and the two requests of the tests of kept records.
 var (
-	keptKey           = interceptor.RecordKey{Scope: "s", Key: "k"}
+	keptKey           = storage.RecordKey{Scope: "s", Key: "k"}
 	firstFP, secondFP = sha256.Sum256([]byte("first")), sha256.Sum256([]byte("second"))
 )
 
@@ -30,22 +31,22 @@ func openKept(t *testing.T) *boltstore.DB {
 	return db
 }
 
-func keptRequest(fp interceptor.Fingerprint, now time.Time) interceptor.ClaimRequest {
-	return interceptor.ClaimRequest{Key: keptKey, Fingerprint: fp, Scheme: interceptor.FingerprintScheme,
+func keptRequest(fp storage.Fingerprint, now time.Time) storage.ClaimRequest {
+	return storage.ClaimRequest{Key: keptKey, Fingerprint: fp, Scheme: interceptor.FingerprintScheme,
 		Now: now, Lease: time.Minute, TTL: time.Hour}
 }
 
-func textResult(t *testing.T, text string) *interceptor.Result {
+func textResult(t *testing.T, text string) *storage.Result {
 	t.Helper()
 	resp, err := anypb.New(wrapperspb.String(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &interceptor.Result{Response: resp}
+	return &storage.Result{Response: resp}
 }
 
 // claimKept claims with a durable claim and wants outcome.
-func claimKept(t *testing.T, db *boltstore.DB, req interceptor.ClaimRequest, want interceptor.Outcome) *interceptor.Record {
+func claimKept(t *testing.T, db *boltstore.DB, req storage.ClaimRequest, want storage.Outcome) *storage.Record {
 	t.Helper()
 	outcome, rec, err := db.Claim(context.Background(), req)
 	if err != nil || outcome != want {
@@ -62,35 +63,35 @@ func TestKeptRecord_AnswersWithoutReadingUntilReplacedOrSwept(t *testing.T) {
 	db := openKept(t)
 	ctx := context.Background()
 	t0 := time.Now()
-	claim := func(fp interceptor.Fingerprint, now time.Time) (interceptor.Outcome, interceptor.Tx) {
+	claim := func(fp storage.Fingerprint, now time.Time) (storage.Outcome, storage.Tx) {
 		t.Helper()
-		outcome, _, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), interceptor.ClaimInTx)
+		outcome, _, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), storage.ClaimInTx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return outcome, tx
 	}
-	complete := func(fp interceptor.Fingerprint, now time.Time, text string) {
+	complete := func(fp storage.Fingerprint, now time.Time, text string) {
 		t.Helper()
-		outcome, rec, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), interceptor.ClaimInTx)
+		outcome, rec, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), storage.ClaimInTx)
 		if err != nil || !outcome.Claimed() {
 			t.Fatalf("claim at %v: %v, %v; want it claimed", now.Sub(t0), outcome, err)
 		}
-		if err := tx.Commit(ctx, rec.Completed(textResult(t, text)), interceptor.KeepWrites); err != nil {
+		if err := tx.Commit(ctx, rec.Completed(textResult(t, text)), storage.KeepWrites); err != nil {
 			t.Fatal(err)
 		}
 	}
 	reads := func() int { return db.Bolt().Stats().TxN }
 
 	complete(firstFP, t0, "first")
-	if outcome, _ := claim(firstFP, t0.Add(time.Minute)); outcome != interceptor.OutcomeReplay {
+	if outcome, _ := claim(firstFP, t0.Add(time.Minute)); outcome != storage.OutcomeReplay {
 		t.Fatalf("retry: %v, want a replay", outcome)
 	}
 	before := reads()
-	if outcome, _ := claim(firstFP, t0.Add(2*time.Minute)); outcome != interceptor.OutcomeReplay {
+	if outcome, _ := claim(firstFP, t0.Add(2*time.Minute)); outcome != storage.OutcomeReplay {
 		t.Fatalf("second retry: %v, want a replay", outcome)
 	}
-	if outcome, _ := claim(secondFP, t0.Add(2*time.Minute)); outcome != interceptor.OutcomeMismatch {
+	if outcome, _ := claim(secondFP, t0.Add(2*time.Minute)); outcome != storage.OutcomeMismatch {
 		t.Fatalf("other request: %v, want a mismatch", outcome)
 	}
 	if n := reads() - before; n != 0 {
@@ -99,18 +100,18 @@ func TestKeptRecord_AnswersWithoutReadingUntilReplacedOrSwept(t *testing.T) {
 
 	// Expired, the key is claimed anew by another request.
 	complete(secondFP, t0.Add(2*time.Hour), "second")
-	if outcome, _ := claim(firstFP, t0.Add(2*time.Minute)); outcome != interceptor.OutcomeMismatch {
+	if outcome, _ := claim(firstFP, t0.Add(2*time.Minute)); outcome != storage.OutcomeMismatch {
 		t.Errorf("the first request, its clock set back, after the key was reused: %v, want a mismatch with the new record", outcome)
 	}
 
 	// Kept again, then swept.
-	if outcome, _ := claim(secondFP, t0.Add(2*time.Hour+time.Minute)); outcome != interceptor.OutcomeReplay {
+	if outcome, _ := claim(secondFP, t0.Add(2*time.Hour+time.Minute)); outcome != storage.OutcomeReplay {
 		t.Fatalf("retry of the second: %v, want a replay", outcome)
 	}
 	if n, err := db.Sweep(ctx, t0.Add(4*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("sweep: %d, %v; want 1 record deleted", n, err)
 	}
-	if outcome, tx := claim(secondFP, t0.Add(2*time.Hour+2*time.Minute)); outcome != interceptor.OutcomeFresh {
+	if outcome, tx := claim(secondFP, t0.Add(2*time.Hour+2*time.Minute)); outcome != storage.OutcomeFresh {
 		t.Errorf("the second request, its clock set back, after its record was swept: %v, want fresh", outcome)
 	} else {
 		tx.Rollback()
@@ -121,25 +122,25 @@ func TestKeptRecord_AnswersWithoutReadingUntilReplacedOrSwept(t *testing.T) {
 func TestKeptRecord_ForgottenWhenADurableClaimTakesTheKey(t *testing.T) {
 	db := openKept(t)
 	t0 := time.Now()
-	rec := claimKept(t, db, keptRequest(firstFP, t0), interceptor.OutcomeFresh)
+	rec := claimKept(t, db, keptRequest(firstFP, t0), storage.OutcomeFresh)
 	if err := db.Complete(context.Background(), keptKey, rec.Completed(textResult(t, "first"))); err != nil {
 		t.Fatal(err)
 	}
-	claimKept(t, db, keptRequest(firstFP, t0.Add(time.Minute)), interceptor.OutcomeReplay)
-	claimKept(t, db, keptRequest(secondFP, t0.Add(2*time.Hour)), interceptor.OutcomeFresh)
+	claimKept(t, db, keptRequest(firstFP, t0.Add(time.Minute)), storage.OutcomeReplay)
+	claimKept(t, db, keptRequest(secondFP, t0.Add(2*time.Hour)), storage.OutcomeFresh)
 	// The first request, its clock set back, meets the second's claim.
-	claimKept(t, db, keptRequest(firstFP, t0.Add(2*time.Minute)), interceptor.OutcomeMismatch)
+	claimKept(t, db, keptRequest(firstFP, t0.Add(2*time.Minute)), storage.OutcomeMismatch)
 }
 
 // A closed DB answers nothing, not even from memory.
 func TestKeptRecord_NotAnsweredAfterClose(t *testing.T) {
 	db := openKept(t)
 	req := keptRequest(firstFP, time.Now())
-	rec := claimKept(t, db, req, interceptor.OutcomeFresh)
+	rec := claimKept(t, db, req, storage.OutcomeFresh)
 	if err := db.Complete(context.Background(), keptKey, rec.Completed(textResult(t, "done"))); err != nil {
 		t.Fatal(err)
 	}
-	claimKept(t, db, req, interceptor.OutcomeReplay)
+	claimKept(t, db, req, storage.OutcomeReplay)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // ErrClosed is returned by writes to a closed DB.
@@ -19,7 +19,7 @@ var ErrClosed = errors.New("boltstore: closed")
 // changed since (a compare-and-set that lost): one that returns an error
 // wrapping it inside a Tx makes the interceptor run a transactional
 // method's handler again, on the data as it now stands.
-var ErrConflict = interceptor.ErrConflict
+var ErrConflict = storage.ErrConflict
 
 // maxBatch bounds how many writes share one commit, so that one commit's
 // transaction never grows without limit under load.
@@ -130,7 +130,7 @@ func (db *DB) commit(batch []*write) {
 		})
 		db.commits.Add(1)
 		if err != nil && failed < 0 && db.checkFailedCommit(txid, err) {
-			answer(batch, fmt.Errorf("%w: %w", interceptor.ErrOutcomeUnknown, err))
+			answer(batch, fmt.Errorf("%w: %w", storage.ErrOutcomeUnknown, err))
 			return
 		}
 		if d := (*damaged)(nil); errors.As(err, &d) && d.latch {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
 
@@ -34,8 +35,8 @@ func makeFile(t *testing.T) string {
 	ctx := context.Background()
 	now := time.Now()
 	for i := range 2000 {
-		req := interceptor.ClaimRequest{
-			Key:         interceptor.RecordKey{Scope: "s", Key: fmt.Sprint("k", i)},
+		req := storage.ClaimRequest{
+			Key:         storage.RecordKey{Scope: "s", Key: fmt.Sprint("k", i)},
 			Fingerprint: sha256.Sum256([]byte{byte(i)}), Scheme: interceptor.FingerprintScheme,
 			Now: now, Lease: time.Minute, TTL: time.Hour,
 		}
@@ -208,8 +209,8 @@ func TestServing_DamagedPages_ErrorsNotPanicsHealthReportsIt(t *testing.T) {
 	if !errors.Is(read, boltstore.ErrDamaged) || status.Code(read) != codes.DataLoss {
 		t.Errorf("read over damaged pages: %v (code %v), want ErrDamaged, DATA_LOSS", read, status.Code(read))
 	}
-	_, _, claim := db.Claim(ctx, interceptor.ClaimRequest{
-		Key: interceptor.RecordKey{Scope: "s", Key: "k7"}, Fingerprint: sha256.Sum256([]byte{7}),
+	_, _, claim := db.Claim(ctx, storage.ClaimRequest{
+		Key: storage.RecordKey{Scope: "s", Key: "k7"}, Fingerprint: sha256.Sum256([]byte{7}),
 		Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
 	})
 	if status.Code(claim) != codes.DataLoss {

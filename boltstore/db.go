@@ -1,4 +1,4 @@
-// Package boltstore is the embedded interceptor.Store: idempotency records
+// Package boltstore is the embedded storage.Store: idempotency records
 // in a bbolt file, exclusive to one process, written by group commit. It is
 // a TxStore: an embedder's own writes (paymentsd's intents, say) go through
 // Update, and a handler's writes join the completion of its record in one
@@ -21,7 +21,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/dirsync"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
@@ -60,12 +60,12 @@ type DB struct {
 	bolt       *bolt.DB
 	ownsBolt   bool // opened by Open, so closed by Close
 	sweepBatch int
-	claimant   interceptor.Claimant
+	claimant   storage.Claimant
 
 	// mu guards pending and renewed. pending holds the claims whose Tx this
 	// process runs, until it ends; see ClaimTx.
 	mu      sync.Mutex
-	pending map[string]*interceptor.Record
+	pending map[string]*storage.Record
 	// released counts the claims that left pending: a transactional claim
 	// that read its record without mu reads it again only if a claim of its
 	// key's slot was released since.
@@ -252,8 +252,8 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 		sweepBatch: cmp.Or(opts.SweepBatch, 1000),
 		// The file lock is held until Close: claims of any other ID were
 		// made by a process that has let go of the file.
-		claimant: interceptor.Claimant{ID: newProcessID(), Exclusive: true},
-		pending:  map[string]*interceptor.Record{},
+		claimant: storage.Claimant{ID: newProcessID(), Exclusive: true},
+		pending:  map[string]*storage.Record{},
 		renewed:  map[string]renewal{},
 
 		queue:         make(chan *write),

@@ -5,14 +5,14 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // Get returns the record stored for k, live or expired, or nil when there
 // is none. It only reads: for an operator's question about a key. A claim
 // not yet committed (a transactional method's, held in memory) is not
 // stored, so Get does not see it.
-func (db *DB) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+func (db *DB) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -22,11 +22,16 @@ func (db *DB) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Re
 
 // CountRecords returns how many records the file holds, live or expired
 // but not yet swept.
-func (db *DB) CountRecords() (int, error) {
-	n := 0
+func (db *DB) CountRecords(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var n int64
 	err := db.view(func(tx *bolt.Tx) error {
-		n = tx.Bucket(bucketRecords).Stats().KeyN
+		n = int64(tx.Bucket(bucketRecords).Stats().KeyN)
 		return nil
 	})
 	return n, err
 }
+
+var _ storage.Upkeep = (*DB)(nil)

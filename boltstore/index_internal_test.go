@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // TestExpiryIndex_FilledAsItGrows appends to the expiry index as claims do,
@@ -18,8 +18,8 @@ func TestExpiryIndex_FilledAsItGrows(t *testing.T) {
 	t0 := time.Now()
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		for i := range 3000 {
-			rk := interceptor.RecordKey{Scope: "dev:fill", Key: fmt.Sprintf("key-%d", i)}
-			_, rec := interceptor.Decide(nil, interceptor.ClaimRequest{
+			rk := storage.RecordKey{Scope: "dev:fill", Key: fmt.Sprintf("key-%d", i)}
+			_, rec := storage.Decide(nil, storage.ClaimRequest{
 				Key: rk, Now: t0.Add(time.Duration(i) * time.Millisecond), Lease: time.Minute, TTL: time.Hour,
 			}, db.claimant)
 			if err := putClaim(tx, recordKey(rk), nil, rec); err != nil {

@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
@@ -72,11 +72,11 @@ func (r *ReadOnly) view(fn func(*bolt.Tx) error) (err error) {
 
 // Get returns the record stored for k, live or expired, or nil when there
 // is none.
-func (r *ReadOnly) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+func (r *ReadOnly) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec *interceptor.Record
+	var rec *storage.Record
 	err := r.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketRecords) == nil { // a bbolt file boltstore never opened
 			return nil

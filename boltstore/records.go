@@ -9,12 +9,12 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
-// DB is an interceptor.TxStore.
-var _ interceptor.TxStore = (*DB)(nil)
+// DB is an storage.TxStore.
+var _ storage.TxStore = (*DB)(nil)
 
 // Claim decides req in one bbolt write transaction, so that concurrent
 // claims of one key are serialized. Retries that only read (replays,
@@ -23,7 +23,7 @@ var _ interceptor.TxStore = (*DB)(nil)
 // process the only one using the file, so in-flight claims left by an
 // earlier process are orphans, taken over by the first retry without
 // waiting for their lease.
-func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
+func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, true)
 	if tx != nil {
 		db.release(tx.key, tx.claim) // no Tx will end it: the lease rule alone applies
@@ -43,7 +43,7 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 // since this process knows the handler is alive. A slow disk that delays
 // renewals cannot get a live worker taken over; only a claim whose process
 // ended (an orphan) or whose Tx ended without a result is.
-func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, durable)
 	if tx == nil {
 		return outcome, rec, nil, err // no typed nil in the interface
@@ -51,7 +51,7 @@ func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable
 	return outcome, rec, tx, err
 }
 
-func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
@@ -61,7 +61,7 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable i
 	// record is not kept) on a read transaction, with no lock and no write.
 	if db.health.damagedErr() == nil && !db.closed() {
 		if rec := db.decoded.unexpired(key, req.Now); rec != nil {
-			if outcome, rec := interceptor.Decide(rec, req, db.claimant); !outcome.Claimed() {
+			if outcome, rec := storage.Decide(rec, req, db.claimant); !outcome.Claimed() {
 				return outcome, rec, nil, nil
 			}
 		}
@@ -82,9 +82,9 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable i
 	}
 
 	var (
-		outcome interceptor.Outcome
-		rec     *interceptor.Record
-		mine    *interceptor.Record // the claim this write made, if it made one
+		outcome storage.Outcome
+		rec     *storage.Record
+		mine    *storage.Record // the claim this write made, if it made one
 	)
 	err = db.update(ctx, func(tx *bolt.Tx) error {
 		stored, err := getRecord(tx, key)
@@ -117,7 +117,7 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable i
 // claims pending in memory and the stored record, and held in memory. raw
 // and stored are the record as read without the lock, after key's slot had
 // counted released claims.
-func (db *DB) claimInMemory(req interceptor.ClaimRequest, key, raw []byte, stored *interceptor.Record, released uint64) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *storage.Record, released uint64) (storage.Outcome, *storage.Record, *Tx, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if outcome, rec := db.decidePendingLocked(key, req); outcome != 0 {
@@ -144,7 +144,7 @@ func (db *DB) claimInMemory(req interceptor.ClaimRequest, key, raw []byte, store
 // is pending too until its commit ends (earlier, mine: this write's own from
 // a run of its batch that was rolled back), so that a transactional claim,
 // which reads only what is committed, cannot also be fresh meanwhile.
-func (db *DB) decideDurable(key []byte, req interceptor.ClaimRequest, stored, mine *interceptor.Record) (interceptor.Outcome, *interceptor.Record) {
+func (db *DB) decideDurable(key []byte, req storage.ClaimRequest, stored, mine *storage.Record) (storage.Outcome, *storage.Record) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if p := db.pending[string(key)]; p != nil && p != mine {
@@ -159,16 +159,16 @@ func (db *DB) decideDurable(key []byte, req interceptor.ClaimRequest, stored, mi
 	return outcome, rec
 }
 
-func (db *DB) decidePendingLocked(key []byte, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
+func (db *DB) decidePendingLocked(key []byte, req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
 	p := db.pending[string(key)]
 	if p == nil {
 		return 0, nil
 	}
 	// A pending claim is run by this live process: never taken over.
-	if outcome, rec := interceptor.Decide(p, req, db.claimant); outcome == interceptor.OutcomeMismatch {
+	if outcome, rec := storage.Decide(p, req, db.claimant); outcome == storage.OutcomeMismatch {
 		return outcome, rec
 	}
-	return interceptor.OutcomeInFlight, p
+	return storage.OutcomeInFlight, p
 }
 
 // A renewal is the lease that a renewal asked for of a durable claim held
@@ -180,32 +180,32 @@ func (db *DB) decidePendingLocked(key []byte, req interceptor.ClaimRequest) (int
 // claim supersedes it, its result commits or its record is swept.
 type renewal struct {
 	attempt uint64
-	token   interceptor.ClaimToken
+	token   storage.ClaimToken
 	lease   time.Time
 }
 
 // decide is decideLocked for a record read without mu; only a claim in
 // flight can have been renewed, so only then does it take mu.
-func (db *DB) decide(key []byte, stored *interceptor.Record, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
-	if stored == nil || stored.State != interceptor.StateInFlight {
-		return interceptor.Decide(stored, req, db.claimant)
+func (db *DB) decide(key []byte, stored *storage.Record, req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
+	if stored == nil || stored.State != storage.StateInFlight {
+		return storage.Decide(stored, req, db.claimant)
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	return db.decideLocked(key, stored, req)
 }
 
-// decideLocked is interceptor.Decide on stored, with the lease renewed in
+// decideLocked is storage.Decide on stored, with the lease renewed in
 // memory when stored is the claim renewed. A claim it makes supersedes the
 // renewal.
-func (db *DB) decideLocked(key []byte, stored *interceptor.Record, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
-	if r, ok := db.renewed[string(key)]; ok && stored != nil && stored.State == interceptor.StateInFlight &&
+func (db *DB) decideLocked(key []byte, stored *storage.Record, req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
+	if r, ok := db.renewed[string(key)]; ok && stored != nil && stored.State == storage.StateInFlight &&
 		stored.Attempt == r.attempt && stored.Token == r.token && r.lease.After(stored.LeaseExpiry) {
 		renewed := *stored // stored may be shared: change a copy
 		renewed.LeaseExpiry = r.lease
 		stored = &renewed
 	}
-	outcome, rec := interceptor.Decide(stored, req, db.claimant)
+	outcome, rec := storage.Decide(stored, req, db.claimant)
 	if outcome.Claimed() {
 		delete(db.renewed, string(key))
 	}
@@ -223,7 +223,7 @@ func (db *DB) forgetRenewals(keys ...[]byte) {
 }
 
 // release forgets the pending claim of key, if it is still claim.
-func (db *DB) release(key []byte, claim *interceptor.Record) {
+func (db *DB) release(key []byte, claim *storage.Record) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.pending[string(key)] == claim {
@@ -239,7 +239,7 @@ func (db *DB) forgetLocked(key []byte) {
 
 // read returns the stored record of key and its encoding, under a read
 // transaction.
-func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err error) {
+func (db *DB) read(key []byte) (raw []byte, stored *storage.Record, err error) {
 	gen := db.decoded.generation(key)
 	err = db.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get(key)
@@ -260,7 +260,7 @@ func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err erro
 
 // putClaim writes the new claim rec of key over stored, the record it
 // replaces (nil when none), keeping the expiry index in step.
-func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
+func putClaim(tx *bolt.Tx, key []byte, stored, rec *storage.Record) error {
 	v, err := encodeRecord(key, rec)
 	if err != nil {
 		return err
@@ -278,7 +278,7 @@ func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
 const indexFillPercent = 0.9
 
 // putClaimRaw is putClaim of a record already encoded as v.
-func putClaimRaw(tx *bolt.Tx, key []byte, stored *interceptor.Record, expiry time.Time, v []byte) error {
+func putClaimRaw(tx *bolt.Tx, key []byte, stored *storage.Record, expiry time.Time, v []byte) error {
 	if stored != nil && !stored.Expiry.Equal(expiry) {
 		if err := tx.Bucket(bucketRecordExpiry).Delete(expiryKey(stored.Expiry, key)); err != nil {
 			return err
@@ -294,14 +294,14 @@ func putClaimRaw(tx *bolt.Tx, key []byte, stored *interceptor.Record, expiry tim
 
 // Claimant is who this opening of the file claims as: exclusive, since the
 // file lock keeps every other process out.
-func (db *DB) Claimant() interceptor.Claimant { return db.claimant }
+func (db *DB) Claimant() storage.Claimant { return db.claimant }
 
 // Renew stores claim with its later lease if it is still the stored claim.
 // A claim whose Tx this process still runs needs no renewal (see ClaimTx):
 // Renew then writes nothing, so that a slow disk delays no renewal, and
 // keeps the lease in memory for when the Tx ends without a result (see
 // renewal).
-func (db *DB) Renew(ctx context.Context, rk interceptor.RecordKey, claim *interceptor.Record) error {
+func (db *DB) Renew(ctx context.Context, rk storage.RecordKey, claim *storage.Record) error {
 	key := recordKey(rk)
 	db.mu.Lock()
 	p := db.pending[string(key)]
@@ -317,19 +317,19 @@ func (db *DB) Renew(ctx context.Context, rk interceptor.RecordKey, claim *interc
 }
 
 // Complete stores done if the stored record is still its claim.
-func (db *DB) Complete(ctx context.Context, rk interceptor.RecordKey, done *interceptor.Record) error {
+func (db *DB) Complete(ctx context.Context, rk storage.RecordKey, done *storage.Record) error {
 	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, recordKey(rk), done) })
 }
 
 // replaceClaim writes r over the stored record of key if CheckClaim allows
 // it. The record's expiry never changes after the first claim, so the
 // expiry index stays as it is.
-func replaceClaim(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
+func replaceClaim(tx *bolt.Tx, key []byte, r *storage.Record) error {
 	stored, err := getRecord(tx, key)
 	if err != nil {
 		return err
 	}
-	if err := interceptor.CheckClaim(stored, r); err != nil {
+	if err := storage.CheckClaim(stored, r); err != nil {
 		return err
 	}
 	return putRecord(tx, key, r)
@@ -403,7 +403,7 @@ func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, delet
 	return scanned, deleted, err
 }
 
-func recordKey(rk interceptor.RecordKey) []byte {
+func recordKey(rk storage.RecordKey) []byte {
 	return joinParts([]byte(rk.Scope), []byte(rk.Key))
 }
 
@@ -419,7 +419,7 @@ func splitExpiryKey(k []byte) (time.Time, []byte) {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))), k[8:]
 }
 
-func getRecord(tx *bolt.Tx, key []byte) (*interceptor.Record, error) {
+func getRecord(tx *bolt.Tx, key []byte) (*storage.Record, error) {
 	v := tx.Bucket(bucketRecords).Get(key)
 	if v == nil {
 		return nil, nil
@@ -427,7 +427,7 @@ func getRecord(tx *bolt.Tx, key []byte) (*interceptor.Record, error) {
 	return decodeRecord(key, v)
 }
 
-func putRecord(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
+func putRecord(tx *bolt.Tx, key []byte, r *storage.Record) error {
 	v, err := encodeRecord(key, r)
 	if err != nil {
 		return err
@@ -437,7 +437,7 @@ func putRecord(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
 
 // encodeRecord is the stored form of r, the record of key: its encoding,
 // sealed with its checksum and key's.
-func encodeRecord(key []byte, r *interceptor.Record) ([]byte, error) {
+func encodeRecord(key []byte, r *storage.Record) ([]byte, error) {
 	b, err := r.MarshalBinary()
 	if err != nil {
 		return nil, err
@@ -448,7 +448,7 @@ func encodeRecord(key []byte, r *interceptor.Record) ([]byte, error) {
 // decodeRecord decodes v, the stored form of key's record. A value whose
 // checksum does not match, damaged on disk, is an ErrDamaged for the calls
 // about that record, never another record.
-func decodeRecord(key, v []byte) (*interceptor.Record, error) {
+func decodeRecord(key, v []byte) (*storage.Record, error) {
 	b, err := sealed.Open(key, v)
 	if err != nil {
 		return nil, recordError(key, err)
@@ -458,8 +458,8 @@ func decodeRecord(key, v []byte) (*interceptor.Record, error) {
 
 // unmarshalRecord decodes the record of key from b, the payload of its
 // stored form.
-func unmarshalRecord(key, b []byte) (*interceptor.Record, error) {
-	r := new(interceptor.Record)
+func unmarshalRecord(key, b []byte) (*storage.Record, error) {
+	r := new(storage.Record)
 	if err := r.UnmarshalBinary(b); err != nil { // copies what it keeps
 		return nil, recordError(key, err)
 	}

@@ -5,11 +5,11 @@ import (
 	"testing"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/storetest"
+	"github.com/paymentsd/paymentsd/interceptor/storage/storagetest"
 )
 
 func TestConformance(t *testing.T) {
-	storetest.RunTests(t, func(t *testing.T, dir string) storetest.Store {
+	storagetest.RunTests(t, func(t *testing.T, dir string) storagetest.Store {
 		// A small batch makes the sweeper tests cross batch boundaries.
 		db, err := boltstore.Open(filepath.Join(dir, "paymentsd.db"), &boltstore.Options{SweepBatch: 7})
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
@@ -25,12 +26,12 @@ func TestRecordsWrittenBeforeSealing_ReadThenSealedByOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := interceptor.ClaimRequest{
-		Key: interceptor.RecordKey{Scope: "s", Key: "k"}, Fingerprint: sha256.Sum256([]byte("r")),
+	req := storage.ClaimRequest{
+		Key: storage.RecordKey{Scope: "s", Key: "k"}, Fingerprint: sha256.Sum256([]byte("r")),
 		Scheme: interceptor.FingerprintScheme, Now: now, Lease: time.Minute, TTL: time.Hour,
 	}
-	_, claim := interceptor.Decide(nil, req, interceptor.Claimant{ID: "old"})
-	old, err := claim.Completed(&interceptor.Result{Response: resp}).MarshalBinary()
+	_, claim := storage.Decide(nil, req, storage.Claimant{ID: "old"})
+	old, err := claim.Completed(&storage.Result{Response: resp}).MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestRecordsWrittenBeforeSealing_ReadThenSealedByOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := ro.Get(context.Background(), req.Key); err != nil || rec == nil || rec.State != interceptor.StateCompleted {
+	if rec, err := ro.Get(context.Background(), req.Key); err != nil || rec == nil || rec.State != storage.StateCompleted {
 		t.Errorf("read-only Get before sealing: %v, %v; want the completed record", rec, err)
 	}
 	if err := ro.Check(); err != nil {
@@ -76,7 +77,7 @@ func TestRecordsWrittenBeforeSealing_ReadThenSealedByOpen(t *testing.T) {
 	defer db.Close()
 	req.Now = now.Add(time.Second)
 	outcome, rec, err := db.Claim(context.Background(), req)
-	if err != nil || outcome != interceptor.OutcomeReplay || !rec.Result.Response.MessageIs(wrapperspb.String("")) {
+	if err != nil || outcome != storage.OutcomeReplay || !rec.Result.Response.MessageIs(wrapperspb.String("")) {
 		t.Fatalf("claim after Open: %v, %v; want the old record's replay", outcome, err)
 	}
 	db.bolt.View(func(tx *bolt.Tx) error {

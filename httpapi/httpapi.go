@@ -24,7 +24,7 @@ import (
 	"github.com/paymentsd/paymentsd"
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 // MaxBodyBytes is the largest request body accepted; a larger one is
@@ -195,7 +195,7 @@ func isJSON(ct string) bool {
 func incomingHeader(h string) (string, bool) {
 	switch h {
 	case keyHeader:
-		return interceptor.KeyHeader, true
+		return wire.KeyHeader, true
 	case "Traceparent", "Tracestate":
 		return strings.ToLower(h), true
 	}
@@ -206,9 +206,9 @@ func incomingHeader(h string) (string, bool) {
 // nothing else of the server's metadata.
 func outgoingHeader(key string) (string, bool) {
 	switch key {
-	case interceptor.ReplayedHeader:
+	case wire.ReplayedHeader:
 		return ReplayedHeader, true
-	case interceptor.ExpiresAtHeader:
+	case wire.ExpiresAtHeader:
 		return ExpiresAtHeader, true
 	}
 	return "", false

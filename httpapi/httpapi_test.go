@@ -20,7 +20,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/httpapi"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 // fakeService records the metadata of each call and answers with headers
@@ -36,7 +36,7 @@ func (f *fakeService) record(ctx context.Context) {
 	f.mu.Lock()
 	f.seen = append(f.seen, md)
 	f.mu.Unlock()
-	grpc.SetHeader(ctx, metadata.Pairs(interceptor.ReplayedHeader, "true", interceptor.ExpiresAtHeader, "2030-01-01T00:00:00Z", "internal-secret", "x"))
+	grpc.SetHeader(ctx, metadata.Pairs(wire.ReplayedHeader, "true", wire.ExpiresAtHeader, "2030-01-01T00:00:00Z", "internal-secret", "x"))
 	grpc.SetTrailer(ctx, metadata.Pairs("internal-trailer", "y"))
 }
 
@@ -108,7 +108,7 @@ func TestCreate_ForwardsOnlyPrincipalAndKey_AnswersOnlyIdempotencyHeaders(t *tes
 		}
 	}
 	md := f.seen[0]
-	if got := md.Get(interceptor.KeyHeader); len(got) != 1 || got[0] != `order-"1"` {
+	if got := md.Get(wire.KeyHeader); len(got) != 1 || got[0] != `order-"1"` {
 		t.Errorf("idempotency-key metadata %q, want the decoded key order-\"1\"", got)
 	}
 	sum := sha256.Sum256([]byte("tok"))

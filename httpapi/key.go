@@ -5,10 +5,10 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
-// keyHeader is the HTTP spelling of interceptor.KeyHeader.
+// keyHeader is the HTTP spelling of wire.KeyHeader.
 const keyHeader = "Idempotency-Key"
 
 // readKey returns the idempotency key that one Idempotency-Key header value
@@ -45,14 +45,14 @@ func readKey(v string) (string, error) {
 // ready to be forwarded as gRPC metadata. A value that names no key, or a
 // key that gRPC metadata cannot carry (it drops values that are not
 // printable ASCII, which would turn a bad key into a missing one), is an
-// error for the caller; the key's own rules are interceptor.ValidateKey's.
+// error for the caller; the key's own rules are wire.ValidateKey's.
 // How many keys were sent is the interceptor's to judge.
 func decodeKeys(h http.Header) error {
 	vals := h[keyHeader] // keyHeader is canonical; the values are edited in place
 	for i, v := range vals {
 		key, err := readKey(v)
 		if err == nil {
-			err = interceptor.ValidateKey(key)
+			err = wire.ValidateKey(key)
 		}
 		if err != nil {
 			return err

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 // problemType prefixes each error code to make the problem's type URI: a
@@ -44,13 +44,13 @@ var keyReasons = map[string]struct {
 	code   string
 	title  string
 }{
-	interceptor.ReasonKeyReused:         {http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key already used for another request"},
-	interceptor.ReasonKeyInUse:          {http.StatusConflict, "idempotency_key_in_use", "A request with this idempotency key is in progress"},
-	interceptor.ReasonKeyMissing:        {http.StatusBadRequest, "idempotency_key_missing", "Idempotency key required"},
-	interceptor.ReasonKeyInvalid:        {http.StatusBadRequest, codeKeyInvalid, "Invalid idempotency key"},
-	interceptor.ReasonAttemptSuperseded: {http.StatusConflict, "idempotency_attempt_superseded", "Superseded by a newer attempt"},
-	interceptor.ReasonWriteConflict:     {http.StatusConflict, "idempotency_write_conflict", "Other requests kept changing the same data"},
-	interceptor.ReasonOutcomeUnknown:    {http.StatusServiceUnavailable, "idempotency_outcome_unknown", "Unknown whether the request was kept"},
+	wire.ReasonKeyReused:         {http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key already used for another request"},
+	wire.ReasonKeyInUse:          {http.StatusConflict, "idempotency_key_in_use", "A request with this idempotency key is in progress"},
+	wire.ReasonKeyMissing:        {http.StatusBadRequest, "idempotency_key_missing", "Idempotency key required"},
+	wire.ReasonKeyInvalid:        {http.StatusBadRequest, codeKeyInvalid, "Invalid idempotency key"},
+	wire.ReasonAttemptSuperseded: {http.StatusConflict, "idempotency_attempt_superseded", "Superseded by a newer attempt"},
+	wire.ReasonWriteConflict:     {http.StatusConflict, "idempotency_write_conflict", "Other requests kept changing the same data"},
+	wire.ReasonOutcomeUnknown:    {http.StatusServiceUnavailable, "idempotency_outcome_unknown", "Unknown whether the request was kept"},
 }
 
 // problemFromStatus is the HTTP answer to a gRPC status: the problem, and
@@ -68,11 +68,11 @@ func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
 			k, ok := keyReasons[d.GetReason()]
-			if !ok || d.GetDomain() != interceptor.ErrorDomain {
+			if !ok || d.GetDomain() != wire.ErrorDomain {
 				continue
 			}
 			httpStatus, p.Error, p.Title = k.status, k.code, k.title
-			if d.GetReason() == interceptor.ReasonKeyReused && d.GetMetadata()["stored_scheme"] == "" {
+			if d.GetReason() == wire.ReasonKeyReused && d.GetMetadata()["stored_scheme"] == "" {
 				// The seed's wording, in the header's HTTP spelling.
 				m := d.GetMetadata()
 				p.Detail = fmt.Sprintf("Idempotency-Key %q was already used for a different request (fingerprint %s, got %s)",

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 func withDetails(t *testing.T, code codes.Code, msg string, details ...protoadapt.MessageV1) *status.Status {
@@ -23,7 +23,7 @@ func withDetails(t *testing.T, code codes.Code, msg string, details ...protoadap
 }
 
 func info(reason string, meta map[string]string) *errdetails.ErrorInfo {
-	return &errdetails.ErrorInfo{Reason: reason, Domain: interceptor.ErrorDomain, Metadata: meta}
+	return &errdetails.ErrorInfo{Reason: reason, Domain: wire.ErrorDomain, Metadata: meta}
 }
 
 func TestProblemFromStatus_StatusCodeAndHeaders(t *testing.T) {
@@ -39,56 +39,56 @@ func TestProblemFromStatus_StatusCodeAndHeaders(t *testing.T) {
 		{
 			name: "reused key: the seed's 422",
 			st: withDetails(t, codes.FailedPrecondition, `idempotency key "order-1001" was already used for a different request (fingerprint ff330e75a93099c4, got 90f56163d6f6ee6b)`,
-				info(interceptor.ReasonKeyReused, map[string]string{"idempotency_key": "order-1001", "stored_fingerprint": "ff330e75a93099c4", "request_fingerprint": "90f56163d6f6ee6b"})),
+				info(wire.ReasonKeyReused, map[string]string{"idempotency_key": "order-1001", "stored_fingerprint": "ff330e75a93099c4", "request_fingerprint": "90f56163d6f6ee6b"})),
 			wantStatus: 422, wantError: "idempotency_key_reused",
 			wantDetail: `Idempotency-Key "order-1001" was already used for a different request (fingerprint ff330e75a93099c4, got 90f56163d6f6ee6b)`,
 		},
 		{
 			name: "reused key of another fingerprint scheme keeps the server's words",
 			st: withDetails(t, codes.FailedPrecondition, "scheme message",
-				info(interceptor.ReasonKeyReused, map[string]string{"idempotency_key": "k", "stored_scheme": "a", "request_scheme": "b"})),
+				info(wire.ReasonKeyReused, map[string]string{"idempotency_key": "k", "stored_scheme": "a", "request_scheme": "b"})),
 			wantStatus: 422, wantError: "idempotency_key_reused", wantDetail: "scheme message",
 		},
 		{
 			name: "in flight: 409, Retry-After rounded up",
-			st: withDetails(t, codes.Aborted, "in progress", info(interceptor.ReasonKeyInUse, nil),
+			st: withDetails(t, codes.Aborted, "in progress", info(wire.ReasonKeyInUse, nil),
 				&errdetails.RetryInfo{RetryDelay: durationpb.New(1200 * time.Millisecond)}),
 			wantStatus: 409, wantError: "idempotency_key_in_use", wantHeader: map[string]string{"Retry-After": "2"},
 		},
 		{
 			name: "in flight with no delay left: Retry-After 1",
-			st: withDetails(t, codes.Aborted, "in progress", info(interceptor.ReasonKeyInUse, nil),
+			st: withDetails(t, codes.Aborted, "in progress", info(wire.ReasonKeyInUse, nil),
 				&errdetails.RetryInfo{RetryDelay: durationpb.New(0)}),
 			wantStatus: 409, wantError: "idempotency_key_in_use", wantHeader: map[string]string{"Retry-After": "1"},
 		},
 		{
 			name:       "missing key",
-			st:         withDetails(t, codes.InvalidArgument, "requires a key", info(interceptor.ReasonKeyMissing, nil)),
+			st:         withDetails(t, codes.InvalidArgument, "requires a key", info(wire.ReasonKeyMissing, nil)),
 			wantStatus: 400, wantError: "idempotency_key_missing",
 		},
 		{
 			name:       "invalid key",
-			st:         withDetails(t, codes.InvalidArgument, "bad key", info(interceptor.ReasonKeyInvalid, nil)),
+			st:         withDetails(t, codes.InvalidArgument, "bad key", info(wire.ReasonKeyInvalid, nil)),
 			wantStatus: 400, wantError: "idempotency_key_invalid",
 		},
 		{
 			name:       "superseded attempt",
-			st:         withDetails(t, codes.Aborted, "superseded", info(interceptor.ReasonAttemptSuperseded, nil)),
+			st:         withDetails(t, codes.Aborted, "superseded", info(wire.ReasonAttemptSuperseded, nil)),
 			wantStatus: 409, wantError: "idempotency_attempt_superseded",
 		},
 		{
 			name:       "writes that kept losing to other requests",
-			st:         withDetails(t, codes.Aborted, "conflict", info(interceptor.ReasonWriteConflict, nil)),
+			st:         withDetails(t, codes.Aborted, "conflict", info(wire.ReasonWriteConflict, nil)),
 			wantStatus: 409, wantError: "idempotency_write_conflict",
 		},
 		{
 			name:       "a commit whose outcome is unknown: 503, Retry-After",
-			st:         withDetails(t, codes.Unavailable, "unknown", info(interceptor.ReasonOutcomeUnknown, nil)),
+			st:         withDetails(t, codes.Unavailable, "unknown", info(wire.ReasonOutcomeUnknown, nil)),
 			wantStatus: 503, wantError: "idempotency_outcome_unknown", wantHeader: map[string]string{"Retry-After": "1"},
 		},
 		{
 			name:       "a reason of another domain is not the interceptor's",
-			st:         withDetails(t, codes.Aborted, "other", &errdetails.ErrorInfo{Reason: interceptor.ReasonKeyInUse, Domain: "elsewhere"}),
+			st:         withDetails(t, codes.Aborted, "other", &errdetails.ErrorInfo{Reason: wire.ReasonKeyInUse, Domain: "elsewhere"}),
 			wantStatus: 409, wantError: "aborted",
 		},
 		{

@@ -1,5 +1,5 @@
 // Package intenttest is the conformance suite every server.IntentStore must
-// pass, together with the interceptor.TxStore whose units of work its
+// pass, together with the storage.TxStore whose units of work its
 // writes join. A backend's test calls RunTests with a function that opens
 // both on one database:
 //
@@ -32,6 +32,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/server"
 )
@@ -43,7 +44,7 @@ type Backend struct {
 	Intents server.IntentStore
 	// Records is the idempotency store on the same database: the writes of
 	// Intents made with the context of one of its Tx join that Tx.
-	Records interceptor.TxStore
+	Records storage.TxStore
 	// Close releases both.
 	Close func() error
 }
@@ -164,16 +165,16 @@ func ids(page []*paymentsv1.PaymentIntent) []string {
 	return out
 }
 
-func request(key string, now time.Time) interceptor.ClaimRequest {
-	return interceptor.ClaimRequest{
-		Key:         interceptor.RecordKey{Scope: "scope-a", Key: key},
+func request(key string, now time.Time) storage.ClaimRequest {
+	return storage.ClaimRequest{
+		Key:         storage.RecordKey{Scope: "scope-a", Key: key},
 		Fingerprint: sha256.Sum256([]byte("body")),
 		Scheme:      interceptor.FingerprintScheme,
 		Now:         now, Lease: lease, TTL: ttl,
 	}
 }
 
-func claim(t *testing.T, b Backend, req interceptor.ClaimRequest, want interceptor.Outcome) *interceptor.Record {
+func claim(t *testing.T, b Backend, req storage.ClaimRequest, want storage.Outcome) *storage.Record {
 	t.Helper()
 	got, rec, err := b.Records.Claim(context.Background(), req)
 	if err != nil {
@@ -187,25 +188,25 @@ func claim(t *testing.T, b Backend, req interceptor.ClaimRequest, want intercept
 
 // claimTx claims a new key through ClaimTx; the Tx is rolled back when the
 // test ends unless it ended before.
-func claimTx(t *testing.T, b Backend, req interceptor.ClaimRequest, durable interceptor.Durability) (*interceptor.Record, interceptor.Tx) {
+func claimTx(t *testing.T, b Backend, req storage.ClaimRequest, durable storage.Durability) (*storage.Record, storage.Tx) {
 	t.Helper()
 	got, rec, tx, err := b.Records.ClaimTx(context.Background(), req, durable)
 	if tx != nil {
 		t.Cleanup(tx.Rollback)
 	}
-	if err != nil || got != interceptor.OutcomeFresh || tx == nil {
+	if err != nil || got != storage.OutcomeFresh || tx == nil {
 		t.Fatalf("ClaimTx(%q, durable %t) = %v, Tx %v, %v; want fresh with a Tx", req.Key.Key, durable, got, tx, err)
 	}
 	return rec, tx
 }
 
-func result(t *testing.T, text string) *interceptor.Result {
+func result(t *testing.T, text string) *storage.Result {
 	t.Helper()
 	resp, err := anypb.New(wrapperspb.String(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &interceptor.Result{Response: resp}
+	return &storage.Result{Response: resp}
 }
 
 func testOwnerIsolation(t *testing.T, open Opener) {
@@ -530,7 +531,7 @@ func testStagedVisibleAfterCommit(t *testing.T, open Opener) {
 				t.Errorf("ListIntents before Commit = %v, want nothing", got)
 			}
 
-			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), interceptor.Writes(keepWrites)); err != nil {
+			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.Writes(keepWrites)); err != nil {
 				t.Fatalf("Commit: %v", err)
 			}
 			if keepWrites {
@@ -544,8 +545,8 @@ func testStagedVisibleAfterCommit(t *testing.T, open Opener) {
 					t.Errorf("ListIntents after Commit without writes = %v, want nothing", got)
 				}
 			}
-			got := claim(t, b, request("k", t0.Add(time.Hour)), interceptor.OutcomeReplay)
-			if got.State != interceptor.StateCompleted || got.Result == nil || !proto.Equal(got.Result.Response, result(t, "done").Response) {
+			got := claim(t, b, request("k", t0.Add(time.Hour)), storage.OutcomeReplay)
+			if got.State != storage.StateCompleted || got.Result == nil || !proto.Equal(got.Result.Response, result(t, "done").Response) {
 				t.Errorf("record after Commit: state %v result %v, want completed with the committed result", got.State, got.Result)
 			}
 		})
@@ -584,7 +585,7 @@ func testFailedWriteRollsBack(t *testing.T, open Opener) {
 				createDup()
 			}
 
-			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), interceptor.KeepWrites); err == nil {
+			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.KeepWrites); err == nil {
 				t.Fatal("Commit of a Tx with a create of a taken id = nil, want an error")
 			}
 			absent(t, b, "alice", fresh.Id)
@@ -593,7 +594,7 @@ func testFailedWriteRollsBack(t *testing.T, open Opener) {
 				t.Errorf("ListIntents after the failed Commit = %v, want %v", got, want)
 			}
 			// Neither is the record: the key runs afresh.
-			if got := claim(t, b, req, interceptor.OutcomeFresh); got.Attempt != 1 {
+			if got := claim(t, b, req, storage.OutcomeFresh); got.Attempt != 1 {
 				t.Errorf("claim after the failed Commit: attempt %d, want 1", got.Attempt)
 			}
 		})
@@ -608,11 +609,11 @@ func testTakeoverDropsWrites(t *testing.T, open Opener) {
 	if err := b.Intents.CreateIntent(tx.Context(context.Background()), "alice", pi); err != nil {
 		t.Fatalf("CreateIntent in a Tx: %v", err)
 	}
-	if c, ok := b.Records.(interface{ Claimant() interceptor.Claimant }); ok && c.Claimant().Exclusive {
+	if c, ok := b.Records.(interface{ Claimant() storage.Claimant }); ok && c.Claimant().Exclusive {
 		// An exclusive store never takes over a Tx this process still runs:
 		// its writes commit with its result, however late.
-		claim(t, b, request("k", t0.Add(time.Hour)), interceptor.OutcomeInFlight)
-		if err := tx.Commit(context.Background(), first.Completed(result(t, "live")), interceptor.KeepWrites); err != nil {
+		claim(t, b, request("k", t0.Add(time.Hour)), storage.OutcomeInFlight)
+		if err := tx.Commit(context.Background(), first.Completed(result(t, "live")), storage.KeepWrites); err != nil {
 			t.Fatalf("Commit(live attempt past its lease) = %v, want it stored", err)
 		}
 		if got := list(t, b, "alice"); len(got) != 1 || got[0] != pi.Id {
@@ -620,16 +621,16 @@ func testTakeoverDropsWrites(t *testing.T, open Opener) {
 		}
 		return
 	}
-	second := claim(t, b, request("k", t0.Add(lease)), interceptor.OutcomeTakeover)
+	second := claim(t, b, request("k", t0.Add(lease)), storage.OutcomeTakeover)
 
-	if err := tx.Commit(context.Background(), first.Completed(result(t, "stale")), interceptor.KeepWrites); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := tx.Commit(context.Background(), first.Completed(result(t, "stale")), storage.KeepWrites); !errors.Is(err, storage.ErrSuperseded) {
 		t.Fatalf("Commit(attempt 1 after takeover) = %v, want ErrSuperseded", err)
 	}
 	absent(t, b, "alice", pi.Id)
 	if got := list(t, b, "alice"); len(got) != 0 {
 		t.Errorf("ListIntents after the superseded Commit = %v, want nothing", got)
 	}
-	rec := claim(t, b, request("k", t0.Add(lease+time.Second)), interceptor.OutcomeInFlight)
+	rec := claim(t, b, request("k", t0.Add(lease+time.Second)), storage.OutcomeInFlight)
 	if rec.Attempt != 2 || rec.Token != second.Token {
 		t.Errorf("after the superseded Commit: attempt %d same token %t, want attempt 2 in flight", rec.Attempt, rec.Token == second.Token)
 	}
@@ -640,7 +641,7 @@ func testRollbackDropsWrites(t *testing.T, open Opener) {
 		t.Run(fmt.Sprintf("durable=%t", durable), func(t *testing.T) {
 			b := newBackend(t, open)
 			req := request("k", t0)
-			_, tx := claimTx(t, b, req, interceptor.Durability(durable))
+			_, tx := claimTx(t, b, req, storage.Durability(durable))
 			ctx := tx.Context(context.Background())
 			pi := intent("pi_rolled_back", t0)
 			if err := b.Intents.CreateIntent(ctx, "alice", pi); err != nil {
@@ -660,8 +661,8 @@ func testRollbackDropsWrites(t *testing.T, open Opener) {
 			}
 
 			if durable {
-				claim(t, b, request("k", t0.Add(time.Second)), interceptor.OutcomeInFlight)
-			} else if got := claim(t, b, req, interceptor.OutcomeFresh); got.Attempt != 1 {
+				claim(t, b, request("k", t0.Add(time.Second)), storage.OutcomeInFlight)
+			} else if got := claim(t, b, req, storage.OutcomeFresh); got.Attempt != 1 {
 				t.Errorf("claim after Rollback: attempt %d, want 1", got.Attempt)
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkInterceptor(b *testing.B) {
 	handler := func(ctx context.Context, req any) (any, error) { return resp, nil }
 	ctxWith := func(key string) context.Context {
 		ctx := metadata.NewIncomingContext(context.Background(),
-			metadata.Pairs("authorization", "Bearer bench-token", interceptor.KeyHeader, key))
+			metadata.Pairs("authorization", "Bearer bench-token", wire.KeyHeader, key))
 		return grpc.NewContextWithServerTransportStream(ctx, transport{})
 	}
 	intercept := interceptor.MustUnaryServerInterceptor(memstore.New(), interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))

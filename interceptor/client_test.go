@@ -19,6 +19,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 // flaky is a server interceptor in front of the idempotency layer that
@@ -32,7 +34,7 @@ type flaky struct {
 
 func (f *flaky) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	f.mu.Lock()
-	f.keys = append(f.keys, strings.Join(metadata.ValueFromIncomingContext(ctx, interceptor.KeyHeader), ","))
+	f.keys = append(f.keys, strings.Join(metadata.ValueFromIncomingContext(ctx, wire.KeyHeader), ","))
 	n := len(f.keys)
 	f.mu.Unlock()
 	if f.fail != nil {
@@ -56,7 +58,7 @@ type clientHarness struct {
 	flaky   *flaky
 }
 
-func startClient(t *testing.T, copts ...interceptor.ClientOption) *clientHarness {
+func startClient(t *testing.T, copts ...retry.Option) *clientHarness {
 	t.Helper()
 	db, err := boltstore.Open(filepath.Join(t.TempDir(), "idempotency.db"), nil)
 	if err != nil {
@@ -71,12 +73,12 @@ func startClient(t *testing.T, copts ...interceptor.ClientOption) *clientHarness
 		t.Fatal(err)
 	}
 	go srv.Serve(lis)
-	copts = append([]interceptor.ClientOption{
-		interceptor.WithClientMethods(testgrpc.TestService_UnaryCall_FullMethodName),
-		interceptor.WithBackoff(time.Millisecond, 10*time.Millisecond),
+	copts = append([]retry.Option{
+		retry.WithMethods(testgrpc.TestService_UnaryCall_FullMethodName),
+		retry.WithBackoff(time.Millisecond, 10*time.Millisecond),
 	}, copts...)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(copts...)))
+		grpc.WithUnaryInterceptor(retry.MustUnaryClientInterceptor(copts...)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +126,7 @@ func TestClient_AttachesOneKeyAcrossRetries(t *testing.T) {
 
 func TestClient_KeepsTheCallersKey(t *testing.T) {
 	h := startClient(t)
-	ctx := metadata.AppendToOutgoingContext(authed(), interceptor.KeyHeader, "my-key")
+	ctx := metadata.AppendToOutgoingContext(authed(), wire.KeyHeader, "my-key")
 	if _, err := h.client.UnaryCall(ctx, payload("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +149,7 @@ func TestClient_NeverRetriesAStoredResultOrMismatch(t *testing.T) {
 		t.Errorf("%d attempts, want 2: the first and the one that saw the replay", n)
 	}
 	h.service.handler = echo
-	ctx := metadata.AppendToOutgoingContext(authed(), interceptor.KeyHeader, "k")
+	ctx := metadata.AppendToOutgoingContext(authed(), wire.KeyHeader, "k")
 	h.client.UnaryCall(ctx, payload("x"))
 	before := len(h.flaky.attempts())
 	if _, err := h.client.UnaryCall(ctx, payload("y")); status.Code(err) != codes.FailedPrecondition {
@@ -161,7 +163,7 @@ func TestClient_NeverRetriesAStoredResultOrMismatch(t *testing.T) {
 func TestClient_WaitsOutKeyInUseThenGetsTheResult(t *testing.T) {
 	h := startClient(t)
 	running, release := h.service.blockFirstAttempt()
-	ctx := metadata.AppendToOutgoingContext(authed(), interceptor.KeyHeader, "busy")
+	ctx := metadata.AppendToOutgoingContext(authed(), wire.KeyHeader, "busy")
 	go h.plain.UnaryCall(ctx, payload("x"))
 	<-running
 	time.AfterFunc(100*time.Millisecond, func() { close(release) })
@@ -173,7 +175,7 @@ func TestClient_WaitsOutKeyInUseThenGetsTheResult(t *testing.T) {
 }
 
 func TestClient_BoundedAttemptsAndDeadline(t *testing.T) {
-	h := startClient(t, interceptor.WithMaxAttempts(4))
+	h := startClient(t, retry.WithMaxAttempts(4))
 	h.flaky.fail = unavailable
 	if _, err := h.client.UnaryCall(authed(), payload("x")); status.Code(err) != codes.Unavailable {
 		t.Fatalf("always unavailable: %v", err)
@@ -182,7 +184,7 @@ func TestClient_BoundedAttemptsAndDeadline(t *testing.T) {
 		t.Errorf("%d attempts, want 4", n)
 	}
 
-	slow := startClient(t, interceptor.WithMaxAttempts(1000), interceptor.WithBackoff(50*time.Millisecond, time.Second))
+	slow := startClient(t, retry.WithMaxAttempts(1000), retry.WithBackoff(50*time.Millisecond, time.Second))
 	slow.flaky.fail = unavailable
 	ctx, cancel := context.WithTimeout(authed(), 300*time.Millisecond)
 	defer cancel()
@@ -196,7 +198,7 @@ func TestClient_BoundedAttemptsAndDeadline(t *testing.T) {
 }
 
 func TestClient_RetriesAnAttemptsOwnTimeout(t *testing.T) {
-	h := startClient(t, interceptor.WithAttemptTimeout(50*time.Millisecond))
+	h := startClient(t, retry.WithAttemptTimeout(50*time.Millisecond))
 	h.flaky.fail = func(n int, ctx context.Context) error {
 		if n == 1 { // the first attempt hangs before reaching the server's layer
 			<-ctx.Done()

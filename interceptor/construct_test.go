@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -52,15 +54,15 @@ func TestUnaryServerInterceptor_BadOptions_AreErrors(t *testing.T) {
 func TestUnaryClientInterceptor_BadOptions_AreErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []interceptor.ClientOption
+		opts []retry.Option
 		want string
 	}{
-		{"no methods", nil, "WithClientMethods"},
-		{"malformed method", []interceptor.ClientOption{interceptor.WithClientMethods("PlaceOrder")}, `"PlaceOrder"`},
-		{"no attempts", []interceptor.ClientOption{interceptor.WithClientMethods("/s.S/M"), interceptor.WithMaxAttempts(0)}, "WithMaxAttempts"},
+		{"no methods", nil, "WithMethods"},
+		{"malformed method", []retry.Option{retry.WithMethods("PlaceOrder")}, `"PlaceOrder"`},
+		{"no attempts", []retry.Option{retry.WithMethods("/s.S/M"), retry.WithMaxAttempts(0)}, "WithMaxAttempts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if i, err := interceptor.UnaryClientInterceptor(tc.opts...); err == nil || i != nil || !strings.Contains(err.Error(), tc.want) {
+			if i, err := retry.UnaryClientInterceptor(tc.opts...); err == nil || i != nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("UnaryClientInterceptor = %v, %v; want an error naming %q", i != nil, err, tc.want)
 			}
 		})
@@ -70,20 +72,20 @@ func TestUnaryClientInterceptor_BadOptions_AreErrors(t *testing.T) {
 // ChosenKey reports the key a call carried: the one the interceptor chose,
 // as the server saw it, or the caller's own.
 func TestChosenKey_ReportsTheKeyTheServerSaw(t *testing.T) {
-	retrying := interceptor.MustUnaryClientInterceptor(interceptor.WithClientMethods(testgrpc.TestService_UnaryCall_FullMethodName))
+	retrying := retry.MustUnaryClientInterceptor(retry.WithMethods(testgrpc.TestService_UnaryCall_FullMethodName))
 	var sent string
 	invoker := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 		md, _ := metadata.FromOutgoingContext(ctx)
-		sent = md.Get(interceptor.KeyHeader)[0]
+		sent = md.Get(wire.KeyHeader)[0]
 		return nil
 	}
 	for _, own := range []string{"", "order-77"} {
 		ctx := context.Background()
 		if own != "" {
-			ctx = metadata.AppendToOutgoingContext(ctx, interceptor.KeyHeader, own)
+			ctx = metadata.AppendToOutgoingContext(ctx, wire.KeyHeader, own)
 		}
 		var key string
-		if err := retrying(ctx, testgrpc.TestService_UnaryCall_FullMethodName, nil, nil, nil, invoker, interceptor.ChosenKey(&key)); err != nil {
+		if err := retrying(ctx, testgrpc.TestService_UnaryCall_FullMethodName, nil, nil, nil, invoker, retry.ChosenKey(&key)); err != nil {
 			t.Fatal(err)
 		}
 		if key == "" || key != sent || (own != "" && key != own) {

@@ -84,37 +84,26 @@
 // a message naming both, instead of being replayed or run again on a
 // comparison that means nothing.
 //
-// # Clients
+// # The packages beside this one
 //
-// UnaryClientInterceptor is the client half: it gives each call of the
-// methods it is configured for a random key, keeps it across retries, and
-// retries what is safe to retry (UNAVAILABLE, an attempt's own timeout,
-// ABORTED from this layer) with backoff. ChosenKey tells the caller the key,
-// for its logs. Every answer about a record carries ExpiresAtHeader, the
-// time until which a retry stays safe.
+// Each serves one reader:
 //
-// Put the client interceptor first in the chain, outside (before) any other
-// retry interceptor, such as go-grpc-middleware's retry: it picks the key
-// once per call, so a retry interceptor outside it would have each attempt
-// pick a new one, and the server would run every attempt. On the server,
-// keep middleware that rewrites statuses inside (after) this interceptor:
-// one outside would rewrite replays and in-flight answers too, and clients
-// decide whether to retry from exactly those codes.
+//   - interceptor/storage: the store contract (Store, TxStore, Record, the
+//     claim rules in Decide, the errors a store returns), for those who
+//     write a store; storage/storagetest is its conformance suite.
+//   - interceptor/retry: the client half, which gives each call a key,
+//     keeps it across attempts and retries what is safe to retry.
+//   - interceptor/wire: the metadata names, the ErrorInfo reasons and the
+//     key rule, shared by both halves and by an HTTP face.
+//   - interceptor/tracing: an Observer that puts each outcome on the
+//     request's OpenTelemetry span.
 //
-// The constructors return an error for options that cannot work (no client
-// methods, a method not named "/package.Service/Method", a lease not under
-// the TTL); the Must variants panic instead, for options fixed in code.
+// On the server, keep middleware that rewrites statuses inside (after)
+// this interceptor: one outside would rewrite replays and in-flight answers
+// too, and clients decide whether to retry from exactly those codes.
 //
-// # Tracing
-//
-// The interceptor annotates the current OpenTelemetry span, the one a
-// stats handler such as otelgrpc's started for the call, when it is
-// recording; it uses only the trace API, so without an SDK, or with no
-// span, it costs a context lookup. Every call it sees gets
-// idempotency.key_present (bool: whether an idempotency-key header came);
-// a call it deduplicated also gets idempotency.outcome (fresh, replay,
-// in_flight, mismatch or takeover) and idempotency.attempt (int). Neither
-// the key nor the credential is ever put on a span.
+// UnaryServerInterceptor returns an error for options that cannot work (a
+// method not named "/package.Service/Method", a lease not under the TTL); MustUnaryServerInterceptor panics instead, for options fixed in code.
 //
 // # Streaming
 //

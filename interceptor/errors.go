@@ -9,36 +9,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
-)
 
-// ErrorDomain is the ErrorInfo domain of every error the interceptor itself
-// returns. Errors with this domain were never stored: the client may fix the
-// request and retry with the same key.
-const ErrorDomain = "idempotency"
-
-// ErrorInfo reasons of the interceptor's own errors.
-const (
-	// ReasonKeyMissing: INVALID_ARGUMENT, the method requires a key and none was sent.
-	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
-	// ReasonKeyInvalid: INVALID_ARGUMENT, the key is not 1..255 printable ASCII
-	// characters, or was sent more than once.
-	ReasonKeyInvalid = "IDEMPOTENCY_KEY_INVALID"
-	// ReasonKeyInUse: ABORTED, the same request is still running; retry after
-	// the RetryInfo delay.
-	ReasonKeyInUse = "IDEMPOTENCY_KEY_IN_USE"
-	// ReasonKeyReused: FAILED_PRECONDITION, the key was used for a different request.
-	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
-	// ReasonAttemptSuperseded: ABORTED, this attempt's lease expired and a
-	// newer attempt took the key over; its result was not stored.
-	ReasonAttemptSuperseded = "IDEMPOTENCY_ATTEMPT_SUPERSEDED"
-	// ReasonWriteConflict: ABORTED, a transactional method's writes lost to
-	// other requests changing the same data every time it ran; nothing was
-	// stored, and a retry with the same key runs it afresh.
-	ReasonWriteConflict = "IDEMPOTENCY_WRITE_CONFLICT"
-	// ReasonOutcomeUnknown: UNAVAILABLE, the store failed while committing
-	// the request's result and cannot tell whether it was kept; retry with
-	// the same key, never a new one, to learn which.
-	ReasonOutcomeUnknown = "IDEMPOTENCY_OUTCOME_UNKNOWN"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 // maxRetryDelay caps the RetryInfo delay of an in-flight answer: most
@@ -49,7 +22,7 @@ const maxRetryDelay = time.Second
 // further details.
 func newError(code codes.Code, reason, msg string, meta map[string]string, details ...protoadapt.MessageV1) error {
 	st := status.New(code, msg)
-	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: wire.ErrorDomain, Metadata: meta}
 	withDetails, err := st.WithDetails(append([]protoadapt.MessageV1{info}, details...)...)
 	if err != nil {
 		return st.Err() // unreachable: code is never OK and the details always marshal
@@ -58,22 +31,22 @@ func newError(code codes.Code, reason, msg string, meta map[string]string, detai
 }
 
 func errKeyMissing(method string) error {
-	return newError(codes.InvalidArgument, ReasonKeyMissing,
+	return newError(codes.InvalidArgument, wire.ReasonKeyMissing,
 		fmt.Sprintf("%s requires an idempotency-key header", method), nil)
 }
 
 func errKeyInvalid(why string) error {
-	return newError(codes.InvalidArgument, ReasonKeyInvalid, "invalid idempotency-key: "+why, nil)
+	return newError(codes.InvalidArgument, wire.ReasonKeyInvalid, "invalid idempotency-key: "+why, nil)
 }
 
 func errInFlight(key string, delay time.Duration) error {
-	return newError(codes.Aborted, ReasonKeyInUse,
+	return newError(codes.Aborted, wire.ReasonKeyInUse,
 		fmt.Sprintf("a request with idempotency key %q is still in progress; retry after %v", key, delay),
 		map[string]string{"idempotency_key": key},
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
 }
 
-func errMismatch(key string, stored *Record, got Fingerprint, scheme string) error {
+func errMismatch(key string, stored *storage.Record, got storage.Fingerprint, scheme string) error {
 	meta := map[string]string{"idempotency_key": key, "stored_fingerprint": stored.Fingerprint.Short(), "request_fingerprint": got.Short()}
 	msg := fmt.Sprintf("idempotency key %q was already used for a different request (fingerprint %s, got %s)",
 		key, stored.Fingerprint.Short(), got.Short())
@@ -82,17 +55,17 @@ func errMismatch(key string, stored *Record, got Fingerprint, scheme string) err
 		msg = fmt.Sprintf("idempotency key %q was used for a request fingerprinted as %q; this server fingerprints as %q and cannot tell whether the requests are the same (fingerprint %s, got %s)",
 			key, stored.Scheme, scheme, stored.Fingerprint.Short(), got.Short())
 	}
-	return newError(codes.FailedPrecondition, ReasonKeyReused, msg, meta)
+	return newError(codes.FailedPrecondition, wire.ReasonKeyReused, msg, meta)
 }
 
 func errSuperseded(key string, attempt uint64) error {
-	return newError(codes.Aborted, ReasonAttemptSuperseded,
+	return newError(codes.Aborted, wire.ReasonAttemptSuperseded,
 		fmt.Sprintf("attempt %d for idempotency key %q was superseded by a newer attempt; its result was discarded", attempt, key),
 		map[string]string{"idempotency_key": key})
 }
 
 func errWriteConflict(key string, runs int) error {
-	return newError(codes.Aborted, ReasonWriteConflict,
+	return newError(codes.Aborted, wire.ReasonWriteConflict,
 		fmt.Sprintf("the request with idempotency key %q ran %d times and each time other requests changed the data it changes before it could commit; nothing was stored: retry with the same key", key, runs),
 		map[string]string{"idempotency_key": key})
 }
@@ -103,7 +76,7 @@ func errOutcomeUnknown(key string, attempt uint64, durable bool) error {
 		// The handler ran, and may have acted outside the store.
 		then = "takes the request over once its lease ends, and runs it again, if it was not"
 	}
-	return newError(codes.Unavailable, ReasonOutcomeUnknown,
+	return newError(codes.Unavailable, wire.ReasonOutcomeUnknown,
 		fmt.Sprintf("the store failed while committing attempt %d for idempotency key %q and cannot tell whether its result was kept: retry with the same key, never a new one; the retry answers with the result if it was kept, and %s", attempt, key, then),
 		map[string]string{"idempotency_key": key})
 }

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -75,9 +77,9 @@ func ExampleUnaryClientInterceptor() {
 	go srv.Serve(lis)
 	defer srv.Stop()
 
-	retrying, err := interceptor.UnaryClientInterceptor(
-		interceptor.WithClientMethods(testgrpc.TestService_UnaryCall_FullMethodName),
-		interceptor.WithMaxAttempts(5),
+	retrying, err := retry.UnaryClientInterceptor(
+		retry.WithMethods(testgrpc.TestService_UnaryCall_FullMethodName),
+		retry.WithMaxAttempts(5),
 	)
 	if err != nil {
 		log.Fatal(err)
@@ -90,10 +92,10 @@ func ExampleUnaryClientInterceptor() {
 
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer some-token")
 	var key string
-	resp, err := testgrpc.NewTestServiceClient(conn).UnaryCall(ctx, &testgrpc.SimpleRequest{}, interceptor.ChosenKey(&key))
+	resp, err := testgrpc.NewTestServiceClient(conn).UnaryCall(ctx, &testgrpc.SimpleRequest{}, retry.ChosenKey(&key))
 	fmt.Println(resp.GetUsername(), err, len(key)) // a UUID: 36 characters
 
-	_, err = interceptor.UnaryClientInterceptor() // no methods: nothing would be safe to retry
+	_, err = retry.UnaryClientInterceptor() // no methods: nothing would be safe to retry
 	fmt.Println(err != nil)
 	// Output:
 	// charge #1 <nil> 36
@@ -132,7 +134,7 @@ func ExampleRunSweeper() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		interceptor.RunSweeper(ctx, store, time.Minute, func(deleted int, err error) {
+		storage.RunSweeper(ctx, store, time.Minute, func(deleted int, err error) {
 			log.Printf("swept %d expired idempotency records (err %v)", deleted, err)
 		})
 	}()

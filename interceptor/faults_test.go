@@ -21,6 +21,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -36,21 +38,21 @@ type faultyStore struct {
 // completeFault is the error of a completion that fails.
 func (s *faultyStore) completeFault() error {
 	if s.outcomeUnknown.Load() {
-		return fmt.Errorf("fdatasync after the meta page: %w: %w", interceptor.ErrOutcomeUnknown, errInjected)
+		return fmt.Errorf("fdatasync after the meta page: %w: %w", storage.ErrOutcomeUnknown, errInjected)
 	}
 	return errInjected
 }
 
 var errInjected = errors.New("injected storage fault")
 
-func (s *faultyStore) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
+func (s *faultyStore) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
 	if s.failClaim.Load() {
 		return 0, nil, errInjected
 	}
 	return s.DB.Claim(ctx, req)
 }
 
-func (s *faultyStore) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+func (s *faultyStore) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	if s.failClaim.Load() {
 		return 0, nil, nil, errInjected
 	}
@@ -63,11 +65,11 @@ func (s *faultyStore) ClaimTx(ctx context.Context, req interceptor.ClaimRequest,
 
 // faultyTx fails its commit when the store's completions fail.
 type faultyTx struct {
-	interceptor.Tx
+	storage.Tx
 	store *faultyStore
 }
 
-func (t *faultyTx) Commit(ctx context.Context, done *interceptor.Record, keepWrites interceptor.Writes) error {
+func (t *faultyTx) Commit(ctx context.Context, done *storage.Record, keepWrites storage.Writes) error {
 	if t.store.failComplete.Load() {
 		t.Tx.Rollback()
 		return t.store.completeFault()
@@ -75,7 +77,7 @@ func (t *faultyTx) Commit(ctx context.Context, done *interceptor.Record, keepWri
 	return t.Tx.Commit(ctx, done, keepWrites)
 }
 
-func (s *faultyStore) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+func (s *faultyStore) Renew(ctx context.Context, key storage.RecordKey, claim *storage.Record) error {
 	s.renewals.Add(1)
 	if s.failRenew.Load() {
 		return errInjected
@@ -83,7 +85,7 @@ func (s *faultyStore) Renew(ctx context.Context, key interceptor.RecordKey, clai
 	return s.DB.Renew(ctx, key, claim)
 }
 
-func (s *faultyStore) Complete(ctx context.Context, key interceptor.RecordKey, done *interceptor.Record) error {
+func (s *faultyStore) Complete(ctx context.Context, key storage.RecordKey, done *storage.Record) error {
 	if s.failComplete.Load() {
 		return s.completeFault()
 	}
@@ -94,7 +96,7 @@ func (s *faultyStore) Complete(ctx context.Context, key interceptor.RecordKey, d
 func startFaulty(t *testing.T, opts ...interceptor.Option) (*harness, *faultyStore) {
 	t.Helper()
 	var fs *faultyStore
-	h := startWith(t, func(db *boltstore.DB) interceptor.Store {
+	h := startWith(t, func(db *boltstore.DB) storage.Store {
 		fs = &faultyStore{DB: db}
 		return fs
 	}, opts...)
@@ -123,7 +125,7 @@ func TestFault_CompleteFails_RecordStaysInFlightUntilTakeover(t *testing.T) {
 	}
 	fs.failComplete.Store(false)
 	// The call happened: its record is in flight, not gone.
-	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, wire.ReasonKeyInUse)
 	h.clock.Advance(time.Minute)
 	a := h.send("tok", "k", payload("x"))
 	if a.err != nil {
@@ -152,7 +154,7 @@ func TestFault_OutcomeUnknown_CallerToldSoRetryWithTheSameKey(t *testing.T) {
 			fs.failComplete.Store(true)
 			fs.outcomeUnknown.Store(true)
 			a := h.send("tok", "k", payload("x"))
-			st := wantReason(t, a.err, codes.Unavailable, interceptor.ReasonOutcomeUnknown)
+			st := wantReason(t, a.err, codes.Unavailable, wire.ReasonOutcomeUnknown)
 			if msg := st.Message(); !strings.Contains(msg, "cannot tell whether") || !strings.Contains(msg, "same key") ||
 				!strings.Contains(msg, tc.retry) || strings.Contains(msg, "not kept") {
 				t.Errorf("message %q: want it to say the outcome is unknown, to retry with the same key, and that the retry %s", msg, tc.retry)
@@ -168,7 +170,7 @@ type renewFailing struct {
 	renewals atomic.Int64
 }
 
-func (s *renewFailing) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+func (s *renewFailing) Renew(ctx context.Context, key storage.RecordKey, claim *storage.Record) error {
 	s.renewals.Add(1)
 	return errInjected
 }
@@ -176,7 +178,7 @@ func (s *renewFailing) Renew(ctx context.Context, key interceptor.RecordKey, cla
 func TestFault_SharedStoreRenewFails_LeaseRunsOutAndAttemptIsSuperseded(t *testing.T) {
 	const lease = 150 * time.Millisecond
 	fs := &renewFailing{Store: memstore.New()}
-	h := startWith(t, func(*boltstore.DB) interceptor.Store { return fs },
+	h := startWith(t, func(*boltstore.DB) storage.Store { return fs },
 		interceptor.WithLease(lease), interceptor.WithClock(time.Now))
 	running, release := h.service.blockFirstAttempt()
 	first := make(chan call, 1)
@@ -199,7 +201,7 @@ func TestFault_SharedStoreRenewFails_LeaseRunsOutAndAttemptIsSuperseded(t *testi
 		t.Error("no renewal was attempted")
 	}
 	close(release)
-	wantReason(t, (<-first).err, codes.Aborted, interceptor.ReasonAttemptSuperseded)
+	wantReason(t, (<-first).err, codes.Aborted, wire.ReasonAttemptSuperseded)
 	h.wantCalls(t, 2)
 }
 
@@ -213,7 +215,7 @@ func TestRenewal_SlowLiveWorkerIsNeverTakenOver(t *testing.T) {
 	<-running
 	// Retry for three leases; renewals happen every third of one.
 	for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 10) {
-		wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+		wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, wire.ReasonKeyInUse)
 	}
 	release <- struct{}{}
 	if a := <-first; a.err != nil {
@@ -238,7 +240,7 @@ type countingRenewals struct {
 	renewals atomic.Int64
 }
 
-func (s *countingRenewals) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+func (s *countingRenewals) Renew(ctx context.Context, key storage.RecordKey, claim *storage.Record) error {
 	s.renewals.Add(1)
 	return s.Store.Renew(ctx, key, claim)
 }
@@ -252,7 +254,7 @@ func TestRenewal_StopsWhenTheHandlerPanics(t *testing.T) {
 	intercept := interceptor.MustUnaryServerInterceptor(store, interceptor.WithLease(lease),
 		interceptor.WithDefaultKeyPolicy(interceptor.KeyRequired))
 	ctx := grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(context.Background(),
-		metadata.Pairs("authorization", "Bearer tok", interceptor.KeyHeader, "k")), transport{})
+		metadata.Pairs("authorization", "Bearer tok", wire.KeyHeader, "k")), transport{})
 	info := &grpc.UnaryServerInfo{FullMethod: testgrpc.TestService_UnaryCall_FullMethodName}
 	func() {
 		defer func() {

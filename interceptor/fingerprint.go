@@ -2,20 +2,15 @@ package interceptor
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-)
 
-// Fingerprint identifies a request: SHA-256 over the full method name, a NUL
-// byte, and the request's deterministic protobuf encoding. Two requests that
-// differ only in the order of fields on the wire have the same fingerprint.
-// Deterministic encoding is stable for one binary and schema; see doc.go.
-type Fingerprint [sha256.Size]byte
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+)
 
 // FingerprintScheme names how fingerprints are computed. Records keep the
 // scheme of their fingerprint: one computed another way cannot be compared
@@ -25,7 +20,7 @@ const FingerprintScheme = "sha256-deterministic-v1"
 
 // NewFingerprint computes the fingerprint of req sent to fullMethod, under
 // FingerprintScheme with no excluded fields.
-func NewFingerprint(fullMethod string, req proto.Message) (Fingerprint, error) {
+func NewFingerprint(fullMethod string, req proto.Message) (storage.Fingerprint, error) {
 	return fingerprinter{}.fingerprint(fullMethod, req)
 }
 
@@ -59,7 +54,7 @@ func (f fingerprinter) scheme() string {
 	return FingerprintScheme + "; excluding " + strings.Join(names, ",")
 }
 
-func (f fingerprinter) fingerprint(fullMethod string, req proto.Message) (Fingerprint, error) {
+func (f fingerprinter) fingerprint(fullMethod string, req proto.Message) (storage.Fingerprint, error) {
 	if len(f.exclude) > 0 {
 		req = proto.Clone(req)
 		f.clear(req.ProtoReflect())
@@ -70,7 +65,7 @@ func (f fingerprinter) fingerprint(fullMethod string, req proto.Message) (Finger
 	opts.UseCachedSize = true // sized just above: do not size it all again
 	b, err := opts.MarshalAppend(b, req)
 	if err != nil {
-		return Fingerprint{}, fmt.Errorf("fingerprint: %w", err)
+		return storage.Fingerprint{}, fmt.Errorf("fingerprint: %w", err)
 	}
 	return sha256.Sum256(b), nil
 }
@@ -96,9 +91,3 @@ func (f fingerprinter) clear(m protoreflect.Message) {
 		return true
 	})
 }
-
-// Short is the first 8 bytes in hex, enough to tell fingerprints apart in an
-// error message.
-func (fp Fingerprint) Short() string { return hex.EncodeToString(fp[:8]) }
-
-func (fp Fingerprint) String() string { return hex.EncodeToString(fp[:]) }

@@ -17,6 +17,9 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 )
 
@@ -64,11 +67,11 @@ type harness struct {
 // a temporary directory, on a loopback port.
 func start(t *testing.T, opts ...interceptor.Option) *harness {
 	t.Helper()
-	return startWith(t, func(db *boltstore.DB) interceptor.Store { return db }, opts...)
+	return startWith(t, func(db *boltstore.DB) storage.Store { return db }, opts...)
 }
 
 // startWith is start with the store that wrap makes of the bbolt store.
-func startWith(t *testing.T, wrap func(*boltstore.DB) interceptor.Store, opts ...interceptor.Option) *harness {
+func startWith(t *testing.T, wrap func(*boltstore.DB) storage.Store, opts ...interceptor.Option) *harness {
 	t.Helper()
 	db, err := boltstore.Open(filepath.Join(t.TempDir(), "idempotency.db"), nil)
 	if err != nil {
@@ -118,14 +121,14 @@ func (h *harness) call(req *testgrpc.SimpleRequest, kv ...string) call {
 
 // send calls with a credential and key.
 func (h *harness) send(token, key string, req *testgrpc.SimpleRequest) call {
-	return h.call(req, "authorization", "Bearer "+token, interceptor.KeyHeader, key)
+	return h.call(req, "authorization", "Bearer "+token, wire.KeyHeader, key)
 }
 
-func (c call) replayed() bool { return len(c.header.Get(interceptor.ReplayedHeader)) > 0 }
+func (c call) replayed() bool { return len(c.header.Get(wire.ReplayedHeader)) > 0 }
 
 // withKey returns ctx sending a credential and key.
 func withKey(ctx context.Context, token, key string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, interceptor.KeyHeader, key)
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, wire.KeyHeader, key)
 }
 
 func payload(s string) *testgrpc.SimpleRequest {
@@ -148,8 +151,8 @@ func wantReason(t *testing.T, err error, code codes.Code, reason string) *status
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			if info.Reason != reason || info.Domain != interceptor.ErrorDomain {
-				t.Fatalf("ErrorInfo = %s/%s, want %s/%s", info.Domain, info.Reason, interceptor.ErrorDomain, reason)
+			if info.Reason != reason || info.Domain != wire.ErrorDomain {
+				t.Fatalf("ErrorInfo = %s/%s, want %s/%s", info.Domain, info.Reason, wire.ErrorDomain, reason)
 			}
 			return st
 		}
@@ -160,11 +163,11 @@ func wantReason(t *testing.T, err error, code codes.Code, reason string) *status
 
 // newRetryingClient is a client of h's server through the client
 // interceptor, for UnaryCall.
-func newRetryingClient(t *testing.T, h *harness, opts ...interceptor.ClientOption) testgrpc.TestServiceClient {
+func newRetryingClient(t *testing.T, h *harness, opts ...retry.Option) testgrpc.TestServiceClient {
 	t.Helper()
-	opts = append([]interceptor.ClientOption{interceptor.WithClientMethods(testgrpc.TestService_UnaryCall_FullMethodName)}, opts...)
+	opts = append([]retry.Option{retry.WithMethods(testgrpc.TestService_UnaryCall_FullMethodName)}, opts...)
 	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(opts...)))
+		grpc.WithUnaryInterceptor(retry.MustUnaryClientInterceptor(opts...)))
 	if err != nil {
 		t.Fatal(err)
 	}

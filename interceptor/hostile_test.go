@@ -12,6 +12,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -22,7 +24,7 @@ type slowBolt struct {
 	delay time.Duration
 }
 
-func (s *slowBolt) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+func (s *slowBolt) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	outcome, rec, tx, err := s.DB.ClaimTx(ctx, req, durable)
 	if outcome.Claimed() {
 		time.Sleep(s.delay)
@@ -33,17 +35,17 @@ func (s *slowBolt) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, du
 	return outcome, rec, tx, err
 }
 
-func (s *slowBolt) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+func (s *slowBolt) Renew(ctx context.Context, key storage.RecordKey, claim *storage.Record) error {
 	time.Sleep(s.delay)
 	return s.DB.Renew(ctx, key, claim)
 }
 
 type slowCommit struct {
-	interceptor.Tx
+	storage.Tx
 	delay time.Duration
 }
 
-func (t *slowCommit) Commit(ctx context.Context, done *interceptor.Record, keepWrites interceptor.Writes) error {
+func (t *slowCommit) Commit(ctx context.Context, done *storage.Record, keepWrites storage.Writes) error {
 	time.Sleep(t.delay)
 	return t.Tx.Commit(ctx, done, keepWrites)
 }
@@ -56,7 +58,7 @@ type slowShared struct {
 	renewals atomic.Int64
 }
 
-func (s *slowShared) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+func (s *slowShared) Renew(ctx context.Context, key storage.RecordKey, claim *storage.Record) error {
 	time.Sleep(s.delay)
 	s.renewals.Add(1)
 	return s.Store.Renew(ctx, key, claim)
@@ -70,10 +72,10 @@ func TestSlowStore_LiveWorkerKeepsItsClaim(t *testing.T) {
 	const lease = 600 * time.Millisecond
 	for _, tc := range []struct {
 		name  string
-		store func(*boltstore.DB) interceptor.Store
+		store func(*boltstore.DB) storage.Store
 	}{
-		{"exclusive bbolt", func(db *boltstore.DB) interceptor.Store { return &slowBolt{DB: db, delay: lease * 2 / 5} }},
-		{"shared", func(*boltstore.DB) interceptor.Store { return &slowShared{Store: memstore.New(), delay: lease * 2 / 5} }},
+		{"exclusive bbolt", func(db *boltstore.DB) storage.Store { return &slowBolt{DB: db, delay: lease * 2 / 5} }},
+		{"shared", func(*boltstore.DB) storage.Store { return &slowShared{Store: memstore.New(), delay: lease * 2 / 5} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startWith(t, tc.store, interceptor.WithLease(lease), interceptor.WithClock(time.Now))
@@ -182,8 +184,8 @@ func TestClient_AttemptTimeoutAgainstASlowServer_EndsWithTheResult(t *testing.T)
 		time.Sleep(150 * time.Millisecond)
 		return echo(ctx, req)
 	}
-	client := newRetryingClient(t, h, interceptor.WithAttemptTimeout(5*time.Millisecond),
-		interceptor.WithMaxAttempts(20), interceptor.WithBackoff(20*time.Millisecond, 100*time.Millisecond))
+	client := newRetryingClient(t, h, retry.WithAttemptTimeout(5*time.Millisecond),
+		retry.WithMaxAttempts(20), retry.WithBackoff(20*time.Millisecond, 100*time.Millisecond))
 	resp, err := client.UnaryCall(withKey(context.Background(), "tok", "order-1"), payload("x"))
 	if err != nil {
 		t.Fatalf("with 5ms attempts against a 150ms handler: %v, want the result", err)

@@ -13,6 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 // completeTimeout bounds the write of a result. It runs even when the
@@ -27,21 +30,21 @@ const completeTimeout = 10 * time.Second
 // It fails for options that cannot work: a lease not shorter than the TTL,
 // or a method named in WithKeyPolicy or WithTransactional other than as
 // "/package.Service/Method".
-func UnaryServerInterceptor(store Store, opts ...Option) (grpc.UnaryServerInterceptor, error) {
+func UnaryServerInterceptor(store storage.Store, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	o := evaluateOptions(opts)
 	if err := o.check(); err != nil {
 		return nil, err
 	}
 	i := &idempotency{store: store, opts: o, fingerprinter: newFingerprinter(o.exclude)}
-	i.txStore, _ = store.(TxStore)
-	i.watcher, _ = store.(Watcher)
+	i.txStore, _ = store.(storage.TxStore)
+	i.watcher, _ = store.(storage.Watcher)
 	i.scheme = i.fingerprinter.scheme()
 	return i.intercept, nil
 }
 
 // MustUnaryServerInterceptor is UnaryServerInterceptor for options known
 // to be valid; it panics if they are not.
-func MustUnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterceptor {
+func MustUnaryServerInterceptor(store storage.Store, opts ...Option) grpc.UnaryServerInterceptor {
 	i, err := UnaryServerInterceptor(store, opts...)
 	if err != nil {
 		panic(err)
@@ -50,9 +53,9 @@ func MustUnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInt
 }
 
 type idempotency struct {
-	store         Store
-	txStore       TxStore // store, if it is one; nil otherwise
-	watcher       Watcher // store, if it is one; nil otherwise
+	store         storage.Store
+	txStore       storage.TxStore // store, if it is one; nil otherwise
+	watcher       storage.Watcher // store, if it is one; nil otherwise
 	opts          *options
 	fingerprinter fingerprinter
 	scheme        string
@@ -64,7 +67,6 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	obs := &Observation{FullMethod: info.FullMethod}
 	defer func() {
 		obs.Code = status.Code(err)
-		traceObservation(ctx, obs)
 		if obs.Err != nil { // the caller knows only the code; the operator needs the cause
 			i.opts.logger.LogAttrs(ctx, slog.LevelError, "idempotency: store failed",
 				slog.String("method", obs.FullMethod), slog.String("code", obs.Code.String()), slog.String("err", obs.Err.Error()))
@@ -94,17 +96,14 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 // error, or the handler's run. again is true when an earlier run of the
 // request lost to a concurrent change: the observer was told of its claim,
 // and the caller of its expiry.
-func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, fp Fingerprint, obs *Observation, again bool) (any, error) {
+func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHandler, rk storage.RecordKey, fp storage.Fingerprint, obs *Observation, again bool) (any, error) {
 	outcome, rec, tx, now, err := i.claim(ctx, rk, fp, obs)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
 		}
 		obs.Err = err
-		if status.Code(err) == codes.DataLoss {
-			return nil, status.Error(codes.DataLoss, "idempotency store found its data damaged; the request was not run")
-		}
-		return nil, status.Error(codes.Unavailable, "idempotency store unavailable, the request was not run; retry with the same key")
+		return nil, storeFailure(err, rk.Key, nil, false)
 	}
 	if tx != nil {
 		defer tx.Rollback() // a handler that panics releases its claim
@@ -120,9 +119,9 @@ func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHan
 	// that has gone gets no header; its claim still runs.
 	expires := metadata.MD{}
 	if !again {
-		expires[ExpiresAtHeader] = []string{rec.Expiry.UTC().Format(time.RFC3339)}
+		expires[wire.ExpiresAtHeader] = []string{rec.Expiry.UTC().Format(time.RFC3339)}
 	}
-	if outcome == OutcomeReplay {
+	if outcome == storage.OutcomeReplay {
 		return replay(ctx, rec.Result, expires)
 	}
 	if !again {
@@ -131,9 +130,9 @@ func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHan
 		}
 	}
 	switch outcome {
-	case OutcomeInFlight:
+	case storage.OutcomeInFlight:
 		return nil, errInFlight(rk.Key, i.handlerTimes.retryDelay(obs.FullMethod, rec.LeaseExpiry.Sub(now)))
-	case OutcomeMismatch:
+	case storage.OutcomeMismatch:
 		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
 	}
 	return i.run(ctx, req, handler, rk, rec, tx, obs)
@@ -155,77 +154,43 @@ var errRunAgain = errors.New("idempotency: run again")
 // another process sharing the store wakes them through the store when it
 // is a Watcher, and is polled otherwise (and, rarely, in case a notice is
 // lost, even so).
-func (i *idempotency) claim(ctx context.Context, rk RecordKey, fp Fingerprint, obs *Observation) (Outcome, *Record, Tx, time.Time, error) {
-	var (
-		giveUp, poll *time.Timer // made on the first wait
-		watched      <-chan struct{}
-		stopWatching = func() {}
-	)
-	pollEvery := 10 * time.Millisecond
-	defer func() {
-		if giveUp != nil {
-			giveUp.Stop()
-			poll.Stop()
-		}
-		stopWatching()
-	}()
+func (i *idempotency) claim(ctx context.Context, rk storage.RecordKey, fp storage.Fingerprint, obs *Observation) (storage.Outcome, *storage.Record, storage.Tx, time.Time, error) {
+	w := &inFlightWait{watcher: i.watcher, key: rk, limit: i.opts.inFlightWait, pollEvery: 10 * time.Millisecond}
+	defer w.stop()
 	for {
 		now := i.opts.now()
-		req := ClaimRequest{Key: rk, Fingerprint: fp, Scheme: i.scheme, Now: now, Lease: i.opts.lease, TTL: i.opts.ttl}
-		start := time.Now()
-		var (
-			outcome Outcome
-			rec     *Record
-			tx      Tx
-			err     error
-		)
-		if i.txStore != nil {
-			durability := ClaimDurable
-			if i.opts.transactional[obs.FullMethod] {
-				durability = ClaimInTx // its writes are its only effect: they and the claim commit together
-			}
-			outcome, rec, tx, err = i.txStore.ClaimTx(ctx, req, durability)
-		} else {
-			outcome, rec, err = i.store.Claim(ctx, req)
-		}
-		obs.Store += time.Since(start)
-		if err != nil || outcome != OutcomeInFlight || i.opts.inFlightWait <= 0 {
+		outcome, rec, tx, err := i.claimOnce(ctx, storage.ClaimRequest{Key: rk, Fingerprint: fp, Scheme: i.scheme,
+			Now: now, Lease: i.opts.lease, TTL: i.opts.ttl}, obs)
+		if err != nil || outcome != storage.OutcomeInFlight || i.opts.inFlightWait <= 0 {
 			return outcome, rec, tx, now, err
 		}
 		local := i.flights.done(rk) // nil unless it runs in this process
-		if local == nil && i.watcher != nil && watched == nil {
-			watched, stopWatching = i.watcher.Watch(rk)
+		if local == nil && w.watch() {
 			continue // it may have ended before the watch began: look again
 		}
-		wait := pollEvery
-		switch {
-		case watched != nil:
-			wait = watchedPollEvery
-		case giveUp != nil:
-			pollEvery = min(2*pollEvery, 200*time.Millisecond)
-			wait = pollEvery
-		}
-		if giveUp == nil {
-			giveUp, poll = time.NewTimer(i.opts.inFlightWait), time.NewTimer(wait)
-		} else {
-			poll.Reset(wait)
-		}
-		var pollC <-chan time.Time
-		if local == nil {
-			pollC = poll.C
-		}
-		select {
-		case <-local:
-		case <-watched: // a notice is used up: watch afresh
-			stopWatching()
-			watched, stopWatching = nil, func() {}
-		case <-pollC:
-		case <-giveUp.C:
+		switch timedOut, err := w.wait(ctx, local); {
+		case err != nil:
+			return 0, nil, nil, now, err
+		case timedOut:
 			return outcome, rec, nil, now, nil
-		case <-ctx.Done():
-			return 0, nil, nil, now, ctx.Err()
 		}
 	}
+}
+
+// claimOnce asks the store once, through ClaimTx when it is a TxStore.
+func (i *idempotency) claimOnce(ctx context.Context, req storage.ClaimRequest, obs *Observation) (outcome storage.Outcome, rec *storage.Record, tx storage.Tx, err error) {
+	start := time.Now()
+	if i.txStore != nil {
+		durability := storage.ClaimDurable
+		if i.opts.transactional[obs.FullMethod] {
+			durability = storage.ClaimInTx // its writes are its only effect: they and the claim commit together
+		}
+		outcome, rec, tx, err = i.txStore.ClaimTx(ctx, req, durability)
+	} else {
+		outcome, rec, err = i.store.Claim(ctx, req)
+	}
+	obs.Store += time.Since(start)
+	return outcome, rec, tx, err
 }
 
 // watchedPollEvery is how often a duplicate waiting on a Watcher's notice
@@ -235,13 +200,13 @@ var watchedPollEvery = time.Second
 
 // identify returns the record key and fingerprint of a request, dedup false
 // when the request is to pass through, or a status error for the caller.
-func (i *idempotency) identify(ctx context.Context, req any, method string) (rk RecordKey, dedup bool, fp Fingerprint, err error) {
+func (i *idempotency) identify(ctx context.Context, req any, method string) (rk storage.RecordKey, dedup bool, fp storage.Fingerprint, err error) {
 	policy := i.opts.policy(method)
 	if policy == KeyIgnored {
-		return RecordKey{}, false, Fingerprint{}, nil
+		return storage.RecordKey{}, false, storage.Fingerprint{}, nil
 	}
-	if policy == KeyOptional && !keySent(ctx) {
-		return RecordKey{}, false, Fingerprint{}, nil
+	if policy == KeyOptional && !wire.KeySent(ctx) {
+		return storage.RecordKey{}, false, storage.Fingerprint{}, nil
 	}
 	// The credential comes first: without one, the key is not even read.
 	scope, err := i.opts.scope(ctx)
@@ -249,24 +214,24 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (rk 
 		if _, ok := status.FromError(err); !ok {
 			err = status.Error(codes.Unauthenticated, err.Error())
 		}
-		return RecordKey{}, false, Fingerprint{}, err
+		return storage.RecordKey{}, false, storage.Fingerprint{}, err
 	}
 	key, sent, err := keyFromContext(ctx)
 	switch {
 	case err != nil:
-		return RecordKey{}, false, Fingerprint{}, err
+		return storage.RecordKey{}, false, storage.Fingerprint{}, err
 	case !sent:
-		return RecordKey{}, false, Fingerprint{}, errKeyMissing(method)
+		return storage.RecordKey{}, false, storage.Fingerprint{}, errKeyMissing(method)
 	}
 	msg, ok := req.(proto.Message)
 	if !ok {
-		return RecordKey{}, false, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: request of %s is a %T, not a protobuf message", method, req)
+		return storage.RecordKey{}, false, storage.Fingerprint{}, status.Errorf(codes.Internal, "idempotency: request of %s is a %T, not a protobuf message", method, req)
 	}
 	fp, err = i.fingerprinter.fingerprint(method, msg)
 	if err != nil {
-		return RecordKey{}, false, Fingerprint{}, status.Errorf(codes.Internal, "idempotency: %v", err)
+		return storage.RecordKey{}, false, storage.Fingerprint{}, status.Errorf(codes.Internal, "idempotency: %v", err)
 	}
-	return RecordKey{Scope: scope, Key: key}, true, fp, nil
+	return storage.RecordKey{Scope: scope, Key: key}, true, fp, nil
 }
 
 // run runs the handler under claim, stores its result and returns it. With
@@ -274,7 +239,7 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (rk 
 // with a response: an error's writes are discarded, since no answer names
 // them. The handler's header and trailer metadata are held back until the
 // result is stored, so that a superseded attempt sends nothing of its own.
-func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk RecordKey, claim *Record, tx Tx, obs *Observation) (any, error) {
+func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk storage.RecordKey, claim *storage.Record, tx storage.Tx, obs *Observation) (any, error) {
 	// Once claimed, the handler runs to its end even if the caller has gone
 	// (its deadline passed, it hung up), bounded by the server's own limit:
 	// the retry then finds the result instead of a key locked for a lease.
@@ -309,58 +274,17 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		flight := i.flights.begin(rk)
 		defer i.flights.end(rk, flight) // after the commit: waiters find the result
 	}
-	start := time.Now()
-	resp, herr := handler(hctx, req)
-	took := time.Since(start)
-	obs.Runs++
-	obs.Handler += took
-	i.handlerTimes.observe(obs.FullMethod, took)
+	resp, herr := i.invoke(hctx, req, handler, obs)
 	stopRenewing()
 
-	header, trailer := capture.metadata()
-	result, err := newResult(resp, herr, header, trailer)
+	result, err := i.resultOf(resp, herr, capture)
 	if err != nil {
 		// Nothing can be stored; a durable claim stays in flight and a retry
 		// takes it over once the lease ends.
-		return nil, status.Errorf(codes.Internal, "idempotency: %v", err)
+		return nil, err
 	}
-	if size := result.size(); size > i.opts.maxResult {
-		result = &Result{Status: status.Newf(codes.Internal,
-			"idempotency: the handler's result is %d bytes, over the %d-byte limit for stored results; it was discarded",
-			size, i.opts.maxResult).Proto()}
-	}
-	cctx, cancel := context.WithTimeout(detached, completeTimeout)
-	defer cancel()
-	start = time.Now()
-	if tx != nil {
-		writes := KeepWrites
-		if result.Status != nil {
-			writes = DropWrites // a handler that failed leaves no writes behind
-		}
-		err = tx.Commit(cctx, claim.Completed(result), writes)
-	} else {
-		err = i.store.Complete(cctx, rk, claim.Completed(result))
-	}
-	obs.Store += time.Since(start)
-	switch {
-	case errors.Is(err, ErrSuperseded):
-		return nil, errSuperseded(rk.Key, claim.Attempt)
-	case status.Code(err) == codes.DataLoss:
-		obs.Err = err
-		return nil, status.Errorf(codes.DataLoss, "idempotency store found its data damaged; the result of attempt %d was not stored", claim.Attempt)
-	case errors.Is(err, ErrConflict) && !durable:
-		return nil, errRunAgain
-	case errors.Is(err, ErrOutcomeUnknown):
-		obs.Err = err
-		return nil, errOutcomeUnknown(rk.Key, claim.Attempt, durable)
-	case err != nil && durable:
-		obs.Err = err
-		return nil, status.Errorf(codes.Unavailable,
-			"idempotency store failed to save the result of attempt %d; retry with the same key", claim.Attempt)
-	case err != nil:
-		obs.Err = err
-		return nil, status.Error(codes.Unavailable,
-			"idempotency store failed to save the request's writes and result, which were most likely not kept (a commit whose answer was lost may have been); retry with the same key to learn which")
+	if err := i.complete(detached, rk, claim, tx, result, durable, obs); err != nil {
+		return nil, err
 	}
 	if err := sendMetadata(ctx, result.Header, result.Trailer); err != nil {
 		return nil, err
@@ -371,6 +295,67 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	return resp, nil
 }
 
+// invoke runs the handler once, timing it for the observer and for the
+// in-flight answers' retry delay.
+func (i *idempotency) invoke(ctx context.Context, req any, handler grpc.UnaryHandler, obs *Observation) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	took := time.Since(start)
+	obs.Runs++
+	obs.Handler += took
+	i.handlerTimes.observe(obs.FullMethod, took)
+	return resp, err
+}
+
+// resultOf is the result to store of the handler's answer and the metadata
+// it set: a stored INTERNAL error in place of one over WithMaxResultSize.
+// Its error, when the answer cannot be stored at all, is the caller's.
+func (i *idempotency) resultOf(resp any, herr error, capture *capturingStream) (*storage.Result, error) {
+	header, trailer := capture.metadata()
+	result, err := newResult(resp, herr, header, trailer)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "idempotency: %v", err)
+	}
+	if size := resultSize(result); size > i.opts.maxResult {
+		result = &storage.Result{Status: status.Newf(codes.Internal,
+			"idempotency: the handler's result is %d bytes, over the %d-byte limit for stored results; it was discarded",
+			size, i.opts.maxResult).Proto()}
+	}
+	return result, nil
+}
+
+// complete stores result as the completion of claim, in tx with the
+// handler's writes when it holds them (kept only if the handler
+// succeeded), and returns what the caller is told if that failed:
+// errRunAgain when a transactional method lost to a concurrent change.
+func (i *idempotency) complete(ctx context.Context, rk storage.RecordKey, claim *storage.Record, tx storage.Tx, result *storage.Result, durable bool, obs *Observation) error {
+	ctx, cancel := context.WithTimeout(ctx, completeTimeout)
+	defer cancel()
+	start := time.Now()
+	var err error
+	if tx != nil {
+		writes := storage.KeepWrites
+		if result.Status != nil {
+			writes = storage.DropWrites // a handler that failed leaves no writes behind
+		}
+		err = tx.Commit(ctx, claim.Completed(result), writes)
+	} else {
+		err = i.store.Complete(ctx, rk, claim.Completed(result))
+	}
+	obs.Store += time.Since(start)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, storage.ErrSuperseded):
+		return errSuperseded(rk.Key, claim.Attempt)
+	case errors.Is(err, storage.ErrConflict) && !durable:
+		return errRunAgain
+	default:
+		obs.Err = err
+		return storeFailure(err, rk.Key, claim, durable)
+	}
+}
+
 // renewWhileRunning extends the claim's lease every third of a lease, so
 // that a slow but live worker is never taken over: only a dead one, whose
 // renewals stopped, is. It stops when the returned func is called, which
@@ -378,7 +363,7 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 // fails otherwise is logged and tried again at the next tick; if they all
 // fail, the lease runs out and a takeover supersedes this attempt, as if it
 // had died.
-func (i *idempotency) renewWhileRunning(ctx context.Context, rk RecordKey, claim Record, method string) (stop func()) {
+func (i *idempotency) renewWhileRunning(ctx context.Context, rk storage.RecordKey, claim storage.Record, method string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -393,7 +378,7 @@ func (i *idempotency) renewWhileRunning(ctx context.Context, rk RecordKey, claim
 			}
 			claim.LeaseExpiry = i.opts.now().Add(i.opts.lease)
 			switch err := i.store.Renew(ctx, rk, &claim); {
-			case errors.Is(err, ErrSuperseded):
+			case errors.Is(err, storage.ErrSuperseded):
 				return
 			case err != nil && ctx.Err() == nil:
 				i.opts.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: lease renewal failed; will retry at the next tick",
@@ -409,11 +394,11 @@ func (i *idempotency) renewWhileRunning(ctx context.Context, rk RecordKey, claim
 
 // replay answers with a stored result, marked as replayed, its header
 // sent after header (the record's expiry) in one piece.
-func replay(ctx context.Context, result *Result, header metadata.MD) (any, error) {
+func replay(ctx context.Context, result *storage.Result, header metadata.MD) (any, error) {
 	for k, vs := range result.Header {
 		header[k] = append(header[k], vs...) // copies: the stored result is shared
 	}
-	header[ReplayedHeader] = append(header[ReplayedHeader], "true")
+	header[wire.ReplayedHeader] = append(header[wire.ReplayedHeader], "true")
 	if err := sendMetadata(ctx, header, result.Trailer); err != nil {
 		return nil, err
 	}
@@ -427,8 +412,8 @@ func replay(ctx context.Context, result *Result, header metadata.MD) (any, error
 	return resp, nil
 }
 
-func newResult(resp any, herr error, header, trailer metadata.MD) (*Result, error) {
-	r := &Result{Header: header, Trailer: trailer}
+func newResult(resp any, herr error, header, trailer metadata.MD) (*storage.Result, error) {
+	r := &storage.Result{Header: header, Trailer: trailer}
 	if herr != nil {
 		st, ok := status.FromError(herr)
 		if !ok {
@@ -449,8 +434,8 @@ func newResult(resp any, herr error, header, trailer metadata.MD) (*Result, erro
 	return r, nil
 }
 
-// size is the stored size of r, near enough: its parts' encodings.
-func (r *Result) size() int {
+// resultSize is the stored size of r, near enough: its parts' encodings.
+func resultSize(r *storage.Result) int {
 	n := proto.Size(r.Response) + proto.Size(r.Status)
 	for _, md := range []metadata.MD{r.Header, r.Trailer} {
 		for k, vs := range md {
@@ -485,4 +470,29 @@ type attemptKey struct{}
 func AttemptFromContext(ctx context.Context) (attempt uint64, ok bool) {
 	attempt, ok = ctx.Value(attemptKey{}).(uint64)
 	return attempt, ok
+}
+
+// storeFailure is what the caller is told when the store failed: the one
+// place where the store contract's errors become gRPC codes. claim is nil
+// when the claim itself failed, so that the request was not run; otherwise
+// the completion of claim failed, durable saying whether the claim was
+// already committed (the handler may then have acted outside the store).
+// The cause goes to the Observer and the log, never to the caller.
+func storeFailure(err error, key string, claim *storage.Record, durable bool) error {
+	switch {
+	case claim == nil && errors.Is(err, storage.ErrDamaged):
+		return status.Error(codes.DataLoss, "idempotency store found its data damaged; the request was not run")
+	case claim == nil:
+		return status.Error(codes.Unavailable, "idempotency store unavailable, the request was not run; retry with the same key")
+	case errors.Is(err, storage.ErrDamaged):
+		return status.Errorf(codes.DataLoss, "idempotency store found its data damaged; the result of attempt %d was not stored", claim.Attempt)
+	case errors.Is(err, storage.ErrOutcomeUnknown):
+		return errOutcomeUnknown(key, claim.Attempt, durable)
+	case durable:
+		return status.Errorf(codes.Unavailable,
+			"idempotency store failed to save the result of attempt %d; retry with the same key", claim.Attempt)
+	default:
+		return status.Error(codes.Unavailable,
+			"idempotency store failed to save the request's writes and result, which were most likely not kept (a commit whose answer was lost may have been); retry with the same key to learn which")
+	}
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -43,8 +45,8 @@ func TestReplay_IdenticalResponseAndMetadata_HandlerRunsOnce(t *testing.T) {
 	if first.err != nil {
 		t.Fatal(first.err)
 	}
-	if got := first.header.Get(interceptor.ReplayedHeader); len(got) != 0 {
-		t.Errorf("first answer has %s: %v", interceptor.ReplayedHeader, got)
+	if got := first.header.Get(wire.ReplayedHeader); len(got) != 0 {
+		t.Errorf("first answer has %s: %v", wire.ReplayedHeader, got)
 	}
 	for i := range 3 {
 		again := h.send("tok", "k1", payload("pay 100"))
@@ -54,8 +56,8 @@ func TestReplay_IdenticalResponseAndMetadata_HandlerRunsOnce(t *testing.T) {
 		if got, want := marshal(t, again.resp), marshal(t, first.resp); string(got) != string(want) {
 			t.Errorf("replay %d body = %x, want %x", i, got, want)
 		}
-		if got := again.header.Get(interceptor.ReplayedHeader); len(got) != 1 || got[0] != "true" {
-			t.Errorf("replay %d: %s = %v, want [true]", i, interceptor.ReplayedHeader, got)
+		if got := again.header.Get(wire.ReplayedHeader); len(got) != 1 || got[0] != "true" {
+			t.Errorf("replay %d: %s = %v, want [true]", i, wire.ReplayedHeader, got)
 		}
 		for _, k := range []string{"x-header", "x-data-bin", "x-sent"} {
 			if got, want := again.header.Get(k), first.header.Get(k); fmt.Sprint(got) != fmt.Sprint(want) || len(want) == 0 {
@@ -76,7 +78,7 @@ func TestMismatch_NamesKeyAndFingerprints_StoresNothing(t *testing.T) {
 		t.Fatal(first.err)
 	}
 	other := h.send("tok", "order-1001", payload("amount 999"))
-	st := wantReason(t, other.err, codes.FailedPrecondition, interceptor.ReasonKeyReused)
+	st := wantReason(t, other.err, codes.FailedPrecondition, wire.ReasonKeyReused)
 	fpFirst, _ := interceptor.NewFingerprint(testgrpc.TestService_UnaryCall_FullMethodName, payload("amount 100"))
 	fpOther, _ := interceptor.NewFingerprint(testgrpc.TestService_UnaryCall_FullMethodName, payload("amount 999"))
 	for _, want := range []string{`"order-1001"`, fpFirst.Short(), fpOther.Short()} {
@@ -85,7 +87,7 @@ func TestMismatch_NamesKeyAndFingerprints_StoresNothing(t *testing.T) {
 		}
 	}
 	again := h.send("tok", "order-1001", payload("amount 100"))
-	if again.err != nil || !proto.Equal(again.resp, first.resp) || again.header.Get(interceptor.ReplayedHeader) == nil {
+	if again.err != nil || !proto.Equal(again.resp, first.resp) || again.header.Get(wire.ReplayedHeader) == nil {
 		t.Errorf("after the mismatch: %v %v %v, want the original replayed", again.resp, again.err, again.header)
 	}
 	h.wantCalls(t, 1)
@@ -110,7 +112,7 @@ func TestHandlerError_StoredAndReplayedWithDetails(t *testing.T) {
 			if !proto.Equal(status.Convert(again.err).Proto(), status.Convert(first.err).Proto()) {
 				t.Errorf("replayed status = %v, want %v", status.Convert(again.err).Proto(), status.Convert(first.err).Proto())
 			}
-			if again.header.Get(interceptor.ReplayedHeader) == nil || again.trailer.Get("x-why") == nil {
+			if again.header.Get(wire.ReplayedHeader) == nil || again.trailer.Get("x-why") == nil {
 				t.Errorf("replayed error lacks its marks: header %v trailer %v", again.header, again.trailer)
 			}
 			h.wantCalls(t, 1)
@@ -143,7 +145,7 @@ func TestConcurrentDuplicates_HandlerRunsOnce(t *testing.T) {
 			}
 			continue
 		}
-		st := wantReason(t, a.err, codes.Aborted, interceptor.ReasonKeyInUse)
+		st := wantReason(t, a.err, codes.Aborted, wire.ReasonKeyInUse)
 		inUse++
 		var retry *errdetails.RetryInfo
 		for _, d := range st.Details() {
@@ -170,7 +172,7 @@ func TestTakeover_ExclusiveStore_LiveWorkerIsNeverTakenOver(t *testing.T) {
 	go func() { first <- h.send("tok", "k", payload("x")) }()
 	<-running
 	h.clock.Advance(time.Hour)
-	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, wire.ReasonKeyInUse)
 	close(release)
 	if a := <-first; a.err != nil {
 		t.Fatalf("the live worker: %v, want its result", a.err)
@@ -184,7 +186,7 @@ func TestTakeover_ExclusiveStore_LiveWorkerIsNeverTakenOver(t *testing.T) {
 func TestTakeover_SharedStore_SupersededAttemptIsRefused(t *testing.T) {
 	// A store shared by processes cannot tell a slow worker from a dead one:
 	// the lease decides.
-	h := startWith(t, func(*boltstore.DB) interceptor.Store { return memstore.New() }, interceptor.WithLease(10*time.Second))
+	h := startWith(t, func(*boltstore.DB) storage.Store { return memstore.New() }, interceptor.WithLease(10*time.Second))
 	firstRunning, releaseFirst := make(chan struct{}), make(chan struct{})
 	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 		attempt, _ := interceptor.AttemptFromContext(ctx)
@@ -199,7 +201,7 @@ func TestTakeover_SharedStore_SupersededAttemptIsRefused(t *testing.T) {
 	go func() { firstDone <- h.send("tok", "k", payload("x")) }()
 	<-firstRunning
 
-	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, wire.ReasonKeyInUse)
 	h.clock.Advance(10 * time.Second) // the first worker's lease ends
 	second := h.send("tok", "k", payload("x"))
 	if second.err != nil || second.resp.Username != "attempt 2" {
@@ -208,7 +210,7 @@ func TestTakeover_SharedStore_SupersededAttemptIsRefused(t *testing.T) {
 
 	close(releaseFirst)
 	first := <-firstDone
-	wantReason(t, first.err, codes.Aborted, interceptor.ReasonAttemptSuperseded)
+	wantReason(t, first.err, codes.Aborted, wire.ReasonAttemptSuperseded)
 	if got := first.header.Get("x-attempt"); got != nil {
 		t.Errorf("superseded attempt sent its header %v", got)
 	}
@@ -230,7 +232,7 @@ func TestExpiry_KeyRunsFreshAfterTTL(t *testing.T) {
 	}
 	h.clock.Advance(time.Nanosecond)
 	a := h.send("tok", "k", payload("other"))
-	if a.err != nil || string(a.resp.Payload.Body) != "other" || a.header.Get(interceptor.ReplayedHeader) != nil {
+	if a.err != nil || string(a.resp.Payload.Body) != "other" || a.header.Get(wire.ReplayedHeader) != nil {
 		t.Fatalf("after expiry: %v %v, want a fresh run", a.resp, a.err)
 	}
 	h.wantCalls(t, 2)
@@ -250,7 +252,7 @@ func TestScopes_SameKeyTwoCredentials_TwoRecords(t *testing.T) {
 	h := start(t)
 	a := h.send("alice", "k", payload("x"))
 	b := h.send("bob", "k", payload("y"))
-	if a.err != nil || b.err != nil || b.header.Get(interceptor.ReplayedHeader) != nil {
+	if a.err != nil || b.err != nil || b.header.Get(wire.ReplayedHeader) != nil {
 		t.Fatalf("alice %v, bob %v %v: want two fresh runs", a.err, b.err, b.header)
 	}
 	h.wantCalls(t, 2)
@@ -259,12 +261,12 @@ func TestScopes_SameKeyTwoCredentials_TwoRecords(t *testing.T) {
 func TestCredential_MissingOrMalformed_Unauthenticated(t *testing.T) {
 	h := start(t)
 	for name, kv := range map[string][]string{
-		"none":       {interceptor.KeyHeader, "k"},
-		"not bearer": {"authorization", "Basic abc", interceptor.KeyHeader, "k"},
-		"empty":      {"authorization", "Bearer ", interceptor.KeyHeader, "k"},
-		"twice":      {"authorization", "Bearer a", "authorization", "Bearer b", interceptor.KeyHeader, "k"},
+		"none":       {wire.KeyHeader, "k"},
+		"not bearer": {"authorization", "Basic abc", wire.KeyHeader, "k"},
+		"empty":      {"authorization", "Bearer ", wire.KeyHeader, "k"},
+		"twice":      {"authorization", "Bearer a", "authorization", "Bearer b", wire.KeyHeader, "k"},
 		// The credential is checked before the key is even read.
-		"bad key too": {interceptor.KeyHeader, ""},
+		"bad key too": {wire.KeyHeader, ""},
 	} {
 		if a := h.call(payload("x"), kv...); status.Code(a.err) != codes.Unauthenticated {
 			t.Errorf("%s: %v, want UNAUTHENTICATED", name, a.err)
@@ -275,7 +277,7 @@ func TestCredential_MissingOrMalformed_Unauthenticated(t *testing.T) {
 
 func TestKey_Validation(t *testing.T) {
 	h := start(t)
-	printable := strings.Repeat("k", interceptor.MaxKeyLength-95)
+	printable := strings.Repeat("k", wire.MaxKeyLength-95)
 	for c := byte(0x20); c <= 0x7e; c++ {
 		printable += string(c)
 	}
@@ -283,17 +285,17 @@ func TestKey_Validation(t *testing.T) {
 		t.Errorf("255 printable characters: %v, want accepted", a.err)
 	}
 	for name, kv := range map[string][]string{
-		"256 characters": {interceptor.KeyHeader, strings.Repeat("k", 256)},
-		"empty":          {interceptor.KeyHeader, ""},
-		"sent twice":     {interceptor.KeyHeader, "a", interceptor.KeyHeader, "b"},
-		"as binary":      {interceptor.KeyHeader + "-bin", "k"},
+		"256 characters": {wire.KeyHeader, strings.Repeat("k", 256)},
+		"empty":          {wire.KeyHeader, ""},
+		"sent twice":     {wire.KeyHeader, "a", wire.KeyHeader, "b"},
+		"as binary":      {wire.KeyHeader + "-bin", "k"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := h.call(payload("x"), append([]string{"authorization", "Bearer tok"}, kv...)...)
-			wantReason(t, a.err, codes.InvalidArgument, interceptor.ReasonKeyInvalid)
+			wantReason(t, a.err, codes.InvalidArgument, wire.ReasonKeyInvalid)
 		})
 	}
-	wantReason(t, h.call(payload("x"), "authorization", "Bearer tok").err, codes.InvalidArgument, interceptor.ReasonKeyMissing)
+	wantReason(t, h.call(payload("x"), "authorization", "Bearer tok").err, codes.InvalidArgument, wire.ReasonKeyMissing)
 	h.wantCalls(t, 1)
 }
 
@@ -317,7 +319,7 @@ func TestValidateKey(t *testing.T) {
 		{`"`, false},
 		{`order "1001"`, true},
 	} {
-		if err := interceptor.ValidateKey(tc.key); (err == nil) != tc.ok {
+		if err := wire.ValidateKey(tc.key); (err == nil) != tc.ok {
 			t.Errorf("ValidateKey(%q) = %v, want ok %t", tc.key, err, tc.ok)
 		}
 	}
@@ -384,12 +386,12 @@ func TestKey_ControlOrNonASCII_InvalidAndNotRun(t *testing.T) {
 	info := &grpc.UnaryServerInfo{FullMethod: testgrpc.TestService_UnaryCall_FullMethodName}
 	for _, key := range []string{"tab\there", "caf\xc3\xa9", "nul\x00", "del\x7f", "\xff"} {
 		ctx := metadata.NewIncomingContext(context.Background(),
-			metadata.Pairs("authorization", "Bearer tok", interceptor.KeyHeader, key))
+			metadata.Pairs("authorization", "Bearer tok", wire.KeyHeader, key))
 		_, err := intercept(ctx, payload("x"), info, func(ctx context.Context, req any) (any, error) {
 			t.Errorf("key %q: handler ran", key)
 			return nil, nil
 		})
-		wantReason(t, err, codes.InvalidArgument, interceptor.ReasonKeyInvalid)
+		wantReason(t, err, codes.InvalidArgument, wire.ReasonKeyInvalid)
 	}
 }
 
@@ -419,13 +421,13 @@ func TestExpiresAt_OnEveryAnswerAboutARecord(t *testing.T) {
 	close(release)
 	<-slow
 	for name, a := range answers {
-		if got := a.header.Get(interceptor.ExpiresAtHeader); len(got) != 1 || (name != "in flight" && got[0] != want) {
-			t.Errorf("%s: %s = %v, want [%s]", name, interceptor.ExpiresAtHeader, got, want)
+		if got := a.header.Get(wire.ExpiresAtHeader); len(got) != 1 || (name != "in flight" && got[0] != want) {
+			t.Errorf("%s: %s = %v, want [%s]", name, wire.ExpiresAtHeader, got, want)
 		}
 	}
 	// Outside the layer (no key where one is optional), no such header.
 	h2 := start(t, interceptor.WithDefaultKeyPolicy(interceptor.KeyOptional))
-	if a := h2.call(payload("x"), "authorization", "Bearer tok"); a.err != nil || a.header.Get(interceptor.ExpiresAtHeader) != nil {
+	if a := h2.call(payload("x"), "authorization", "Bearer tok"); a.err != nil || a.header.Get(wire.ExpiresAtHeader) != nil {
 		t.Errorf("without a key: %v, header %v; want no expiry", a.err, a.header)
 	}
 }
@@ -441,14 +443,14 @@ func TestFingerprintExclude_IgnoredFieldsReplay(t *testing.T) {
 		t.Fatalf("differing only in excluded fields: %v, %v (replayed %t); want a replay", first.err, again.err, again.replayed())
 	}
 	other := h.send("tok", "k", &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte("other")}})
-	wantReason(t, other.err, codes.FailedPrecondition, interceptor.ReasonKeyReused)
+	wantReason(t, other.err, codes.FailedPrecondition, wire.ReasonKeyReused)
 	h.wantCalls(t, 1)
 }
 
 func TestFingerprintScheme_ChangeIsMismatchNotReplay(t *testing.T) {
 	store := memstore.New()
 	ctx := grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(context.Background(),
-		metadata.Pairs("authorization", "Bearer tok", interceptor.KeyHeader, "k")), transport{})
+		metadata.Pairs("authorization", "Bearer tok", wire.KeyHeader, "k")), transport{})
 	info := &grpc.UnaryServerInfo{FullMethod: testgrpc.TestService_UnaryCall_FullMethodName}
 	runs := 0
 	handler := func(ctx context.Context, req any) (any, error) { runs++; return &testgrpc.SimpleResponse{}, nil }
@@ -463,7 +465,7 @@ func TestFingerprintScheme_ChangeIsMismatchNotReplay(t *testing.T) {
 	// The same request, fingerprinted under the new scheme, cannot be
 	// compared with the old record: refused, not replayed nor run again.
 	_, err := after(ctx, req, info, handler)
-	st := wantReason(t, err, codes.FailedPrecondition, interceptor.ReasonKeyReused)
+	st := wantReason(t, err, codes.FailedPrecondition, wire.ReasonKeyReused)
 	if !strings.Contains(st.Message(), interceptor.FingerprintScheme) || !strings.Contains(st.Message(), "excluding") {
 		t.Errorf("message %q does not name both schemes", st.Message())
 	}
@@ -500,7 +502,7 @@ func TestInFlightWait_BoundedByWaitAndDeadline(t *testing.T) {
 	defer close(release)
 	go h.send("tok", "k", payload("x"))
 	<-running
-	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
+	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, wire.ReasonKeyInUse)
 
 	h2 := start(t, interceptor.WithInFlightWait(time.Hour))
 	running2, release2 := h2.service.blockFirstAttempt()

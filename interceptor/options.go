@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -40,7 +42,7 @@ type Observation struct {
 	// Outcome is zero when the request was not deduplicated: its method
 	// ignores keys, it carried none where one is optional, or it was
 	// rejected before a claim.
-	Outcome Outcome
+	Outcome storage.Outcome
 	// Attempt is the record's attempt, for claims and replays.
 	Attempt uint64
 	// Runs is how many times the handler ran: more than once when a
@@ -234,25 +236,14 @@ func (o *options) check() error {
 		return fmt.Errorf("interceptor: WithHandlerTimeout(%v): need a positive limit", o.handlerTimeout)
 	}
 	for m := range o.policies {
-		if err := checkMethodName(m); err != nil {
+		if err := wire.ValidateMethod(m); err != nil {
 			return fmt.Errorf("interceptor: WithKeyPolicy: %w", err)
 		}
 	}
 	for m := range o.transactional {
-		if err := checkMethodName(m); err != nil {
+		if err := wire.ValidateMethod(m); err != nil {
 			return fmt.Errorf("interceptor: WithTransactional: %w", err)
 		}
-	}
-	return nil
-}
-
-// checkMethodName reports a name that is not a full gRPC method name,
-// "/package.Service/Method", as grpc.UnaryServerInfo.FullMethod has it.
-func checkMethodName(name string) error {
-	service, method, ok := strings.Cut(strings.TrimPrefix(name, "/"), "/")
-	if !strings.HasPrefix(name, "/") || !ok || service == "" || method == "" ||
-		strings.ContainsAny(method, "/ ") || strings.ContainsAny(service, " ") {
-		return fmt.Errorf("method %q is not a full method name of the form /package.Service/Method", name)
 	}
 	return nil
 }

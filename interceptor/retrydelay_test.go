@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -41,7 +42,7 @@ func TestInFlight_RetryDelay_FollowsObservedHandlerTime(t *testing.T) {
 	var intercept grpc.UnaryServerInterceptor
 	call := func(key string, handler grpc.UnaryHandler) error {
 		ctx := metadata.NewIncomingContext(context.Background(),
-			metadata.Pairs("authorization", "Bearer token", interceptor.KeyHeader, key))
+			metadata.Pairs("authorization", "Bearer token", wire.KeyHeader, key))
 		_, err := intercept(grpc.NewContextWithServerTransportStream(ctx, transport{}), payload("x"), info, handler)
 		return err
 	}

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/tracing"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/memstore"
 )
@@ -47,7 +49,7 @@ func startTraced(t *testing.T) *traceHarness {
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))),
 		grpc.UnaryInterceptor(interceptor.MustUnaryServerInterceptor(memstore.New(),
-			interceptor.WithClock(h.clock.Now),
+			interceptor.WithClock(h.clock.Now), interceptor.WithObserver(tracing.Observer{}),
 			interceptor.WithKeyPolicy(testgrpc.TestService_EmptyCall_FullMethodName, interceptor.KeyRequired))))
 	testgrpc.RegisterTestServiceServer(srv, h.service)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -90,29 +92,29 @@ func (h *traceHarness) span(t *testing.T, n int) map[attribute.Key]attribute.Val
 // the call was not deduplicated and must carry no outcome or attempt.
 func wantIdempotency(t *testing.T, attrs map[attribute.Key]attribute.Value, keyPresent bool, outcome string, attempt int64) {
 	t.Helper()
-	if v, ok := attrs[interceptor.AttrKeyPresent]; !ok || v.Type() != attribute.BOOL || v.AsBool() != keyPresent {
-		t.Errorf("%s = %v (set %v), want %v", interceptor.AttrKeyPresent, v.Emit(), ok, keyPresent)
+	if v, ok := attrs[tracing.AttrKeyPresent]; !ok || v.Type() != attribute.BOOL || v.AsBool() != keyPresent {
+		t.Errorf("%s = %v (set %v), want %v", tracing.AttrKeyPresent, v.String(), ok, keyPresent)
 	}
-	o, oOK := attrs[interceptor.AttrOutcome]
-	a, aOK := attrs[interceptor.AttrAttempt]
+	o, oOK := attrs[tracing.AttrOutcome]
+	a, aOK := attrs[tracing.AttrAttempt]
 	if outcome == "" {
 		if oOK || aOK {
-			t.Errorf("not deduplicated, yet outcome %q, attempt %q", o.Emit(), a.Emit())
+			t.Errorf("not deduplicated, yet outcome %q, attempt %q", o.String(), a.String())
 		}
 		return
 	}
 	if !oOK || o.AsString() != outcome {
-		t.Errorf("%s = %q, want %q", interceptor.AttrOutcome, o.Emit(), outcome)
+		t.Errorf("%s = %q, want %q", tracing.AttrOutcome, o.String(), outcome)
 	}
 	if !aOK || a.Type() != attribute.INT64 || a.AsInt64() != attempt {
-		t.Errorf("%s = %q, want %d", interceptor.AttrAttempt, a.Emit(), attempt)
+		t.Errorf("%s = %q, want %d", tracing.AttrAttempt, a.String(), attempt)
 	}
 }
 
 func TestTraceAttributes(t *testing.T) {
 	h := startTraced(t)
 	ctx := context.Background()
-	withKey := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+traceToken, interceptor.KeyHeader, traceKey)
+	withKey := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+traceToken, wire.KeyHeader, traceKey)
 	tokenOnly := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+traceToken)
 
 	steps := []struct {
@@ -145,7 +147,7 @@ func TestTraceAttributes(t *testing.T) {
 func TestTraceTakeover(t *testing.T) {
 	h := startTraced(t)
 	running, release := h.service.blockFirstAttempt()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+traceToken, interceptor.KeyHeader, traceKey)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+traceToken, wire.KeyHeader, traceKey)
 	first := make(chan error, 1)
 	go func() {
 		_, err := h.client.UnaryCall(ctx, payload("a"))
@@ -172,12 +174,12 @@ func wantNoSecrets(t *testing.T, spans []sdktrace.ReadOnlySpan) {
 	for _, s := range spans {
 		texts := []string{s.Name(), s.Status().Description}
 		for _, kv := range s.Attributes() {
-			texts = append(texts, string(kv.Key), kv.Value.Emit())
+			texts = append(texts, string(kv.Key), kv.Value.String())
 		}
 		for _, e := range s.Events() {
 			texts = append(texts, e.Name)
 			for _, kv := range e.Attributes {
-				texts = append(texts, string(kv.Key), kv.Value.Emit())
+				texts = append(texts, string(kv.Key), kv.Value.String())
 			}
 		}
 		for _, text := range texts {

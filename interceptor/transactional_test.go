@@ -20,6 +20,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/metrics"
 )
 
@@ -94,8 +96,8 @@ func TestTransactional_DuplicateWhileRunning_InUseThenReplay(t *testing.T) {
 	first := make(chan call, 1)
 	go func() { first <- h.send("tok", "k", payload("x")) }()
 	<-running
-	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, interceptor.ReasonKeyInUse)
-	wantReason(t, h.send("tok", "k", payload("other")).err, codes.FailedPrecondition, interceptor.ReasonKeyReused)
+	wantReason(t, h.send("tok", "k", payload("x")).err, codes.Aborted, wire.ReasonKeyInUse)
+	wantReason(t, h.send("tok", "k", payload("other")).err, codes.FailedPrecondition, wire.ReasonKeyReused)
 	close(release)
 	if a := <-first; a.err != nil {
 		t.Fatal(a.err)
@@ -245,8 +247,8 @@ func TestTransactional_ConflictingWrites_RunAgainNoChangeLost(t *testing.T) {
 		if a.err != nil {
 			t.Fatalf("request %d: %v", i, a.err)
 		}
-		if got := a.header.Get(interceptor.ExpiresAtHeader); len(got) != 1 {
-			t.Errorf("request %d: %s %q, want one value", i, interceptor.ExpiresAtHeader, got)
+		if got := a.header.Get(wire.ExpiresAtHeader); len(got) != 1 {
+			t.Errorf("request %d: %s %q, want one value", i, wire.ExpiresAtHeader, got)
 		}
 		counts[string(a.resp.Payload.Body)] = true
 	}
@@ -308,7 +310,7 @@ func TestTransactional_RunAgain_ObservedAsOneClaim(t *testing.T) {
 	if rec.claimed != 1 || len(rec.finished) != 1 {
 		t.Fatalf("observer told of %d claims and %d ends, want 1 and 1", rec.claimed, len(rec.finished))
 	}
-	if got := rec.finished[0]; got.Runs != 3 || got.Outcome != interceptor.OutcomeFresh || got.Attempt != 1 {
+	if got := rec.finished[0]; got.Runs != 3 || got.Outcome != storage.OutcomeFresh || got.Attempt != 1 {
 		t.Errorf("observed %d runs, outcome %v, attempt %d; want 3 runs of the fresh claim of attempt 1", got.Runs, got.Outcome, got.Attempt)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
@@ -363,7 +365,7 @@ func TestConflict_EveryRunLoses(t *testing.T) {
 				t.Fatalf("answer %v, want %v", a.err, tc.wantCode)
 			}
 			if tc.wantCode == codes.Aborted {
-				wantReason(t, a.err, codes.Aborted, interceptor.ReasonWriteConflict)
+				wantReason(t, a.err, codes.Aborted, wire.ReasonWriteConflict)
 			}
 			h.wantCalls(t, tc.wantRuns)
 			if h.hasOrder("o1") {

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -23,7 +25,7 @@ type noticeStore struct {
 	watched chan struct{} // receives on every Watch
 }
 
-func (s *noticeStore) Watch(interceptor.RecordKey) (<-chan struct{}, func()) {
+func (s *noticeStore) Watch(storage.RecordKey) (<-chan struct{}, func()) {
 	ch := make(chan struct{})
 	s.mu.Lock()
 	s.watches = append(s.watches, ch)
@@ -51,7 +53,7 @@ func TestInFlightWait_WatcherStore_WokenByNoticeNotByPolling(t *testing.T) {
 	req := payload("slow")
 	ctxWith := func() context.Context {
 		ctx := metadata.NewIncomingContext(context.Background(),
-			metadata.Pairs("authorization", "Bearer token", interceptor.KeyHeader, "k"))
+			metadata.Pairs("authorization", "Bearer token", wire.KeyHeader, "k"))
 		return grpc.NewContextWithServerTransportStream(ctx, transport{})
 	}
 	// Two processes on one store: "other" runs the request; "here" gets its

@@ -1,4 +1,4 @@
-// Package memstore is an interceptor.Store in memory: the reference
+// Package memstore is an storage.Store in memory: the reference
 // implementation of the claim rules, for tests, benchmarks and servers that
 // accept losing their records on restart. It is not durable.
 package memstore
@@ -10,14 +10,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // Store keeps records in a map. It is safe for concurrent use.
 type Store struct {
 	mu       sync.Mutex
-	records  map[interceptor.RecordKey]*interceptor.Record
-	claimant interceptor.Claimant
+	records  map[storage.RecordKey]*storage.Record
+	claimant storage.Claimant
 }
 
 // New returns an empty store. Its claims are not exclusive: a store in
@@ -26,20 +26,20 @@ func New() *Store {
 	var id [8]byte
 	rand.Read(id[:]) // never fails; see crypto/rand.Read
 	return &Store{
-		records:  map[interceptor.RecordKey]*interceptor.Record{},
-		claimant: interceptor.Claimant{ID: fmt.Sprintf("memstore %x", id)},
+		records:  map[storage.RecordKey]*storage.Record{},
+		claimant: storage.Claimant{ID: fmt.Sprintf("memstore %x", id)},
 	}
 }
 
 // Claim decides req under the store's lock. A ctx already done decides
 // nothing and writes nothing.
-func (s *Store) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
+func (s *Store) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	outcome, rec := interceptor.Decide(s.records[req.Key], req, s.claimant)
+	outcome, rec := storage.Decide(s.records[req.Key], req, s.claimant)
 	if outcome.Claimed() {
 		s.records[req.Key] = rec
 	}
@@ -47,24 +47,24 @@ func (s *Store) Claim(ctx context.Context, req interceptor.ClaimRequest) (interc
 }
 
 // Renew stores the renewed claim if it is still the stored one.
-func (s *Store) Renew(ctx context.Context, key interceptor.RecordKey, claim *interceptor.Record) error {
+func (s *Store) Renew(ctx context.Context, key storage.RecordKey, claim *storage.Record) error {
 	return s.replace(ctx, key, claim)
 }
 
 // Complete stores the completed claim if it is still the stored one.
-func (s *Store) Complete(ctx context.Context, key interceptor.RecordKey, done *interceptor.Record) error {
+func (s *Store) Complete(ctx context.Context, key storage.RecordKey, done *storage.Record) error {
 	return s.replace(ctx, key, done)
 }
 
 // replace writes r over the stored claim it renews or completes; a ctx
 // already done writes nothing.
-func (s *Store) replace(ctx context.Context, key interceptor.RecordKey, r *interceptor.Record) error {
+func (s *Store) replace(ctx context.Context, key storage.RecordKey, r *storage.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := interceptor.CheckClaim(s.records[key], r); err != nil {
+	if err := storage.CheckClaim(s.records[key], r); err != nil {
 		return err
 	}
 	stored := *r // the caller may change its record afterwards, as a renewing worker does
@@ -74,7 +74,7 @@ func (s *Store) replace(ctx context.Context, key interceptor.RecordKey, r *inter
 
 // Get returns the record stored for key, live or expired, or nil when
 // there is none.
-func (s *Store) Get(ctx context.Context, key interceptor.RecordKey) (*interceptor.Record, error) {
+func (s *Store) Get(ctx context.Context, key storage.RecordKey) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -103,8 +103,21 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	return n, nil
 }
 
+// CountRecords returns how many records the store holds, live or expired
+// but not yet swept.
+func (s *Store) CountRecords(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.records)), nil
+}
+
+var _ storage.Upkeep = (*Store)(nil)
+
 // Claimant is who the store claims as.
-func (s *Store) Claimant() interceptor.Claimant { return s.claimant }
+func (s *Store) Claimant() storage.Claimant { return s.claimant }
 
 // Close does nothing; the records stay for a store reopened by Reopen.
 func (s *Store) Close() error { return nil }

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/paymentsd/paymentsd/interceptor/storage/storagetest"
 	"github.com/paymentsd/paymentsd/memstore"
-	"github.com/paymentsd/paymentsd/storetest"
 )
 
 func TestConformance(t *testing.T) {
@@ -13,7 +13,7 @@ func TestConformance(t *testing.T) {
 	// to the last store opened for it.
 	var mu sync.Mutex
 	stores := map[string]*memstore.Store{}
-	storetest.RunTests(t, func(t *testing.T, dir string) storetest.Store {
+	storagetest.RunTests(t, func(t *testing.T, dir string) storagetest.Store {
 		mu.Lock()
 		defer mu.Unlock()
 		s, ok := stores[dir]

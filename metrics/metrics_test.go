@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/metrics"
 )
 
@@ -24,8 +25,8 @@ func TestNew_RegistersOnTheGivenRegistryWithGRPCLabels(t *testing.T) {
 	}
 	ctx := context.Background()
 	const method = "/shop.v1.Orders/PlaceOrder"
-	m.Claimed(ctx, interceptor.Observation{FullMethod: method, Outcome: interceptor.OutcomeFresh})
-	m.Finished(ctx, interceptor.Observation{FullMethod: method, Outcome: interceptor.OutcomeFresh})
+	m.Claimed(ctx, interceptor.Observation{FullMethod: method, Outcome: storage.OutcomeFresh})
+	m.Finished(ctx, interceptor.Observation{FullMethod: method, Outcome: storage.OutcomeFresh})
 	m.Finished(ctx, interceptor.Observation{FullMethod: method, Err: errors.New("disk full")})
 
 	got, err := testutil.GatherAndCount(reg, "idempotency_requests_total", "idempotency_store_errors_total", "idempotency_records")

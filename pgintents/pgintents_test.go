@@ -16,6 +16,7 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/intenttest"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/server"
@@ -242,14 +243,14 @@ func TestUpdate_LockTimeoutInTx_FailsTx(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	req := interceptor.ClaimRequest{
-		Key:         interceptor.RecordKey{Scope: "scope", Key: "k"},
+	req := storage.ClaimRequest{
+		Key:         storage.RecordKey{Scope: "scope", Key: "k"},
 		Fingerprint: sha256.Sum256([]byte("body")),
 		Scheme:      interceptor.FingerprintScheme,
 		Now:         t0, Lease: 30 * time.Second, TTL: time.Hour,
 	}
-	outcome, rec, tx, err := db.ClaimTx(ctx, req, interceptor.ClaimInTx)
-	if err != nil || outcome != interceptor.OutcomeFresh {
+	outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.ClaimInTx)
+	if err != nil || outcome != storage.OutcomeFresh {
 		t.Fatalf("ClaimTx = %v, %v", outcome, err)
 	}
 	defer tx.Rollback()
@@ -260,7 +261,7 @@ func TestUpdate_LockTimeoutInTx_FailsTx(t *testing.T) {
 	if err == nil || !isLockTimeout(err) || ctx.Err() != nil || calls != 0 {
 		t.Fatalf("UpdateIntent in a Tx past the lock timeout = %v (context %v) after %d calls of update; want the lock timeout at once, update never called", err, ctx.Err(), calls)
 	}
-	if err := tx.Commit(context.Background(), rec.Completed(&interceptor.Result{}), interceptor.KeepWrites); err == nil {
+	if err := tx.Commit(context.Background(), rec.Completed(&storage.Result{}), storage.KeepWrites); err == nil {
 		t.Error("Commit of a Tx whose update timed out = nil, want an error")
 	}
 	holder.Rollback(context.Background())

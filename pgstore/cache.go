@@ -3,7 +3,7 @@ package pgstore
 import (
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // maxCompleted bounds the completed records a DB keeps in memory.
@@ -17,7 +17,7 @@ const maxCompleted = 4096
 // decideCompleted decides req on the completed record of its key kept in
 // memory, if any and still live on the database's clock as last seen: a
 // replay or a mismatch. It returns 0 when there is none.
-func (db *DB) decideCompleted(req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
+func (db *DB) decideCompleted(req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	rec := db.completed[req.Key]
@@ -31,12 +31,12 @@ func (db *DB) decideCompleted(req interceptor.ClaimRequest) (interceptor.Outcome
 		delete(db.completed, req.Key)
 		return 0, nil
 	}
-	return interceptor.Decide(rec, req, db.claimant)
+	return storage.Decide(rec, req, db.claimant)
 }
 
 // remember keeps rec, the record of k, in memory if it is completed.
-func (db *DB) remember(k interceptor.RecordKey, rec *interceptor.Record) {
-	if rec.State != interceptor.StateCompleted {
+func (db *DB) remember(k storage.RecordKey, rec *storage.Record) {
+	if rec.State != storage.StateCompleted {
 		return
 	}
 	db.mu.Lock()

@@ -3,7 +3,7 @@
 // them: the table's primary key on (scope, key) makes one claim of a key
 // win, whichever process its duplicates reach.
 //
-// It is an interceptor.TxStore. A handler's writes made through Run with
+// It is an storage.TxStore. A handler's writes made through Run with
 // the context the interceptor gives it join the transaction that completes
 // its record, so the two commit together or not at all. For a
 // transactional method the claim row is inserted in that same transaction:
@@ -35,7 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // Errors returned when opening a database.
@@ -86,16 +86,16 @@ type Options struct {
 type DB struct {
 	pool     *pgxpool.Pool
 	opts     Options
-	claimant interceptor.Claimant
+	claimant storage.Claimant
 	watcher  *watcher
 	name     string // for String
 
 	mu      sync.Mutex
-	health  error                                         // the last probe's finding; nil when healthy
-	pending map[interceptor.RecordKey]*interceptor.Record // this process's uncommitted claims
+	health  error                                 // the last probe's finding; nil when healthy
+	pending map[storage.RecordKey]*storage.Record // this process's uncommitted claims
 	// completed holds completed records seen (see decideCompleted), and
 	// clockOffset is the database's clock minus this process's.
-	completed   map[interceptor.RecordKey]*interceptor.Record
+	completed   map[storage.RecordKey]*storage.Record
 	clockOffset time.Duration
 }
 
@@ -147,9 +147,9 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	db := &DB{
 		pool:      pool,
 		opts:      o,
-		claimant:  interceptor.Claimant{ID: newProcessID()},
-		pending:   map[interceptor.RecordKey]*interceptor.Record{},
-		completed: map[interceptor.RecordKey]*interceptor.Record{},
+		claimant:  storage.Claimant{ID: newProcessID()},
+		pending:   map[storage.RecordKey]*storage.Record{},
+		completed: map[storage.RecordKey]*storage.Record{},
 		name: fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.ConnConfig.User),
 			net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), url.PathEscape(cfg.ConnConfig.Database)),
 	}
@@ -212,7 +212,7 @@ func (db *DB) Read(ctx context.Context, fn func(q Querier) error) error {
 
 // Claimant is who this DB claims as: not exclusive, since other processes
 // share the database, so the lease rule alone decides takeovers.
-func (db *DB) Claimant() interceptor.Claimant { return db.claimant }
+func (db *DB) Claimant() storage.Claimant { return db.claimant }
 
 // Health returns the last probe's finding: nil while the database answers.
 func (db *DB) Health() error {

@@ -16,11 +16,11 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/storage/storagetest"
 	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
 	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
-	"github.com/paymentsd/paymentsd/storetest"
 )
 
 var cluster *pgtest.Cluster
@@ -46,7 +46,7 @@ func open(t *testing.T, name string, opts *pgstore.Options) *pgstore.DB {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.RunTests(t, func(t *testing.T, dir string) storetest.Store {
+	storagetest.RunTests(t, func(t *testing.T, dir string) storagetest.Store {
 		// The suite simulates time, so the store takes the caller's clock;
 		// a short lock timeout keeps its waits for uncommitted claims short.
 		url := pgtest.Require(t, cluster).NewDatabase(t, pgtest.DatabaseName(dir))
@@ -58,9 +58,9 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func request(key string, now time.Time) interceptor.ClaimRequest {
-	return interceptor.ClaimRequest{
-		Key:         interceptor.RecordKey{Scope: "alice", Key: key},
+func request(key string, now time.Time) storage.ClaimRequest {
+	return storage.ClaimRequest{
+		Key:         storage.RecordKey{Scope: "alice", Key: key},
 		Fingerprint: sha256.Sum256([]byte("request")),
 		Scheme:      "test",
 		Now:         now,
@@ -69,16 +69,16 @@ func request(key string, now time.Time) interceptor.ClaimRequest {
 	}
 }
 
-func result(t *testing.T, text string) *interceptor.Result {
+func result(t *testing.T, text string) *storage.Result {
 	t.Helper()
 	resp, err := anypb.New(wrapperspb.String(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &interceptor.Result{Response: resp}
+	return &storage.Result{Response: resp}
 }
 
-func claim(t *testing.T, db *pgstore.DB, req interceptor.ClaimRequest, want interceptor.Outcome) *interceptor.Record {
+func claim(t *testing.T, db *pgstore.DB, req storage.ClaimRequest, want storage.Outcome) *storage.Record {
 	t.Helper()
 	got, rec, err := db.Claim(context.Background(), req)
 	if err != nil || got != want {
@@ -99,28 +99,28 @@ func TestDatabaseClock_SkewedProcess_NeitherTakesOverNorExpiresEarly(t *testing.
 
 	req := request("k", time.Now())
 	req.Lease, req.TTL = time.Minute, 5*time.Minute
-	first := claim(t, honest, req, interceptor.OutcomeFresh)
+	first := claim(t, honest, req, storage.OutcomeFresh)
 	if d := time.Until(first.LeaseExpiry); d < 50*time.Second || d > 70*time.Second {
 		t.Errorf("lease ends in %v, want about a minute on the database's clock", d)
 	}
 
 	late := req
 	late.Now = time.Now().Add(ahead) // past the lease and the record's life, on this process's clock
-	claim(t, skewed, late, interceptor.OutcomeInFlight)
+	claim(t, skewed, late, storage.OutcomeInFlight)
 	if err := skewed.Renew(context.Background(), req.Key, first); err != nil {
 		t.Fatalf("Renew of the live claim from the skewed process = %v", err)
 	}
 	if err := honest.Complete(context.Background(), req.Key, first.Completed(result(t, "done"))); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	rec := claim(t, skewed, late, interceptor.OutcomeReplay)
+	rec := claim(t, skewed, late, storage.OutcomeReplay)
 	if rec.Attempt != 1 {
 		t.Errorf("replay of attempt %d, want 1", rec.Attempt)
 	}
 	if n, err := skewed.Sweep(context.Background(), time.Now().Add(ahead)); err != nil || n != 0 {
 		t.Errorf("Sweep from the skewed process = %d, %v; want 0 deleted", n, err)
 	}
-	claim(t, honest, req, interceptor.OutcomeReplay)
+	claim(t, honest, req, storage.OutcomeReplay)
 }
 
 // A duplicate on another process finds the key locked by an
@@ -133,12 +133,12 @@ func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing
 			opts := &pgstore.Options{LockTimeout: 300 * time.Millisecond}
 			a, b := open(t, name, opts), open(t, name, opts)
 			req := request("k", time.Now())
-			outcome, rec, tx, err := a.ClaimTx(context.Background(), req, interceptor.ClaimInTx)
-			if err != nil || outcome != interceptor.OutcomeFresh {
+			outcome, rec, tx, err := a.ClaimTx(context.Background(), req, storage.ClaimInTx)
+			if err != nil || outcome != storage.OutcomeFresh {
 				t.Fatalf("ClaimTx = %v, %v", outcome, err)
 			}
 			type answer struct {
-				outcome interceptor.Outcome
+				outcome storage.Outcome
 				err     error
 			}
 			got := make(chan answer, 1)
@@ -147,21 +147,21 @@ func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing
 				got <- answer{o, err}
 			}()
 			if holdPastTimeout {
-				if ans := <-got; ans.err != nil || ans.outcome != interceptor.OutcomeInFlight {
+				if ans := <-got; ans.err != nil || ans.outcome != storage.OutcomeInFlight {
 					t.Fatalf("duplicate held past the lock timeout = %v, %v; want in flight", ans.outcome, ans.err)
 				}
 			} else {
 				time.Sleep(50 * time.Millisecond) // let it reach the lock (if it does not, it still replays)
 			}
-			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), interceptor.KeepWrites); err != nil {
+			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.KeepWrites); err != nil {
 				t.Fatalf("Commit: %v", err)
 			}
 			if !holdPastTimeout {
-				if ans := <-got; ans.err != nil || ans.outcome != interceptor.OutcomeReplay {
+				if ans := <-got; ans.err != nil || ans.outcome != storage.OutcomeReplay {
 					t.Fatalf("duplicate = %v, %v; want a replay", ans.outcome, ans.err)
 				}
 			}
-			claim(t, b, req, interceptor.OutcomeReplay)
+			claim(t, b, req, storage.OutcomeReplay)
 		})
 	}
 }
@@ -171,15 +171,15 @@ func TestWatch_ClaimEndsInOtherProcess_WakesWatcher(t *testing.T) {
 	name := fresh("watch")
 	a, b := open(t, name, nil), open(t, name, nil)
 	req := request("k", time.Now())
-	_, rec, tx, err := a.ClaimTx(context.Background(), req, interceptor.ClaimDurable)
+	_, rec, tx, err := a.ClaimTx(context.Background(), req, storage.ClaimDurable)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ended, stop := b.Watch(req.Key)
 	defer stop()
-	other, stopOther := b.Watch(interceptor.RecordKey{Scope: "alice", Key: "other"})
+	other, stopOther := b.Watch(storage.RecordKey{Scope: "alice", Key: "other"})
 	defer stopOther()
-	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), interceptor.KeepWrites); err != nil {
+	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.KeepWrites); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -207,7 +207,7 @@ func TestSweep_ConcurrentProcesses_DeleteEachExpiredRecordOnce(t *testing.T) {
 		if i < live {
 			req.TTL = 3 * time.Hour
 		}
-		claim(t, dbs[i%3], req, interceptor.OutcomeFresh)
+		claim(t, dbs[i%3], req, storage.OutcomeFresh)
 	}
 	var (
 		wg    sync.WaitGroup
@@ -232,7 +232,7 @@ func TestSweep_ConcurrentProcesses_DeleteEachExpiredRecordOnce(t *testing.T) {
 		t.Errorf("sweepers deleted %d in all, want %d", total, expired)
 	}
 	for i := range live { // still there: its lease has ended, so the next attempt takes it over
-		if rec := claim(t, dbs[0], request(fmt.Sprint("k", i), t0.Add(2*time.Hour)), interceptor.OutcomeTakeover); rec.Attempt != 2 {
+		if rec := claim(t, dbs[0], request(fmt.Sprint("k", i), t0.Add(2*time.Hour)), storage.OutcomeTakeover); rec.Attempt != 2 {
 			t.Errorf("k%d: attempt %d after the sweep, want 2", i, rec.Attempt)
 		}
 	}
@@ -292,7 +292,7 @@ func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
 	db := open(t, fresh("restart"), nil)
 	ctx := context.Background()
 	req := request("cut", time.Now())
-	_, rec, tx, err := db.ClaimTx(ctx, req, interceptor.ClaimInTx)
+	_, rec, tx, err := db.ClaimTx(ctx, req, storage.ClaimInTx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
 			c.StartAgain(t)
 		}
 	}()
-	if err := tx.Commit(ctx, rec.Completed(result(t, "lost")), interceptor.KeepWrites); err == nil {
+	if err := tx.Commit(ctx, rec.Completed(result(t, "lost")), storage.KeepWrites); err == nil {
 		t.Fatal("Commit with the database down = nil, want an error")
 	}
 	down, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -319,7 +319,7 @@ func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
 	if err := db.Probe(ctx); err != nil || db.Health() != nil {
 		t.Fatalf("Probe after restart = %v, Health %v", err, db.Health())
 	}
-	claim(t, db, request("cut", time.Now()), interceptor.OutcomeFresh) // nothing of the cut claim was stored
+	claim(t, db, request("cut", time.Now()), storage.OutcomeFresh) // nothing of the cut claim was stored
 }
 
 // A claim whose read waits past the lock timeout behind a table lock (a
@@ -330,7 +330,7 @@ func TestClaim_ReadTimesOutAfterKeyLock_LeavesNoLock(t *testing.T) {
 	opts := &pgstore.Options{MaxConns: 1, LockTimeout: 200 * time.Millisecond}
 	a, b := open(t, name, opts), open(t, name, nil)
 	ctx := context.Background()
-	claim(t, a, request("warm", time.Now()), interceptor.OutcomeFresh) // its statements are prepared: none waits now
+	claim(t, a, request("warm", time.Now()), storage.OutcomeFresh) // its statements are prepared: none waits now
 
 	locker, err := pgx.Connect(ctx, cluster.URL(name))
 	if err != nil {
@@ -353,7 +353,7 @@ func TestClaim_ReadTimesOutAfterKeyLock_LeavesNoLock(t *testing.T) {
 	if err := locker.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&advisory); err != nil || advisory != 0 {
 		t.Errorf("advisory locks held after the claim gave up = %d, %v; want 0", advisory, err)
 	}
-	claim(t, b, request("k", time.Now()), interceptor.OutcomeFresh)
+	claim(t, b, request("k", time.Now()), storage.OutcomeFresh)
 }
 
 // Migrating waits for another process's migration however long it takes
@@ -421,24 +421,24 @@ func TestCommit_ConnectionLostAtCommit_OutcomeUnknown(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 
 	req := request("k", time.Now())
-	outcome, rec, tx, err := db.ClaimTx(ctx, req, interceptor.ClaimInTx)
-	if err != nil || outcome != interceptor.OutcomeFresh {
+	outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.ClaimInTx)
+	if err != nil || outcome != storage.OutcomeFresh {
 		t.Fatalf("ClaimTx = %v, %v; want fresh", outcome, err)
 	}
 	proxy.CutWhenClientSends([]byte("COMMIT"))
-	err = tx.Commit(ctx, rec.Completed(result(t, "the answer")), interceptor.KeepWrites)
-	if !errors.Is(err, interceptor.ErrOutcomeUnknown) {
+	err = tx.Commit(ctx, rec.Completed(result(t, "the answer")), storage.KeepWrites)
+	if !errors.Is(err, storage.ErrOutcomeUnknown) {
 		t.Fatalf("Commit over a connection lost at COMMIT = %v, want ErrOutcomeUnknown", err)
 	}
 	if proxy.Cuts() != 1 {
 		t.Fatalf("%d cuts, want the one at COMMIT", proxy.Cuts())
 	}
-	switch outcome, _, tx, err := db.ClaimTx(ctx, request("k", time.Now()), interceptor.ClaimInTx); {
+	switch outcome, _, tx, err := db.ClaimTx(ctx, request("k", time.Now()), storage.ClaimInTx); {
 	case err != nil:
 		t.Fatalf("the next claim: %v", err)
-	case outcome == interceptor.OutcomeFresh:
+	case outcome == storage.OutcomeFresh:
 		tx.Rollback() // not kept
-	case outcome != interceptor.OutcomeReplay:
+	case outcome != storage.OutcomeReplay:
 		t.Fatalf("the next claim: %v, want the answer replayed or the key free", outcome)
 	}
 }

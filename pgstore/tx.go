@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // endTimeout bounds a rollback, which runs whatever the caller's context.
@@ -19,7 +19,7 @@ type txKey struct{}
 
 // Tx is the unit of work of one claim: the handler's statements, run
 // through Run, and the record of the claim's result, in one PostgreSQL
-// transaction. It is an interceptor.Tx.
+// transaction. It is an storage.Tx.
 //
 // For a claim that is not durable, the transaction is the one that took
 // the key's lock and read its record, still open on its connection: the
@@ -35,10 +35,10 @@ type txKey struct{}
 // without the interceptor.
 type Tx struct {
 	db        *DB
-	key       interceptor.RecordKey
+	key       storage.RecordKey
 	lock      int64 // the key's advisory lock, a session lock held by conn
-	claim     *interceptor.Record
-	prior     *interceptor.Record // the record the claim replaces, if any
+	claim     *storage.Record
+	prior     *storage.Record // the record the claim replaces, if any
 	lease     time.Duration
 	durable   bool
 	claimedAt time.Time
@@ -49,7 +49,7 @@ type Tx struct {
 	ended  bool
 }
 
-var _ interceptor.Tx = (*Tx)(nil)
+var _ storage.Tx = (*Tx)(nil)
 
 // Context returns parent carrying t: Run and Read with it join t.
 func (t *Tx) Context(parent context.Context) context.Context {
@@ -89,7 +89,7 @@ func (t *Tx) run(ctx context.Context, fn func(Querier) error) error {
 // one transaction, if the claim still stands and no statement run through
 // t failed. Waiters in other processes hear of it when it may have kept
 // them waiting: for a durable claim, or one held longer than LockTimeout.
-func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites interceptor.Writes) error {
+func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storage.Writes) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.ended {
@@ -137,7 +137,7 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites in
 // commitDurableLocked completes a durable claim: with the handler's
 // statements, if it made any and keepWrites, in their transaction, in one
 // round trip; otherwise in a statement of its own.
-func (t *Tx) commitDurableLocked(ctx context.Context, done *interceptor.Record, keepWrites, notify bool) error {
+func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, keepWrites, notify bool) error {
 	stmt, args, err := completion(t.key, done, notify)
 	if err != nil {
 		t.rollbackLocked()

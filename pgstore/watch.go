@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // noticeChannel is the channel of the notices sent when a claim ends.
@@ -18,7 +18,7 @@ const noticeChannel = "idempotency_claim_ended"
 // noticePayload names k in a notice: 12 bytes of its digest, so that
 // neither scope nor key travels or lands in a log, well under the payload
 // limit.
-func noticePayload(k interceptor.RecordKey) string {
+func noticePayload(k storage.RecordKey) string {
 	h := keyDigest(k)
 	return hex.EncodeToString(h[:12])
 }
@@ -27,7 +27,7 @@ func noticePayload(k interceptor.RecordKey) string {
 // sharing the database (a notice from its commit), or when notices may have
 // been missed (the listening connection was lost), and a func that stops
 // the watch.
-func (db *DB) Watch(k interceptor.RecordKey) (ended <-chan struct{}, stop func()) {
+func (db *DB) Watch(k storage.RecordKey) (ended <-chan struct{}, stop func()) {
 	return db.watcher.watch(noticePayload(k))
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgintents"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/server"
@@ -18,7 +18,7 @@ import (
 // records is what paymentsd needs of an idempotency store: the
 // interceptor's TxStore, sweeping, and a health check.
 type records interface {
-	interceptor.TxStore
+	storage.TxStore
 	Sweep(ctx context.Context, now time.Time) (int, error)
 	Close() error
 }
@@ -100,7 +100,7 @@ func openBolt(ctx context.Context, c Config) (*backend, error) {
 			return err
 		},
 		closedAttrs:  func() []slog.Attr { return []slog.Attr{slog.Uint64("commits", db.Commits())} },
-		countRecords: func() (float64, error) { n, err := db.CountRecords(); return float64(n), err },
+		countRecords: func() (float64, error) { n, err := db.CountRecords(context.Background()); return float64(n), err },
 	}, nil
 }
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 // crashRecord is what the clients of the crash test know of one key.
@@ -81,7 +81,7 @@ func TestCrash_KillNineNeverDuplicatesOrLoses(t *testing.T) {
 			}
 			requests.Add(1)
 			a := d.create(withCreds(token, key), body)
-			if status.Code(a.err) == codes.Aborted && reason(a.err) == interceptor.ReasonKeyInUse {
+			if status.Code(a.err) == codes.Aborted && reason(a.err) == wire.ReasonKeyInUse {
 				t.Errorf("key %s in flight after restart: orphans must be taken over at once", key)
 				time.Sleep(100 * time.Millisecond)
 				continue

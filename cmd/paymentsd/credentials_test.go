@@ -25,7 +25,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/rawgrpc"
 )
 
@@ -217,7 +217,7 @@ func rawGRPCCreate(t *testing.T, addr string, values []string, key string) credA
 	for _, v := range values {
 		extra = append(extra, rawgrpc.Field{Name: "authorization", Value: v})
 	}
-	extra = append(extra, rawgrpc.Field{Name: interceptor.KeyHeader, Value: key})
+	extra = append(extra, rawgrpc.Field{Name: wire.KeyHeader, Value: key})
 	msg, err := proto.Marshal(seedRequest("100000000"))
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,8 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
 )
 
@@ -57,8 +59,8 @@ func TestE2E_SeedDemo_FreshReplayMismatch(t *testing.T) {
 	}
 
 	third := d.create(ctx, seedRequest("999000000"))
-	if status.Code(third.err) != codes.FailedPrecondition || reason(third.err) != interceptor.ReasonKeyReused {
-		t.Fatalf("reused key: %v, want FAILED_PRECONDITION / %s", third.err, interceptor.ReasonKeyReused)
+	if status.Code(third.err) != codes.FailedPrecondition || reason(third.err) != wire.ReasonKeyReused {
+		t.Fatalf("reused key: %v, want FAILED_PRECONDITION / %s", third.err, wire.ReasonKeyReused)
 	}
 	method := paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName
 	stored, _ := interceptor.NewFingerprint(method, seedRequest("100000000"))
@@ -99,8 +101,8 @@ func TestE2E_ConcurrentDuplicates_OneIntent(t *testing.T) {
 			ids[a.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id]++
 			continue
 		}
-		if status.Code(a.err) != codes.Aborted || reason(a.err) != interceptor.ReasonKeyInUse {
-			t.Errorf("answer %v, want the intent or ABORTED / %s", a.err, interceptor.ReasonKeyInUse)
+		if status.Code(a.err) != codes.Aborted || reason(a.err) != wire.ReasonKeyInUse {
+			t.Errorf("answer %v, want the intent or ABORTED / %s", a.err, wire.ReasonKeyInUse)
 		}
 		hasRetry := false
 		for _, d := range status.Convert(a.err).Details() {
@@ -188,17 +190,17 @@ func TestE2E_CredentialAndKeyErrors_StoreNothing(t *testing.T) {
 	if a := d.create(withCreds("", "k-1"), body); status.Code(a.err) != codes.Unauthenticated {
 		t.Errorf("no credential: %v, want UNAUTHENTICATED", a.err)
 	}
-	if a := d.create(withCreds("merchant-demo", ""), body); status.Code(a.err) != codes.InvalidArgument || reason(a.err) != interceptor.ReasonKeyMissing {
-		t.Errorf("no key: %v, want INVALID_ARGUMENT / %s", a.err, interceptor.ReasonKeyMissing)
+	if a := d.create(withCreds("merchant-demo", ""), body); status.Code(a.err) != codes.InvalidArgument || reason(a.err) != wire.ReasonKeyMissing {
+		t.Errorf("no key: %v, want INVALID_ARGUMENT / %s", a.err, wire.ReasonKeyMissing)
 	}
 	for name, key := range map[string]string{
 		"256 characters": strings.Repeat("k", 256),
 		"empty":          "",
 	} {
 		ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(
-			"authorization", "Bearer merchant-demo", interceptor.KeyHeader, key))
-		if a := d.create(ctx, body); status.Code(a.err) != codes.InvalidArgument || reason(a.err) != interceptor.ReasonKeyInvalid {
-			t.Errorf("key %s: %v, want INVALID_ARGUMENT / %s", name, a.err, interceptor.ReasonKeyInvalid)
+			"authorization", "Bearer merchant-demo", wire.KeyHeader, key))
+		if a := d.create(ctx, body); status.Code(a.err) != codes.InvalidArgument || reason(a.err) != wire.ReasonKeyInvalid {
+			t.Errorf("key %s: %v, want INVALID_ARGUMENT / %s", name, a.err, wire.ReasonKeyInvalid)
 		}
 	}
 	if n := len(d.list(t, "merchant-demo")); n != 0 {
@@ -473,10 +475,10 @@ func TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach(t *testing.T) {
 				grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 					BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 50 * time.Millisecond,
 				}}),
-				grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(
-					interceptor.WithClientMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
-					interceptor.WithMaxAttempts(50),
-					interceptor.WithBackoff(2*time.Millisecond, 50*time.Millisecond),
+				grpc.WithUnaryInterceptor(retry.MustUnaryClientInterceptor(
+					retry.WithMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
+					retry.WithMaxAttempts(50),
+					retry.WithBackoff(2*time.Millisecond, 50*time.Millisecond),
 				)))
 			if err != nil {
 				t.Fatal(err)

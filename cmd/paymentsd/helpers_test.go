@@ -37,7 +37,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
@@ -345,7 +345,7 @@ func withCreds(token, key string) context.Context {
 		kv = append(kv, "authorization", "Bearer "+token)
 	}
 	if key != "" {
-		kv = append(kv, interceptor.KeyHeader, key)
+		kv = append(kv, wire.KeyHeader, key)
 	}
 	return metadata.NewOutgoingContext(context.Background(), metadata.Pairs(kv...))
 }
@@ -359,7 +359,7 @@ type answer struct {
 
 // replayed reports whether the answer carried the replayed header.
 func (a answer) replayed() bool {
-	return fmt.Sprint(a.header.Get(interceptor.ReplayedHeader)) == "[true]"
+	return fmt.Sprint(a.header.Get(wire.ReplayedHeader)) == "[true]"
 }
 
 // create calls CreatePaymentIntent on d, keeping the response header.

@@ -25,7 +25,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
 
@@ -252,15 +253,15 @@ func TestE2E_SlowDiskImpatientClients_OneIntentEachNoKeyLocked(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("2 ms deadline against 200 ms fsyncs: %v, want DEADLINE_EXCEEDED", err)
 	}
-	retry := d.create(withCreds(hostileToken, "impatient"), seedRequest("1"))
-	if retry.err != nil {
-		t.Fatalf("retry of the abandoned create: %v, want the intent", retry.err)
+	again := d.create(withCreds(hostileToken, "impatient"), seedRequest("1"))
+	if again.err != nil {
+		t.Fatalf("retry of the abandoned create: %v, want the intent", again.err)
 	}
 
 	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(interceptor.MustUnaryClientInterceptor(
-			interceptor.WithClientMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
-			interceptor.WithAttemptTimeout(20*time.Millisecond), interceptor.WithMaxAttempts(20))))
+		grpc.WithUnaryInterceptor(retry.MustUnaryClientInterceptor(
+			retry.WithMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
+			retry.WithAttemptTimeout(20*time.Millisecond), retry.WithMaxAttempts(20))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +292,7 @@ func TestE2E_SlowDiskShortLease_NoLiveWorkerTakenOver(t *testing.T) {
 			key := fmt.Sprint("slow-", i)
 			for range 3 { // the same request three times, overlapping
 				a := d.create(withCreds(hostileToken, key), seedRequest(fmt.Sprint(i+1)))
-				if reason(a.err) == interceptor.ReasonAttemptSuperseded {
+				if reason(a.err) == wire.ReasonAttemptSuperseded {
 					t.Errorf("key %s: a live worker was taken over: %v", key, a.err)
 				}
 			}

@@ -33,6 +33,8 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	idemtracing "github.com/paymentsd/paymentsd/interceptor/tracing"
 	"github.com/paymentsd/paymentsd/internal/filewatch"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/server"
@@ -293,6 +295,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 				paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName,
 			),
 			interceptor.WithObserver(observer{m.metrics}),
+			interceptor.WithObserver(idemtracing.Observer{}),
 			interceptor.WithLogger(m.Logger),
 		))
 	}
@@ -326,7 +329,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			m.Logger.Error("serve", "err", err)
 		}
 	})
-	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db.records, m.Config.SweepInterval, m.swept) })
+	m.wg.Go(func() { storage.RunSweeper(ctx, m.db.records, m.Config.SweepInterval, m.swept) })
 	m.wg.Go(func() { m.watchHealth(ctx) })
 	m.watchCredentials(ctx)
 	m.serveHTTP()

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
 
@@ -37,8 +37,8 @@ func TestPostgres_TwoReplicas_OneTruth(t *testing.T) {
 	}
 	for name, d := range map[string]*daemon{"A": a, "B": b} {
 		other := d.create(ctx, seedRequest("999000000"))
-		if status.Code(other.err) != codes.FailedPrecondition || reason(other.err) != interceptor.ReasonKeyReused {
-			t.Errorf("reused key on replica %s = %v, want FAILED_PRECONDITION %s", name, other.err, interceptor.ReasonKeyReused)
+		if status.Code(other.err) != codes.FailedPrecondition || reason(other.err) != wire.ReasonKeyReused {
+			t.Errorf("reused key on replica %s = %v, want FAILED_PRECONDITION %s", name, other.err, wire.ReasonKeyReused)
 		}
 		if got := d.list(t, "merchant-demo"); len(got) != 1 || got[0].Id != id {
 			t.Errorf("replica %s lists %v, want only %s", name, got, id)

@@ -19,7 +19,8 @@ import (
 	"github.com/paymentsd/paymentsd/bearer"
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/pgstore"
 )
 
@@ -64,7 +65,7 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 	case *principal != "" && !auth.ValidPrincipal(*principal) && !auth.ValidDevPrincipal(*principal) && !auth.ValidCertPrincipal(*principal):
 		return usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex, or a client certificate's URI SAN (spiffe://...) or "dns:" and its DNS SAN (or use --token-stdin)`, *principal)
 	}
-	if err := interceptor.ValidateKey(*key); err != nil {
+	if err := wire.ValidateKey(*key); err != nil {
 		return usageError(fs, "--key %q is no idempotency key: %v", *key, err)
 	}
 	if _, err := parseDB(*db); err != nil {
@@ -76,7 +77,7 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 			return fail(sio, "record", err)
 		}
 	}
-	k := interceptor.RecordKey{Scope: scope, Key: *key}
+	k := storage.RecordKey{Scope: scope, Key: *key}
 	rec, err := lookupRecord(ctx, *db, k)
 	if errors.Is(err, boltstore.ErrDamaged) {
 		fmt.Fprintf(sio.err, "paymentsd record: %v\n", err)
@@ -141,7 +142,7 @@ func readToken(r io.Reader) (string, error) {
 
 // lookupRecord returns k's record in db, a bbolt file or a postgres:// URL,
 // or nil when there is none.
-func lookupRecord(ctx context.Context, db string, k interceptor.RecordKey) (*interceptor.Record, error) {
+func lookupRecord(ctx context.Context, db string, k storage.RecordKey) (*storage.Record, error) {
 	pgURL, err := parseDB(db)
 	if err != nil {
 		return nil, err
@@ -186,7 +187,7 @@ type recordView struct {
 	IntentID          *string    `json:"intent_id"`     // of a stored create or cancel
 }
 
-func newRecordView(k interceptor.RecordKey, rec *interceptor.Record, now time.Time) *recordView {
+func newRecordView(k storage.RecordKey, rec *storage.Record, now time.Time) *recordView {
 	v := &recordView{
 		Principal:         k.Scope,
 		Key:               k.Key,
@@ -195,7 +196,7 @@ func newRecordView(k interceptor.RecordKey, rec *interceptor.Record, now time.Ti
 		FingerprintScheme: rec.Scheme,
 		Owner:             rec.Owner,
 		Expiry:            rec.Expiry.UTC(),
-		Completed:         rec.State == interceptor.StateCompleted,
+		Completed:         rec.State == storage.StateCompleted,
 		Details:           []string{},
 	}
 	switch {

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
 	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
@@ -242,7 +242,7 @@ func TestCrash_Replicas_PostgreSQL(t *testing.T) {
 			case stopped.Load(), code == codes.Canceled && t.Failed():
 				// The test is ending (after a Fatal, maybe): its processes
 				// and connections go away.
-			case code == codes.Aborted && reason(a.err) == interceptor.ReasonKeyInUse:
+			case code == codes.Aborted && reason(a.err) == wire.ReasonKeyInUse:
 				aborted.Add(1)
 			case code == codes.Unavailable:
 				unavailable.Add(1)

@@ -16,13 +16,13 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // boltSource is what the operator subcommands read a bbolt data file
 // through: the file itself, or the server that holds it.
 type boltSource interface {
-	Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error)
+	Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error)
 	// Check returns nil for a sound file and an ErrDamaged naming what is
 	// wrong otherwise.
 	Check(ctx context.Context) error
@@ -60,7 +60,7 @@ func openBoltSource(path string) (boltSource, error) {
 // fileSource reads a data file no server holds.
 type fileSource struct{ ro *boltstore.ReadOnly }
 
-func (f fileSource) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+func (f fileSource) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	return f.ro.Get(ctx, k)
 }
 func (f fileSource) Check(context.Context) error { return f.ro.Check() }
@@ -130,7 +130,7 @@ func (c *adminClient) get(ctx context.Context, path string, want int) (*http.Res
 	return resp, nil
 }
 
-func (c *adminClient) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+func (c *adminClient) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	resp, err := c.get(ctx, "/record?"+url.Values{"scope": {k.Scope}, "key": {k.Key}}.Encode(), http.StatusOK)
 	if resp != nil && resp.StatusCode == http.StatusNotFound {
 		return nil, nil
@@ -143,7 +143,7 @@ func (c *adminClient) Get(ctx context.Context, k interceptor.RecordKey) (*interc
 	if err != nil {
 		return nil, fmt.Errorf("the server holding %s: %w", c.dbPath, err)
 	}
-	rec := new(interceptor.Record)
+	rec := new(storage.Record)
 	if err := rec.UnmarshalBinary(b); err != nil {
 		return nil, fmt.Errorf("the server holding %s sent a record that does not decode: %w", c.dbPath, err)
 	}

@@ -33,6 +33,8 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/server"
 )
@@ -432,8 +434,8 @@ func TestInProcess_DurableClaim_FailedWriteKeepsKeyInFlightUntilTakeover(t *test
 
 	// The durable claim survived the failed completion.
 	busy := p.d.create(withCreds("in-process-token", "order-fail"), body)
-	if status.Code(busy.err) != codes.Aborted || reason(busy.err) != interceptor.ReasonKeyInUse {
-		t.Errorf("immediate retry: %v; want ABORTED / %s", busy.err, interceptor.ReasonKeyInUse)
+	if status.Code(busy.err) != codes.Aborted || reason(busy.err) != wire.ReasonKeyInUse {
+		t.Errorf("immediate retry: %v; want ABORTED / %s", busy.err, wire.ReasonKeyInUse)
 	}
 	if n := len(p.intents.runs("2")); n != 1 {
 		t.Errorf("CreateIntent ran %d times before the lease ended; want 1", n)
@@ -444,7 +446,7 @@ func TestInProcess_DurableClaim_FailedWriteKeepsKeyInFlightUntilTakeover(t *test
 	if again.err != nil || again.replayed() {
 		t.Fatalf("retry after the lease: %v (replayed %t); want a takeover that succeeds", again.err, again.replayed())
 	}
-	if obs := p.obs.last(); obs.Outcome != interceptor.OutcomeTakeover || obs.Attempt != 2 {
+	if obs := p.obs.last(); obs.Outcome != storage.OutcomeTakeover || obs.Attempt != 2 {
 		t.Errorf("retry after the lease: %v attempt %d; want takeover attempt 2", obs.Outcome, obs.Attempt)
 	}
 	if commits != 2 {
@@ -506,7 +508,7 @@ func TestE2E_FdatasyncFails_CallerToldWhatIsKnown(t *testing.T) {
 			t.Logf("the fault hit the commit of %s", key)
 			retryAt := d
 			if tc.unknown {
-				wantStatusReason(t, a.err, codes.Unavailable, interceptor.ReasonOutcomeUnknown)
+				wantStatusReason(t, a.err, codes.Unavailable, wire.ReasonOutcomeUnknown)
 				// Until a restart, nothing is served, and callers are told to
 				// retry, not that the data is damaged.
 				if next := d.create(withCreds(hostileToken, "after-"+key), seedRequest("1")); status.Code(next.err) != codes.Unavailable {
@@ -517,7 +519,7 @@ func TestE2E_FdatasyncFails_CallerToldWhatIsKnown(t *testing.T) {
 				d.cmd.Process.Kill() // the file takes no more writes until a restart reads the disk
 				<-d.exited
 				retryAt = startDaemon(t, path)
-			} else if reason(a.err) == interceptor.ReasonOutcomeUnknown || status.Code(a.err) != codes.Unavailable {
+			} else if reason(a.err) == wire.ReasonOutcomeUnknown || status.Code(a.err) != codes.Unavailable {
 				t.Fatalf("create: %v; want UNAVAILABLE saying it was not kept", a.err)
 			}
 			retry := retryAt.create(withCreds(hostileToken, key), req)

@@ -35,7 +35,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/devcerts"
 )
 
@@ -811,8 +812,8 @@ func TestMTLS_CertPrincipals_Isolated(t *testing.T) {
 	var header metadata.MD
 	respB, err := b.CreatePaymentIntent(callCtx(t, "", "order-1"), seedRequest("100000000"), grpc.Header(&header))
 	idB := createdID(t)(respB, err)
-	if idA == idB || len(header.Get(interceptor.ReplayedHeader)) > 0 {
-		t.Fatalf("client-a %s, client-b %s (replayed %v): want two fresh intents", idA, idB, header.Get(interceptor.ReplayedHeader))
+	if idA == idB || len(header.Get(wire.ReplayedHeader)) > 0 {
+		t.Fatalf("client-a %s, client-b %s (replayed %v): want two fresh intents", idA, idB, header.Get(wire.ReplayedHeader))
 	}
 	// A token is not read: client-a with one is still client-a.
 	if id := createdID(t)(a.CreatePaymentIntent(callCtx(t, "t1", "order-1"), seedRequest("100000000"))); id != idA {
@@ -961,8 +962,8 @@ func TestEither_CertAndBearerPrincipals(t *testing.T) {
 			byCert := createdID(t)(resp, err)
 			resp, err = c.CreatePaymentIntent(callCtx(t, "t1", "order-1"), seedRequest("100000000"), grpc.Header(&tokenHeader))
 			byToken := createdID(t)(resp, err)
-			if byCert == byToken || len(tokenHeader.Get(interceptor.ReplayedHeader)) > 0 {
-				t.Fatalf("cert %s, token %s (replayed %v): want two fresh intents", byCert, byToken, tokenHeader.Get(interceptor.ReplayedHeader))
+			if byCert == byToken || len(tokenHeader.Get(wire.ReplayedHeader)) > 0 {
+				t.Fatalf("cert %s, token %s (replayed %v): want two fresh intents", byCert, byToken, tokenHeader.Get(wire.ReplayedHeader))
 			}
 			if got := listOf(t, c, ""); !slices.Equal(got, []string{byCert}) {
 				t.Errorf("gRPC list by the certificate: %v, want [%s]", got, byCert)
@@ -1037,22 +1038,22 @@ func TestTLS_ClientInterceptor_RetryReplays(t *testing.T) {
 				return err
 			}
 			conn := d.dial(t, certs.clientTLS(t, tc.client), grpc.WithChainUnaryInterceptor(
-				interceptor.MustUnaryClientInterceptor(
-					interceptor.WithClientMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
-					interceptor.WithBackoff(time.Millisecond, 10*time.Millisecond),
+				retry.MustUnaryClientInterceptor(
+					retry.WithMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
+					retry.WithBackoff(time.Millisecond, 10*time.Millisecond),
 				),
 				loseFirstAnswer,
 			))
 			var header metadata.MD
 			var key string
 			resp, err := paymentsv1.NewPaymentIntentServiceClient(conn).CreatePaymentIntent(callCtx(t, tc.token, ""), seedRequest("100000000"),
-				grpc.Header(&header), interceptor.ChosenKey(&key))
+				grpc.Header(&header), retry.ChosenKey(&key))
 			id := createdID(t)(resp, err)
 			if n := attempts.Load(); n != 2 || lostID == "" {
 				t.Fatalf("%d attempts (lost answer's intent %q), want 2: one lost, one retried", n, lostID)
 			}
-			if id != lostID || fmt.Sprint(header.Get(interceptor.ReplayedHeader)) != "[true]" {
-				t.Errorf("retry: intent %s, %s %v; want the lost attempt's %s, replayed", id, interceptor.ReplayedHeader, header.Get(interceptor.ReplayedHeader), lostID)
+			if id != lostID || fmt.Sprint(header.Get(wire.ReplayedHeader)) != "[true]" {
+				t.Errorf("retry: intent %s, %s %v; want the lost attempt's %s, replayed", id, wire.ReplayedHeader, header.Get(wire.ReplayedHeader), lostID)
 			}
 			if key == "" {
 				t.Error("no idempotency key chosen")

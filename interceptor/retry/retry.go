@@ -1,4 +1,21 @@
-package interceptor
+// Package retry is the client half of the idempotency layer: a unary
+// client interceptor that gives each call of the methods it is configured
+// for a random idempotency key, keeps it across attempts, and retries what
+// is safe to retry (UNAVAILABLE, an attempt's own timeout, ABORTED from the
+// idempotency layer) with backoff. ChosenKey tells the caller the key, for
+// its logs. Every answer about a record carries wire.ExpiresAtHeader, the
+// time until which a retry with the key stays safe.
+//
+// Put this interceptor first in the chain, outside (before) any other
+// retry interceptor, such as go-grpc-middleware's retry: it picks the key
+// once per call, so a retry interceptor outside it would have each attempt
+// pick a new one, and the server would run every attempt.
+//
+// UnaryClientInterceptor returns an error for options that cannot work (no
+// methods, a method not named "/package.Service/Method", fewer than one
+// attempt); MustUnaryClientInterceptor panics instead, for options fixed in
+// code.
+package retry
 
 import (
 	"context"
@@ -13,12 +30,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
-// ClientOption configures UnaryClientInterceptor.
-type ClientOption func(*clientOptions)
+// Option configures UnaryClientInterceptor.
+type Option func(*options)
 
-type clientOptions struct {
+type options struct {
 	methods        map[string]bool
 	maxAttempts    int
 	baseDelay      time.Duration
@@ -33,10 +52,10 @@ const (
 	DefaultMaxDelay    = 2 * time.Second
 )
 
-// WithClientMethods names the methods, by full name, that the client
+// WithMethods names the methods, by full name, that the client
 // interceptor gives keys and retries. Others pass through untouched.
-func WithClientMethods(fullMethods ...string) ClientOption {
-	return func(o *clientOptions) {
+func WithMethods(fullMethods ...string) Option {
+	return func(o *options) {
 		for _, m := range fullMethods {
 			o.methods[m] = true
 		}
@@ -45,19 +64,19 @@ func WithClientMethods(fullMethods ...string) ClientOption {
 
 // WithMaxAttempts bounds the attempts of one call, the first included.
 // Default 5.
-func WithMaxAttempts(n int) ClientOption { return func(o *clientOptions) { o.maxAttempts = n } }
+func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
 
 // WithBackoff sets the exponential backoff between attempts: before attempt
 // n+1 a wait drawn uniformly from 0 to min(max, base·2^(n-1)) (full
 // jitter). Default 50ms and 2s.
-func WithBackoff(base, max time.Duration) ClientOption {
-	return func(o *clientOptions) { o.baseDelay, o.maxDelay = base, max }
+func WithBackoff(base, max time.Duration) Option {
+	return func(o *options) { o.baseDelay, o.maxDelay = base, max }
 }
 
 // WithAttemptTimeout gives each attempt its own deadline, within the
 // caller's; an attempt that runs out of it is retried. Default none.
-func WithAttemptTimeout(d time.Duration) ClientOption {
-	return func(o *clientOptions) { o.attemptTimeout = d }
+func WithAttemptTimeout(d time.Duration) Option {
+	return func(o *options) { o.attemptTimeout = d }
 }
 
 // UnaryClientInterceptor makes the calls of the configured methods safe to
@@ -71,11 +90,11 @@ func WithAttemptTimeout(d time.Duration) ClientOption {
 // any other answer, stops after WithMaxAttempts, and never waits past the
 // caller's deadline or cancellation.
 //
-// It fails without WithClientMethods (it would make no call safe), for a
+// It fails without WithMethods (it would make no call safe), for a
 // method not named "/package.Service/Method", and for WithMaxAttempts below
 // 1.
-func UnaryClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, error) {
-	o := &clientOptions{
+func UnaryClientInterceptor(opts ...Option) (grpc.UnaryClientInterceptor, error) {
+	o := &options{
 		methods:     map[string]bool{},
 		maxAttempts: DefaultMaxAttempts,
 		baseDelay:   DefaultBaseDelay,
@@ -85,22 +104,22 @@ func UnaryClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, 
 		opt(o)
 	}
 	if len(o.methods) == 0 {
-		return nil, errors.New("interceptor: UnaryClientInterceptor without WithClientMethods would make no call safe to retry")
+		return nil, errors.New("retry: UnaryClientInterceptor without WithMethods would make no call safe to retry")
 	}
 	for m := range o.methods {
-		if err := checkMethodName(m); err != nil {
-			return nil, fmt.Errorf("interceptor: WithClientMethods: %w", err)
+		if err := wire.ValidateMethod(m); err != nil {
+			return nil, fmt.Errorf("retry: WithMethods: %w", err)
 		}
 	}
 	if o.maxAttempts < 1 {
-		return nil, fmt.Errorf("interceptor: WithMaxAttempts(%d): need at least 1", o.maxAttempts)
+		return nil, fmt.Errorf("retry: WithMaxAttempts(%d): need at least 1", o.maxAttempts)
 	}
 	return o.intercept, nil
 }
 
 // MustUnaryClientInterceptor is UnaryClientInterceptor for options known
 // to be valid; it panics if they are not.
-func MustUnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+func MustUnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	i, err := UnaryClientInterceptor(opts...)
 	if err != nil {
 		panic(err)
@@ -119,15 +138,15 @@ type chosenKey struct {
 	key *string
 }
 
-func (o *clientOptions) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+func (o *options) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 	if !o.methods[method] {
 		return invoker(ctx, method, req, reply, cc, callOpts...)
 	}
 	md, _ := metadata.FromOutgoingContext(ctx)
-	key := md.Get(KeyHeader)
+	key := md.Get(wire.KeyHeader)
 	if len(key) == 0 {
 		key = []string{uuid.NewString()}
-		ctx = metadata.AppendToOutgoingContext(ctx, KeyHeader, key[0])
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.KeyHeader, key[0])
 	}
 	for _, opt := range callOpts {
 		if c, ok := opt.(chosenKey); ok {
@@ -159,7 +178,7 @@ func (o *clientOptions) intercept(ctx context.Context, method string, req, reply
 
 // attempt makes one attempt, under its own timeout if one is set, and
 // returns the header the server sent with its answer.
-func (o *clientOptions) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts []grpc.CallOption) (metadata.MD, error) {
+func (o *options) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts []grpc.CallOption) (metadata.MD, error) {
 	if o.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.attemptTimeout)
@@ -173,7 +192,7 @@ func (o *clientOptions) attempt(ctx context.Context, method string, req, reply a
 // retryable says whether an attempt's error may be retried with the same
 // key, and how long the server asked to wait first.
 func retryable(ctx context.Context, err error, header metadata.MD) (time.Duration, bool) {
-	if ctx.Err() != nil || len(header.Get(ReplayedHeader)) > 0 {
+	if ctx.Err() != nil || len(header.Get(wire.ReplayedHeader)) > 0 {
 		return 0, false // the caller gave up, or this is the stored result
 	}
 	st := status.Convert(err)
@@ -188,14 +207,14 @@ func retryable(ctx context.Context, err error, header metadata.MD) (time.Duratio
 		for _, d := range st.Details() {
 			switch d := d.(type) {
 			case *errdetails.ErrorInfo:
-				if d.Domain == ErrorDomain {
+				if d.Domain == wire.ErrorDomain {
 					reason = d.Reason
 				}
 			case *errdetails.RetryInfo:
 				wait = d.RetryDelay.AsDuration()
 			}
 		}
-		return wait, reason == ReasonKeyInUse || reason == ReasonAttemptSuperseded
+		return wait, reason == wire.ReasonKeyInUse || reason == wire.ReasonAttemptSuperseded
 	}
 	return 0, false
 }

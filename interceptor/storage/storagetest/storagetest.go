@@ -1,8 +1,8 @@
-// Package storetest is the conformance suite every interceptor.Store must
+// Package storagetest is the conformance suite every storage.Store must
 // pass. A backend's test calls RunTests with a function that opens it:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.RunTests(t, func(t *testing.T, dir string) storetest.Store {
+//		storagetest.RunTests(t, func(t *testing.T, dir string) storagetest.Store {
 //			db, err := mystore.Open(dir)
 //			if err != nil {
 //				t.Fatal(err)
@@ -11,9 +11,9 @@
 //		})
 //	}
 //
-// A store that is also an interceptor.TxStore is tested for atomic
+// A store that is also an storage.TxStore is tested for atomic
 // completion too; for any other store those tests are skipped.
-package storetest
+package storagetest
 
 import (
 	"context"
@@ -32,21 +32,22 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // Store is what the suite tests: the interceptor's Store plus the upkeep a
 // backend offers its operator.
 type Store interface {
-	interceptor.Store
+	storage.Store
 	// Sweep deletes the records expired at now and returns how many.
 	Sweep(ctx context.Context, now time.Time) (int, error)
 	// Get returns the record stored for a key, live or expired, or nil
 	// when there is none, and changes nothing: an operator's lookup.
-	Get(ctx context.Context, key interceptor.RecordKey) (*interceptor.Record, error)
+	Get(ctx context.Context, key storage.RecordKey) (*storage.Record, error)
 	// Claimant is who this opening of the store claims as: the suite
 	// checks orphan takeover for an exclusive store, the lease rule for a
 	// shared one.
-	Claimant() interceptor.Claimant
+	Claimant() storage.Claimant
 	// Close releases the store; opening the same dir again must find every
 	// record it held.
 	Close() error
@@ -92,7 +93,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"Complete_CanceledContext_LeavesInFlight", testCompleteCanceled},
 		{"ClaimTx_CanceledContext_WritesNothing", testClaimTxCanceled},
 
-		// Atomic completion: run when the store is an interceptor.TxStore.
+		// Atomic completion: run when the store is an storage.TxStore.
 		{"ClaimTx_NonDurable_HoldsKeyUntilCommit", testTxHoldsKey},
 		{"ClaimTx_Concurrent_ExactlyOneFresh", testTxConcurrent},
 		{"ClaimTx_NonDurableRollback_FreesKey", testTxRollbackFrees},
@@ -127,12 +128,12 @@ func reopen(t *testing.T, open Opener, dir string, s Store) Store {
 	return openStore(t, open, dir)
 }
 
-// asTxStore returns s as an interceptor.TxStore, or skips the test.
-func asTxStore(t *testing.T, s Store) interceptor.TxStore {
+// asTxStore returns s as an storage.TxStore, or skips the test.
+func asTxStore(t *testing.T, s Store) storage.TxStore {
 	t.Helper()
-	ts, ok := s.(interceptor.TxStore)
+	ts, ok := s.(storage.TxStore)
 	if !ok {
-		t.Skip("store is not an interceptor.TxStore")
+		t.Skip("store is not an storage.TxStore")
 	}
 	return ts
 }
@@ -144,18 +145,18 @@ func canceled() context.Context {
 	return ctx
 }
 
-func fingerprint(s string) interceptor.Fingerprint { return sha256.Sum256([]byte(s)) }
+func fingerprint(s string) storage.Fingerprint { return sha256.Sum256([]byte(s)) }
 
-func request(key string, fp string, now time.Time) interceptor.ClaimRequest {
-	return interceptor.ClaimRequest{
-		Key:         interceptor.RecordKey{Scope: "scope-a", Key: key},
+func request(key string, fp string, now time.Time) storage.ClaimRequest {
+	return storage.ClaimRequest{
+		Key:         storage.RecordKey{Scope: "scope-a", Key: key},
 		Fingerprint: fingerprint(fp),
 		Scheme:      interceptor.FingerprintScheme,
 		Now:         now, Lease: lease, TTL: ttl,
 	}
 }
 
-func claim(t *testing.T, s Store, req interceptor.ClaimRequest, want interceptor.Outcome) *interceptor.Record {
+func claim(t *testing.T, s Store, req storage.ClaimRequest, want storage.Outcome) *storage.Record {
 	t.Helper()
 	got, rec, err := s.Claim(context.Background(), req)
 	if err != nil {
@@ -173,7 +174,7 @@ func claim(t *testing.T, s Store, req interceptor.ClaimRequest, want interceptor
 // claimTx claims req through ClaimTx and checks the outcome. A claimed
 // outcome returns its Tx, rolled back when the test ends unless it ended
 // before (Rollback after Commit does nothing); any other returns no Tx.
-func claimTx(t *testing.T, s interceptor.TxStore, req interceptor.ClaimRequest, durable interceptor.Durability, want interceptor.Outcome) (*interceptor.Record, interceptor.Tx) {
+func claimTx(t *testing.T, s storage.TxStore, req storage.ClaimRequest, durable storage.Durability, want storage.Outcome) (*storage.Record, storage.Tx) {
 	t.Helper()
 	got, rec, tx, err := s.ClaimTx(context.Background(), req, durable)
 	if tx != nil {
@@ -195,39 +196,39 @@ func claimTx(t *testing.T, s interceptor.TxStore, req interceptor.ClaimRequest, 
 }
 
 // commit commits tx with claim completed as result, keeping its writes.
-func commit(t *testing.T, tx interceptor.Tx, claim *interceptor.Record, result *interceptor.Result) {
+func commit(t *testing.T, tx storage.Tx, claim *storage.Record, result *storage.Result) {
 	t.Helper()
-	if err := tx.Commit(context.Background(), claim.Completed(result), interceptor.KeepWrites); err != nil {
+	if err := tx.Commit(context.Background(), claim.Completed(result), storage.KeepWrites); err != nil {
 		t.Fatalf("Commit(attempt %d): %v", claim.Attempt, err)
 	}
 }
 
 // sampleResult is a result with every part a store must keep.
-func sampleResult(t *testing.T, text string) *interceptor.Result {
+func sampleResult(t *testing.T, text string) *storage.Result {
 	t.Helper()
 	resp, err := anypb.New(wrapperspb.String(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &interceptor.Result{
+	return &storage.Result{
 		Response: resp,
 		Header:   metadata.Pairs("x-request", text, "x-bin", "\x00\xff"),
 		Trailer:  metadata.Pairs("x-trailer", "a", "x-trailer", "b"),
 	}
 }
 
-func errorResult(t *testing.T) *interceptor.Result {
+func errorResult(t *testing.T) *storage.Result {
 	t.Helper()
 	detail, err := anypb.New(wrapperspb.String("detail"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &interceptor.Result{Status: &spb.Status{
+	return &storage.Result{Status: &spb.Status{
 		Code: int32(codes.InvalidArgument), Message: "bad amount", Details: []*anypb.Any{detail},
 	}}
 }
 
-func complete(t *testing.T, s Store, req interceptor.ClaimRequest, claim *interceptor.Record, result *interceptor.Result) *interceptor.Record {
+func complete(t *testing.T, s Store, req storage.ClaimRequest, claim *storage.Record, result *storage.Result) *storage.Record {
 	t.Helper()
 	done := claim.Completed(result)
 	if err := s.Complete(context.Background(), req.Key, done); err != nil {
@@ -236,7 +237,7 @@ func complete(t *testing.T, s Store, req interceptor.ClaimRequest, claim *interc
 	return done
 }
 
-func sameResult(t *testing.T, got, want *interceptor.Result) {
+func sameResult(t *testing.T, got, want *storage.Result) {
 	t.Helper()
 	if got == nil {
 		t.Fatal("record has no result")
@@ -252,8 +253,8 @@ func sameResult(t *testing.T, got, want *interceptor.Result) {
 func testFresh(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
-	rec := claim(t, s, req, interceptor.OutcomeFresh)
-	if rec.Attempt != 1 || rec.State != interceptor.StateInFlight || rec.Fingerprint != req.Fingerprint || rec.Scheme != req.Scheme {
+	rec := claim(t, s, req, storage.OutcomeFresh)
+	if rec.Attempt != 1 || rec.State != storage.StateInFlight || rec.Fingerprint != req.Fingerprint || rec.Scheme != req.Scheme {
 		t.Errorf("fresh claim = attempt %d state %v, want attempt 1, in flight, with the request's fingerprint and scheme", rec.Attempt, rec.State)
 	}
 	if !rec.LeaseExpiry.Equal(t0.Add(lease)) || !rec.Expiry.Equal(t0.Add(ttl)) {
@@ -263,8 +264,8 @@ func testFresh(t *testing.T, open Opener) {
 
 func testInFlight(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	claim(t, s, request("k", "body", t0), interceptor.OutcomeFresh)
-	rec := claim(t, s, request("k", "body", t0.Add(lease-time.Millisecond)), interceptor.OutcomeInFlight)
+	claim(t, s, request("k", "body", t0), storage.OutcomeFresh)
+	rec := claim(t, s, request("k", "body", t0.Add(lease-time.Millisecond)), storage.OutcomeInFlight)
 	if !rec.LeaseExpiry.Equal(t0.Add(lease)) {
 		t.Errorf("in-flight record's lease = %v, want %v", rec.LeaseExpiry, t0.Add(lease))
 	}
@@ -273,18 +274,18 @@ func testInFlight(t *testing.T, open Opener) {
 func testReplay(t *testing.T, open Opener) {
 	for _, tc := range []struct {
 		name   string
-		result func(*testing.T) *interceptor.Result
+		result func(*testing.T) *storage.Result
 	}{
-		{"Response", func(t *testing.T) *interceptor.Result { return sampleResult(t, "one") }},
+		{"Response", func(t *testing.T) *storage.Result { return sampleResult(t, "one") }},
 		{"Status", errorResult},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t, open)
 			req := request("k", "body", t0)
 			want := tc.result(t)
-			complete(t, s, req, claim(t, s, req, interceptor.OutcomeFresh), want)
-			rec := claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay)
-			if rec.State != interceptor.StateCompleted || rec.Attempt != 1 {
+			complete(t, s, req, claim(t, s, req, storage.OutcomeFresh), want)
+			rec := claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay)
+			if rec.State != storage.StateCompleted || rec.Attempt != 1 {
 				t.Errorf("replayed record: state %v attempt %d, want completed, 1", rec.State, rec.Attempt)
 			}
 			sameResult(t, rec.Result, want)
@@ -296,7 +297,7 @@ func testGet(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ctx := context.Background()
 	req := request("k", "body", t0)
-	get := func() *interceptor.Record {
+	get := func() *storage.Record {
 		t.Helper()
 		rec, err := s.Get(ctx, req.Key)
 		if err != nil {
@@ -307,14 +308,14 @@ func testGet(t *testing.T, open Opener) {
 	if rec := get(); rec != nil {
 		t.Fatalf("Get of a key never claimed = %+v, want nil", rec)
 	}
-	first := claim(t, s, req, interceptor.OutcomeFresh)
-	if rec := get(); rec == nil || rec.State != interceptor.StateInFlight || rec.Attempt != 1 || rec.Token != first.Token || rec.Fingerprint != req.Fingerprint {
+	first := claim(t, s, req, storage.OutcomeFresh)
+	if rec := get(); rec == nil || rec.State != storage.StateInFlight || rec.Attempt != 1 || rec.Token != first.Token || rec.Fingerprint != req.Fingerprint {
 		t.Fatalf("Get of a claim in flight = %+v, want attempt 1 in flight with its token", rec)
 	}
 	want := sampleResult(t, "one")
 	complete(t, s, req, first, want)
 	rec := get()
-	if rec == nil || rec.State != interceptor.StateCompleted || !rec.Expiry.Equal(first.Expiry) {
+	if rec == nil || rec.State != storage.StateCompleted || !rec.Expiry.Equal(first.Expiry) {
 		t.Fatalf("Get of a completed record = %+v, want it completed, expiring %v", rec, first.Expiry)
 	}
 	sameResult(t, rec.Result, want)
@@ -323,7 +324,7 @@ func testGet(t *testing.T, open Opener) {
 	if rec := get(); rec == nil || later.Now.Before(rec.Expiry) {
 		t.Fatalf("Get after expiry = %+v, want the expired record", rec)
 	}
-	if rec := claim(t, s, later, interceptor.OutcomeFresh); rec.Attempt != 1 {
+	if rec := claim(t, s, later, storage.OutcomeFresh); rec.Attempt != 1 {
 		t.Errorf("claim after Gets: attempt %d, want a fresh claim", rec.Attempt)
 	}
 }
@@ -331,33 +332,33 @@ func testGet(t *testing.T, open Opener) {
 func testMismatch(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
-	first := claim(t, s, req, interceptor.OutcomeFresh)
-	rec := claim(t, s, request("k", "other body", t0), interceptor.OutcomeMismatch)
+	first := claim(t, s, req, storage.OutcomeFresh)
+	rec := claim(t, s, request("k", "other body", t0), storage.OutcomeMismatch)
 	if rec.Fingerprint != req.Fingerprint {
 		t.Errorf("mismatch reports fingerprint %v, want the stored %v", rec.Fingerprint, req.Fingerprint)
 	}
 	complete(t, s, req, first, sampleResult(t, "one"))
-	claim(t, s, request("k", "other body", t0.Add(time.Hour)), interceptor.OutcomeMismatch)
+	claim(t, s, request("k", "other body", t0.Add(time.Hour)), storage.OutcomeMismatch)
 	// The same fingerprint under another scheme cannot be compared.
 	otherScheme := request("k", "body", t0.Add(time.Hour))
 	otherScheme.Scheme = "another scheme"
-	claim(t, s, otherScheme, interceptor.OutcomeMismatch)
+	claim(t, s, otherScheme, storage.OutcomeMismatch)
 	// The rejection stored nothing: the original still replays.
-	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "one"))
+	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "one"))
 }
 
 func testTakeover(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	first := claim(t, s, request("k", "body", t0), interceptor.OutcomeFresh)
-	second := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover)
+	first := claim(t, s, request("k", "body", t0), storage.OutcomeFresh)
+	second := claim(t, s, request("k", "body", t0.Add(lease)), storage.OutcomeTakeover)
 	if second.Attempt != 2 || second.Token == first.Token {
 		t.Errorf("takeover: attempt %d (want 2), token changed %t (want true)", second.Attempt, second.Token != first.Token)
 	}
 	if !second.LeaseExpiry.Equal(t0.Add(2*lease)) || !second.Expiry.Equal(first.Expiry) {
 		t.Errorf("takeover: lease %v expiry %v, want %v and the first claim's %v", second.LeaseExpiry, second.Expiry, t0.Add(2*lease), first.Expiry)
 	}
-	claim(t, s, request("k", "body", t0.Add(lease+time.Second)), interceptor.OutcomeInFlight)
-	third := claim(t, s, request("k", "body", t0.Add(2*lease)), interceptor.OutcomeTakeover)
+	claim(t, s, request("k", "body", t0.Add(lease+time.Second)), storage.OutcomeInFlight)
+	third := claim(t, s, request("k", "body", t0.Add(2*lease)), storage.OutcomeTakeover)
 	if third.Attempt != 3 {
 		t.Errorf("second takeover: attempt %d, want 3", third.Attempt)
 	}
@@ -366,77 +367,77 @@ func testTakeover(t *testing.T, open Opener) {
 func testSuperseded(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
-	first := claim(t, s, req, interceptor.OutcomeFresh)
-	second := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover)
+	first := claim(t, s, req, storage.OutcomeFresh)
+	second := claim(t, s, request("k", "body", t0.Add(lease)), storage.OutcomeTakeover)
 
 	done := first.Completed(sampleResult(t, "stale"))
-	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, storage.ErrSuperseded) {
 		t.Fatalf("Complete(attempt 1 after takeover) = %v, want ErrSuperseded", err)
 	}
 	complete(t, s, req, second, sampleResult(t, "current"))
 	// Once completed, even the current attempt cannot write again.
-	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, storage.ErrSuperseded) {
 		t.Fatalf("Complete(attempt 1 after completion) = %v, want ErrSuperseded", err)
 	}
-	rec := claim(t, s, request("k", "body", t0.Add(2*lease)), interceptor.OutcomeReplay)
+	rec := claim(t, s, request("k", "body", t0.Add(2*lease)), storage.OutcomeReplay)
 	sameResult(t, rec.Result, sampleResult(t, "current"))
 }
 
 func testRenew(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
-	rec := claim(t, s, req, interceptor.OutcomeFresh)
+	rec := claim(t, s, req, storage.OutcomeFresh)
 	renewed := *rec
 	renewed.LeaseExpiry = t0.Add(3 * lease)
 	if err := s.Renew(context.Background(), req.Key, &renewed); err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
 	// Past the first lease, the renewed claim holds.
-	got := claim(t, s, request("k", "body", t0.Add(2*lease)), interceptor.OutcomeInFlight)
+	got := claim(t, s, request("k", "body", t0.Add(2*lease)), storage.OutcomeInFlight)
 	if !got.LeaseExpiry.Equal(renewed.LeaseExpiry) {
 		t.Errorf("lease after renewal = %v, want %v", got.LeaseExpiry, renewed.LeaseExpiry)
 	}
-	claim(t, s, request("k", "body", t0.Add(3*lease)), interceptor.OutcomeTakeover)
+	claim(t, s, request("k", "body", t0.Add(3*lease)), storage.OutcomeTakeover)
 }
 
 func testRenewRefused(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
-	first := claim(t, s, req, interceptor.OutcomeFresh)
-	claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover)
+	first := claim(t, s, req, storage.OutcomeFresh)
+	claim(t, s, request("k", "body", t0.Add(lease)), storage.OutcomeTakeover)
 	stale := *first
 	stale.LeaseExpiry = t0.Add(5 * lease)
-	if err := s.Renew(context.Background(), req.Key, &stale); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := s.Renew(context.Background(), req.Key, &stale); !errors.Is(err, storage.ErrSuperseded) {
 		t.Errorf("Renew(superseded attempt) = %v, want ErrSuperseded", err)
 	}
 	// The refused renewal changed nothing: the second attempt's lease, not
 	// the stale one's, decides.
-	claim(t, s, request("k", "body", t0.Add(2*lease)), interceptor.OutcomeTakeover)
+	claim(t, s, request("k", "body", t0.Add(2*lease)), storage.OutcomeTakeover)
 
 	s2 := newStore(t, open)
-	rec := claim(t, s2, req, interceptor.OutcomeFresh)
+	rec := claim(t, s2, req, storage.OutcomeFresh)
 	complete(t, s2, req, rec, sampleResult(t, "done"))
 	late := *rec
 	late.LeaseExpiry = t0.Add(5 * lease)
-	if err := s2.Renew(context.Background(), req.Key, &late); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := s2.Renew(context.Background(), req.Key, &late); !errors.Is(err, storage.ErrSuperseded) {
 		t.Errorf("Renew(completed claim) = %v, want ErrSuperseded", err)
 	}
-	sameResult(t, claim(t, s2, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "done"))
+	sameResult(t, claim(t, s2, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "done"))
 }
 
 func testCompleteReplaced(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
-	old := claim(t, s, req, interceptor.OutcomeFresh)
+	old := claim(t, s, req, storage.OutcomeFresh)
 	// The record expires and the key is claimed afresh, attempt 1 again:
 	// the old worker must still be refused.
-	claim(t, s, request("k", "body", t0.Add(ttl)), interceptor.OutcomeFresh)
+	claim(t, s, request("k", "body", t0.Add(ttl)), storage.OutcomeFresh)
 	done := old.Completed(sampleResult(t, "stale"))
-	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, storage.ErrSuperseded) {
 		t.Errorf("Complete(claim of an expired record) = %v, want ErrSuperseded", err)
 	}
 	other := request("never-claimed", "body", t0)
-	if err := s.Complete(context.Background(), other.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
+	if err := s.Complete(context.Background(), other.Key, done); !errors.Is(err, storage.ErrSuperseded) {
 		t.Errorf("Complete(unknown key) = %v, want ErrSuperseded", err)
 	}
 }
@@ -444,10 +445,10 @@ func testCompleteReplaced(t *testing.T, open Opener) {
 func testExpiry(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
-	complete(t, s, req, claim(t, s, req, interceptor.OutcomeFresh), sampleResult(t, "one"))
-	claim(t, s, request("k", "body", t0.Add(ttl-time.Nanosecond)), interceptor.OutcomeReplay)
+	complete(t, s, req, claim(t, s, req, storage.OutcomeFresh), sampleResult(t, "one"))
+	claim(t, s, request("k", "body", t0.Add(ttl-time.Nanosecond)), storage.OutcomeReplay)
 	// An expired record counts as absent, whatever the fingerprint.
-	rec := claim(t, s, request("k", "other body", t0.Add(ttl)), interceptor.OutcomeFresh)
+	rec := claim(t, s, request("k", "other body", t0.Add(ttl)), storage.OutcomeFresh)
 	if rec.Attempt != 1 || !rec.Expiry.Equal(t0.Add(2*ttl)) {
 		t.Errorf("claim after expiry: attempt %d expiry %v, want 1 and %v", rec.Attempt, rec.Expiry, t0.Add(2*ttl))
 	}
@@ -457,7 +458,7 @@ func testConcurrent(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	const n = 100
 	var wg sync.WaitGroup
-	outcomes := make(chan interceptor.Outcome, n)
+	outcomes := make(chan storage.Outcome, n)
 	for range n {
 		wg.Go(func() {
 			got, _, err := s.Claim(context.Background(), request("k", "body", t0))
@@ -469,11 +470,11 @@ func testConcurrent(t *testing.T, open Opener) {
 	}
 	wg.Wait()
 	close(outcomes)
-	counts := map[interceptor.Outcome]int{}
+	counts := map[storage.Outcome]int{}
 	for o := range outcomes {
 		counts[o]++
 	}
-	if counts[interceptor.OutcomeFresh] != 1 || counts[interceptor.OutcomeInFlight] != n-1 {
+	if counts[storage.OutcomeFresh] != 1 || counts[storage.OutcomeInFlight] != n-1 {
 		t.Errorf("%d concurrent claims: %v, want 1 fresh and %d in flight", n, counts, n-1)
 	}
 }
@@ -483,15 +484,15 @@ func testScopes(t *testing.T, open Opener) {
 	a := request("k", "body", t0)
 	b := a
 	b.Key.Scope = "scope-b"
-	complete(t, s, a, claim(t, s, a, interceptor.OutcomeFresh), sampleResult(t, "a"))
-	claim(t, s, b, interceptor.OutcomeFresh)
+	complete(t, s, a, claim(t, s, a, storage.OutcomeFresh), sampleResult(t, "a"))
+	claim(t, s, b, storage.OutcomeFresh)
 	// Scopes that would collide if their parts were simply concatenated.
 	c := a
-	c.Key = interceptor.RecordKey{Scope: "scope-ak", Key: ""}
+	c.Key = storage.RecordKey{Scope: "scope-ak", Key: ""}
 	d := a
-	d.Key = interceptor.RecordKey{Scope: "scope-a", Key: "k"}
-	claim(t, s, c, interceptor.OutcomeFresh)
-	sameResult(t, claim(t, s, d, interceptor.OutcomeReplay).Result, sampleResult(t, "a"))
+	d.Key = storage.RecordKey{Scope: "scope-a", Key: "k"}
+	claim(t, s, c, storage.OutcomeFresh)
+	sameResult(t, claim(t, s, d, storage.OutcomeReplay).Result, sampleResult(t, "a"))
 }
 
 func testSweep(t *testing.T, open Opener) {
@@ -499,7 +500,7 @@ func testSweep(t *testing.T, open Opener) {
 	const expired, live = 25, 5
 	for i := range expired {
 		req := request(fmt.Sprintf("old-%d", i), "body", t0)
-		rec := claim(t, s, req, interceptor.OutcomeFresh)
+		rec := claim(t, s, req, storage.OutcomeFresh)
 		if i%2 == 0 {
 			complete(t, s, req, rec, sampleResult(t, "old"))
 		}
@@ -507,10 +508,10 @@ func testSweep(t *testing.T, open Opener) {
 	later := t0.Add(time.Hour)
 	for i := range live {
 		req := request(fmt.Sprintf("new-%d", i), "body", later)
-		complete(t, s, req, claim(t, s, req, interceptor.OutcomeFresh), sampleResult(t, "new"))
+		complete(t, s, req, claim(t, s, req, storage.OutcomeFresh), sampleResult(t, "new"))
 	}
 	// A key that expired and was claimed again is live, not swept.
-	claim(t, s, request("old-0", "body", t0.Add(ttl)), interceptor.OutcomeFresh)
+	claim(t, s, request("old-0", "body", t0.Add(ttl)), storage.OutcomeFresh)
 
 	n, err := s.Sweep(context.Background(), t0.Add(ttl))
 	if err != nil {
@@ -520,9 +521,9 @@ func testSweep(t *testing.T, open Opener) {
 		t.Errorf("Sweep removed %d records, want %d", n, expired-1)
 	}
 	for i := range live {
-		claim(t, s, request(fmt.Sprintf("new-%d", i), "body", t0.Add(ttl)), interceptor.OutcomeReplay)
+		claim(t, s, request(fmt.Sprintf("new-%d", i), "body", t0.Add(ttl)), storage.OutcomeReplay)
 	}
-	claim(t, s, request("old-0", "body", t0.Add(ttl)), interceptor.OutcomeInFlight)
+	claim(t, s, request("old-0", "body", t0.Add(ttl)), storage.OutcomeInFlight)
 	if n, err := s.Sweep(context.Background(), t0.Add(ttl)); err != nil || n != 0 {
 		t.Errorf("second Sweep = %d, %v; want 0, nil", n, err)
 	}
@@ -535,9 +536,9 @@ func testReopen(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := open(t, dir)
 	done := request("done", "body", t0)
-	complete(t, s, done, claim(t, s, done, interceptor.OutcomeFresh), sampleResult(t, "kept"))
+	complete(t, s, done, claim(t, s, done, storage.OutcomeFresh), sampleResult(t, "kept"))
 	running := request("running", "body", t0)
-	runningClaim := claim(t, s, running, interceptor.OutcomeFresh)
+	runningClaim := claim(t, s, running, storage.OutcomeFresh)
 	if runningClaim.Owner != s.Claimant().ID {
 		t.Errorf("claim owner %q, want the store's claimant %q", runningClaim.Owner, s.Claimant().ID)
 	}
@@ -546,19 +547,19 @@ func testReopen(t *testing.T, open Opener) {
 	if s.Claimant().ID == old.ID {
 		t.Errorf("reopened store claims as %q again, want a new ID", old.ID)
 	}
-	sameResult(t, claim(t, s, request("done", "body", t0), interceptor.OutcomeReplay).Result, sampleResult(t, "kept"))
+	sameResult(t, claim(t, s, request("done", "body", t0), storage.OutcomeReplay).Result, sampleResult(t, "kept"))
 	if s.Claimant().Exclusive {
 		// The earlier opening's claim is an orphan: taken over at once.
-		rec := claim(t, s, request("running", "body", t0), interceptor.OutcomeTakeover)
+		rec := claim(t, s, request("running", "body", t0), storage.OutcomeTakeover)
 		if rec.Attempt != 2 || rec.Owner != s.Claimant().ID {
 			t.Errorf("orphan takeover: attempt %d owner %q, want 2 and %q", rec.Attempt, rec.Owner, s.Claimant().ID)
 		}
 		done := runningClaim.Completed(sampleResult(t, "orphan"))
-		if err := s.Complete(context.Background(), running.Key, done); !errors.Is(err, interceptor.ErrSuperseded) {
+		if err := s.Complete(context.Background(), running.Key, done); !errors.Is(err, storage.ErrSuperseded) {
 			t.Errorf("Complete(orphaned claim) = %v, want ErrSuperseded", err)
 		}
 	} else {
-		claim(t, s, request("running", "body", t0), interceptor.OutcomeInFlight)
+		claim(t, s, request("running", "body", t0), storage.OutcomeInFlight)
 	}
 	if n, err := s.Sweep(context.Background(), t0.Add(ttl)); err != nil || n != 2 {
 		t.Errorf("Sweep after reopen = %d, %v; want 2, nil (the expiry index must persist too)", n, err)
@@ -571,14 +572,14 @@ func testClaimCanceled(t *testing.T, open Opener) {
 	if got, _, err := s.Claim(canceled(), req); err == nil {
 		t.Fatalf("Claim(canceled context) = %v, nil; want an error", got)
 	}
-	if rec := claim(t, s, req, interceptor.OutcomeFresh); rec.Attempt != 1 {
+	if rec := claim(t, s, req, storage.OutcomeFresh); rec.Attempt != 1 {
 		t.Errorf("claim after a canceled claim: attempt %d, want 1", rec.Attempt)
 	}
 	// A canceled claim that would take over takes nothing over either.
 	if got, _, err := s.Claim(canceled(), request("k", "body", t0.Add(lease))); err == nil {
 		t.Fatalf("Claim(canceled context, lease expired) = %v, nil; want an error", got)
 	}
-	if rec := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover); rec.Attempt != 2 {
+	if rec := claim(t, s, request("k", "body", t0.Add(lease)), storage.OutcomeTakeover); rec.Attempt != 2 {
 		t.Errorf("takeover after a canceled takeover: attempt %d, want 2", rec.Attempt)
 	}
 }
@@ -586,14 +587,14 @@ func testClaimCanceled(t *testing.T, open Opener) {
 func testRenewCanceled(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
-	rec := claim(t, s, req, interceptor.OutcomeFresh)
+	rec := claim(t, s, req, storage.OutcomeFresh)
 	renewed := *rec
 	renewed.LeaseExpiry = t0.Add(3 * lease)
 	if err := s.Renew(canceled(), req.Key, &renewed); err == nil {
 		t.Fatal("Renew(canceled context) = nil, want an error")
 	}
 	// Between the old lease's expiry and the new one's, the old lease decides.
-	got := claim(t, s, request("k", "body", t0.Add(2*lease)), interceptor.OutcomeTakeover)
+	got := claim(t, s, request("k", "body", t0.Add(2*lease)), storage.OutcomeTakeover)
 	if got.Attempt != 2 {
 		t.Errorf("takeover after a canceled renewal: attempt %d, want 2", got.Attempt)
 	}
@@ -602,17 +603,17 @@ func testRenewCanceled(t *testing.T, open Opener) {
 func testCompleteCanceled(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
-	rec := claim(t, s, req, interceptor.OutcomeFresh)
+	rec := claim(t, s, req, storage.OutcomeFresh)
 	if err := s.Complete(canceled(), req.Key, rec.Completed(sampleResult(t, "lost"))); err == nil {
 		t.Fatal("Complete(canceled context) = nil, want an error")
 	}
-	got := claim(t, s, request("k", "body", t0.Add(time.Second)), interceptor.OutcomeInFlight)
-	if got.State != interceptor.StateInFlight || got.Result != nil {
+	got := claim(t, s, request("k", "body", t0.Add(time.Second)), storage.OutcomeInFlight)
+	if got.State != storage.StateInFlight || got.Result != nil {
 		t.Errorf("after a canceled completion: state %v, result %v; want in flight, no result", got.State, got.Result)
 	}
 	// The claim still stands: a live completion stores its result.
 	complete(t, s, req, rec, sampleResult(t, "kept"))
-	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "kept"))
+	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "kept"))
 }
 
 func testClaimTxCanceled(t *testing.T, open Opener) {
@@ -621,7 +622,7 @@ func testClaimTxCanceled(t *testing.T, open Opener) {
 			s := newStore(t, open)
 			ts := asTxStore(t, s)
 			req := request("k", "body", t0)
-			got, _, tx, err := ts.ClaimTx(canceled(), req, interceptor.Durability(durable))
+			got, _, tx, err := ts.ClaimTx(canceled(), req, storage.Durability(durable))
 			if tx != nil {
 				t.Cleanup(tx.Rollback)
 				t.Errorf("ClaimTx(canceled context) returned a Tx, want none")
@@ -630,7 +631,7 @@ func testClaimTxCanceled(t *testing.T, open Opener) {
 				t.Fatalf("ClaimTx(canceled context) = %v, nil; want an error", got)
 			}
 			// Neither a stored claim nor one held until a Tx ends.
-			if rec := claim(t, s, req, interceptor.OutcomeFresh); rec.Attempt != 1 {
+			if rec := claim(t, s, req, storage.OutcomeFresh); rec.Attempt != 1 {
 				t.Errorf("claim after a canceled ClaimTx: attempt %d, want 1", rec.Attempt)
 			}
 		})
@@ -641,28 +642,28 @@ func testTxHoldsKey(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
-	first, tx := claimTx(t, ts, req, false, interceptor.OutcomeFresh)
-	if first.Attempt != 1 || first.State != interceptor.StateInFlight {
+	first, tx := claimTx(t, ts, req, false, storage.OutcomeFresh)
+	if first.Attempt != 1 || first.State != storage.StateInFlight {
 		t.Errorf("ClaimTx: attempt %d state %v, want 1, in flight", first.Attempt, first.State)
 	}
 	// While the Tx is open, the key is held against every kind of claim.
 	at := request("k", "body", t0.Add(time.Second))
-	claim(t, s, at, interceptor.OutcomeInFlight)
-	claimTx(t, ts, at, false, interceptor.OutcomeInFlight)
-	claimTx(t, ts, at, true, interceptor.OutcomeInFlight)
+	claim(t, s, at, storage.OutcomeInFlight)
+	claimTx(t, ts, at, false, storage.OutcomeInFlight)
+	claimTx(t, ts, at, true, storage.OutcomeInFlight)
 	other := request("k", "other body", t0.Add(time.Second))
-	if rec := claim(t, s, other, interceptor.OutcomeMismatch); rec.Fingerprint != req.Fingerprint {
+	if rec := claim(t, s, other, storage.OutcomeMismatch); rec.Fingerprint != req.Fingerprint {
 		t.Errorf("mismatch reports fingerprint %v, want the claimed %v", rec.Fingerprint, req.Fingerprint)
 	}
-	claimTx(t, ts, other, false, interceptor.OutcomeMismatch)
+	claimTx(t, ts, other, false, storage.OutcomeMismatch)
 
 	commit(t, tx, first, sampleResult(t, "one"))
-	rec := claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay)
-	if rec.State != interceptor.StateCompleted || rec.Attempt != 1 || rec.Token != first.Token {
+	rec := claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay)
+	if rec.State != storage.StateCompleted || rec.Attempt != 1 || rec.Token != first.Token {
 		t.Errorf("replayed record: state %v attempt %d same token %t, want completed, 1, true", rec.State, rec.Attempt, rec.Token == first.Token)
 	}
 	sameResult(t, rec.Result, sampleResult(t, "one"))
-	rec, _ = claimTx(t, ts, request("k", "body", t0.Add(time.Hour)), false, interceptor.OutcomeReplay)
+	rec, _ = claimTx(t, ts, request("k", "body", t0.Add(time.Hour)), false, storage.OutcomeReplay)
 	sameResult(t, rec.Result, sampleResult(t, "one"))
 }
 
@@ -677,41 +678,14 @@ func testTxConcurrent(t *testing.T, open Opener) {
 		{"TwoRequests", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStore(t, open)
-			ts := asTxStore(t, s)
+			ts := asTxStore(t, newStore(t, open))
 			const rounds, n = 5, 100
 			for round := range rounds {
-				key := fmt.Sprintf("k-%d", round)
-				var wg sync.WaitGroup
-				type claimed struct {
-					body    string
-					durable bool
-					outcome interceptor.Outcome
-					tx      interceptor.Tx
-				}
-				results := make(chan claimed, n)
-				for i := range n {
-					wg.Go(func() {
-						body := fmt.Sprintf("body-%d", i%tc.bodies)
-						durable := i%2 == 0
-						got, _, tx, err := ts.ClaimTx(context.Background(), request(key, body, t0), interceptor.Durability(durable))
-						if err != nil {
-							t.Error(err)
-						}
-						results <- claimed{body, durable, got, tx}
-					})
-				}
-				wg.Wait()
-				close(results)
-				var all []claimed
+				all := raceClaimTx(t, ts, fmt.Sprintf("k-%d", round), n, tc.bodies)
 				fresh := map[string]bool{} // the bodies that claimed
 				var winners []string
-				for r := range results {
-					all = append(all, r)
-					if r.tx != nil {
-						r.tx.Rollback()
-					}
-					if r.outcome == interceptor.OutcomeFresh {
+				for _, r := range all {
+					if r.outcome == storage.OutcomeFresh {
 						fresh[r.body] = true
 						winners = append(winners, fmt.Sprintf("%s durable=%t", r.body, r.durable))
 					}
@@ -720,11 +694,11 @@ func testTxConcurrent(t *testing.T, open Opener) {
 				wrong := 0
 				for _, r := range all {
 					counts[r.outcome.String()]++
-					want := interceptor.OutcomeMismatch
+					want := storage.OutcomeMismatch
 					if fresh[r.body] {
-						want = interceptor.OutcomeInFlight
+						want = storage.OutcomeInFlight
 					}
-					if r.outcome != interceptor.OutcomeFresh && r.outcome != want {
+					if r.outcome != storage.OutcomeFresh && r.outcome != want {
 						wrong++
 					}
 				}
@@ -736,20 +710,58 @@ func testTxConcurrent(t *testing.T, open Opener) {
 	}
 }
 
+// txClaim is one ClaimTx of raceClaimTx.
+type txClaim struct {
+	body    string
+	durable bool
+	outcome storage.Outcome
+	tx      storage.Tx
+}
+
+// raceClaimTx makes n concurrent ClaimTx of key, half of them durable,
+// over the given number of distinct bodies, and returns what each was told
+// once all have claimed, rolling back every Tx only then: a pending claim
+// released early would let another claim the key.
+func raceClaimTx(t *testing.T, ts storage.TxStore, key string, n, bodies int) []txClaim {
+	var wg sync.WaitGroup
+	results := make(chan txClaim, n)
+	for i := range n {
+		wg.Go(func() {
+			body := fmt.Sprintf("body-%d", i%bodies)
+			durable := i%2 == 0
+			got, _, tx, err := ts.ClaimTx(context.Background(), request(key, body, t0), storage.Durability(durable))
+			if err != nil {
+				t.Error(err)
+			}
+			results <- txClaim{body, durable, got, tx}
+		})
+	}
+	wg.Wait()
+	close(results)
+	var all []txClaim
+	for r := range results {
+		all = append(all, r)
+		if r.tx != nil {
+			r.tx.Rollback()
+		}
+	}
+	return all
+}
+
 func testTxRollbackFrees(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := openStore(t, open, dir)
 	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
-	_, tx := claimTx(t, ts, req, false, interceptor.OutcomeFresh)
+	_, tx := claimTx(t, ts, req, false, storage.OutcomeFresh)
 	tx.Rollback()
-	rec, tx := claimTx(t, ts, req, false, interceptor.OutcomeFresh)
+	rec, tx := claimTx(t, ts, req, false, storage.OutcomeFresh)
 	if rec.Attempt != 1 {
 		t.Errorf("ClaimTx after a rolled-back claim: attempt %d, want 1", rec.Attempt)
 	}
 	tx.Rollback()
 	s = reopen(t, open, dir, s)
-	if rec := claim(t, s, req, interceptor.OutcomeFresh); rec.Attempt != 1 {
+	if rec := claim(t, s, req, storage.OutcomeFresh); rec.Attempt != 1 {
 		t.Errorf("claim after rollbacks and a reopen: attempt %d, want 1", rec.Attempt)
 	}
 }
@@ -759,14 +771,14 @@ func testTxStoredOnlyByCommit(t *testing.T, open Opener) {
 	s := openStore(t, open, dir)
 	ts := asTxStore(t, s)
 	committed := request("committed", "body", t0)
-	rec, tx := claimTx(t, ts, committed, false, interceptor.OutcomeFresh)
+	rec, tx := claimTx(t, ts, committed, false, storage.OutcomeFresh)
 	commit(t, tx, rec, sampleResult(t, "kept"))
 	rolledBack := request("rolled-back", "body", t0)
-	_, tx = claimTx(t, ts, rolledBack, false, interceptor.OutcomeFresh)
+	_, tx = claimTx(t, ts, rolledBack, false, storage.OutcomeFresh)
 	tx.Rollback()
 	s = reopen(t, open, dir, s)
-	sameResult(t, claim(t, s, request("committed", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "kept"))
-	if rec := claim(t, s, rolledBack, interceptor.OutcomeFresh); rec.Attempt != 1 {
+	sameResult(t, claim(t, s, request("committed", "body", t0.Add(time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "kept"))
+	if rec := claim(t, s, rolledBack, storage.OutcomeFresh); rec.Attempt != 1 {
 		t.Errorf("claim of a rolled-back key after a reopen: attempt %d, want 1", rec.Attempt)
 	}
 	if n, err := s.Sweep(context.Background(), t0.Add(ttl)); err != nil || n != 2 {
@@ -779,17 +791,17 @@ func testTxDurableStored(t *testing.T, open Opener) {
 	s := openStore(t, open, dir)
 	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
-	first, _ := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
+	first, _ := claimTx(t, ts, req, true, storage.OutcomeFresh)
 	// The Tx stays open: the claim is stored already, not by its end.
 	s = reopen(t, open, dir, s)
 	if s.Claimant().Exclusive {
 		// The earlier opening's claim is an orphan: taken over at once.
-		rec := claim(t, s, req, interceptor.OutcomeTakeover)
+		rec := claim(t, s, req, storage.OutcomeTakeover)
 		if rec.Attempt != 2 {
 			t.Errorf("takeover of the durable claim after reopen: attempt %d, want 2", rec.Attempt)
 		}
 	} else {
-		rec := claim(t, s, req, interceptor.OutcomeInFlight)
+		rec := claim(t, s, req, storage.OutcomeInFlight)
 		if rec.Attempt != 1 || rec.Token != first.Token {
 			t.Errorf("durable claim after reopen: attempt %d same token %t, want 1, true", rec.Attempt, rec.Token == first.Token)
 		}
@@ -801,11 +813,11 @@ func testTxDurableCommit(t *testing.T, open Opener) {
 	s := openStore(t, open, dir)
 	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
-	rec, tx := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
+	rec, tx := claimTx(t, ts, req, true, storage.OutcomeFresh)
 	commit(t, tx, rec, sampleResult(t, "one"))
-	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "one"))
+	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "one"))
 	s = reopen(t, open, dir, s)
-	got := claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay)
+	got := claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay)
 	if got.Attempt != 1 || got.Token != rec.Token {
 		t.Errorf("replay after reopen: attempt %d same token %t, want 1, true", got.Attempt, got.Token == rec.Token)
 	}
@@ -816,41 +828,41 @@ func testTxSuperseded(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
-	first, tx := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
+	first, tx := claimTx(t, ts, req, true, storage.OutcomeFresh)
 	if s.Claimant().Exclusive {
 		// The store is this process's alone, and this process still runs the
 		// claim's Tx: its worker is alive, however late its lease.
-		claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeInFlight)
-		if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "live")), interceptor.KeepWrites); err != nil {
+		claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeInFlight)
+		if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "live")), storage.KeepWrites); err != nil {
 			t.Fatalf("Commit(live attempt past its lease) = %v, want it stored", err)
 		}
-		sameResult(t, claim(t, s, request("k", "body", t0.Add(2*time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "live"))
+		sameResult(t, claim(t, s, request("k", "body", t0.Add(2*time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "live"))
 		return
 	}
-	second := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover)
-	if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "stale")), interceptor.KeepWrites); !errors.Is(err, interceptor.ErrSuperseded) {
+	second := claim(t, s, request("k", "body", t0.Add(lease)), storage.OutcomeTakeover)
+	if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "stale")), storage.KeepWrites); !errors.Is(err, storage.ErrSuperseded) {
 		t.Fatalf("Commit(attempt 1 after takeover) = %v, want ErrSuperseded", err)
 	}
 	// Nothing of attempt 1 was stored: attempt 2 is in flight, and its
 	// result is the one that replays.
-	rec := claim(t, s, request("k", "body", t0.Add(lease+time.Second)), interceptor.OutcomeInFlight)
+	rec := claim(t, s, request("k", "body", t0.Add(lease+time.Second)), storage.OutcomeInFlight)
 	if rec.Attempt != 2 || rec.Token != second.Token || rec.Result != nil {
 		t.Errorf("after a superseded Commit: attempt %d same token %t result %v, want 2, true, none", rec.Attempt, rec.Token == second.Token, rec.Result)
 	}
 	complete(t, s, req, second, sampleResult(t, "current"))
-	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay).Result, sampleResult(t, "current"))
+	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "current"))
 }
 
 func testTxDurableRollback(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts := asTxStore(t, s)
-	first, tx := claimTx(t, ts, request("k", "body", t0), true, interceptor.OutcomeFresh)
+	first, tx := claimTx(t, ts, request("k", "body", t0), true, storage.OutcomeFresh)
 	tx.Rollback()
-	rec := claim(t, s, request("k", "body", t0.Add(lease-time.Millisecond)), interceptor.OutcomeInFlight)
+	rec := claim(t, s, request("k", "body", t0.Add(lease-time.Millisecond)), storage.OutcomeInFlight)
 	if rec.Attempt != 1 || rec.Token != first.Token {
 		t.Errorf("after Rollback: attempt %d same token %t, want the claim still in flight: 1, true", rec.Attempt, rec.Token == first.Token)
 	}
-	if rec := claim(t, s, request("k", "body", t0.Add(lease)), interceptor.OutcomeTakeover); rec.Attempt != 2 {
+	if rec := claim(t, s, request("k", "body", t0.Add(lease)), storage.OutcomeTakeover); rec.Attempt != 2 {
 		t.Errorf("takeover after the lease: attempt %d, want 2", rec.Attempt)
 	}
 }
@@ -863,7 +875,7 @@ func testTxDurableRenewedRollback(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts := asTxStore(t, s)
 	req := request("k", "body", t0)
-	first, tx := claimTx(t, ts, req, true, interceptor.OutcomeFresh)
+	first, tx := claimTx(t, ts, req, true, storage.OutcomeFresh)
 	renewed := *first
 	renewed.LeaseExpiry = t0.Add(3 * lease)
 	if err := s.Renew(context.Background(), req.Key, &renewed); err != nil {
@@ -871,29 +883,29 @@ func testTxDurableRenewedRollback(t *testing.T, open Opener) {
 	}
 	tx.Rollback()
 	for _, at := range []time.Duration{lease / 2, 2 * lease} { // before and after the first lease
-		rec := claim(t, s, request("k", "body", t0.Add(at)), interceptor.OutcomeInFlight)
+		rec := claim(t, s, request("k", "body", t0.Add(at)), storage.OutcomeInFlight)
 		if rec.Attempt != 1 || rec.Token != first.Token || !rec.LeaseExpiry.Equal(renewed.LeaseExpiry) {
 			t.Errorf("at +%v after Rollback: attempt %d, same token %t, lease %v; want attempt 1 of the same token, lease %v",
 				at, rec.Attempt, rec.Token == first.Token, rec.LeaseExpiry, renewed.LeaseExpiry)
 		}
 	}
-	if rec := claim(t, s, request("k", "body", t0.Add(3*lease)), interceptor.OutcomeTakeover); rec.Attempt != 2 {
+	if rec := claim(t, s, request("k", "body", t0.Add(3*lease)), storage.OutcomeTakeover); rec.Attempt != 2 {
 		t.Errorf("takeover after the renewed lease: attempt %d, want 2", rec.Attempt)
 	}
 }
 
 func testTxEnded(t *testing.T, open Opener) {
-	for _, durable := range []interceptor.Durability{interceptor.ClaimInTx, interceptor.ClaimDurable} {
+	for _, durable := range []storage.Durability{storage.ClaimInTx, storage.ClaimDurable} {
 		t.Run(fmt.Sprintf("CommitTwice/durable=%t", durable), func(t *testing.T) {
 			s := newStore(t, open)
 			ts := asTxStore(t, s)
-			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, interceptor.OutcomeFresh)
+			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, storage.OutcomeFresh)
 			commit(t, tx, rec, sampleResult(t, "one"))
-			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "two")), interceptor.KeepWrites); err == nil {
+			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "two")), storage.KeepWrites); err == nil {
 				t.Error("second Commit = nil, want an error")
 			}
 			tx.Rollback() // after Commit: does nothing
-			got := claim(t, s, request("k", "body", t0.Add(time.Hour)), interceptor.OutcomeReplay)
+			got := claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay)
 			if got.Attempt != 1 {
 				t.Errorf("replay: attempt %d, want 1", got.Attempt)
 			}
@@ -902,20 +914,20 @@ func testTxEnded(t *testing.T, open Opener) {
 		t.Run(fmt.Sprintf("CommitAfterRollback/durable=%t", durable), func(t *testing.T) {
 			s := newStore(t, open)
 			ts := asTxStore(t, s)
-			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, interceptor.OutcomeFresh)
+			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, storage.OutcomeFresh)
 			tx.Rollback()
-			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "late")), interceptor.KeepWrites); err == nil {
+			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "late")), storage.KeepWrites); err == nil {
 				t.Error("Commit after Rollback = nil, want an error")
 			}
 			if durable {
 				// The claim stays in flight, as Rollback left it.
-				got := claim(t, s, request("k", "body", t0.Add(time.Second)), interceptor.OutcomeInFlight)
+				got := claim(t, s, request("k", "body", t0.Add(time.Second)), storage.OutcomeInFlight)
 				if got.Attempt != 1 || got.Token != rec.Token || got.Result != nil {
 					t.Errorf("after Commit after Rollback: attempt %d same token %t result %v, want 1, true, none", got.Attempt, got.Token == rec.Token, got.Result)
 				}
 				return
 			}
-			if got := claim(t, s, request("k", "body", t0.Add(time.Second)), interceptor.OutcomeFresh); got.Attempt != 1 {
+			if got := claim(t, s, request("k", "body", t0.Add(time.Second)), storage.OutcomeFresh); got.Attempt != 1 {
 				t.Errorf("claim after Commit after Rollback: attempt %d, want 1", got.Attempt)
 			}
 		})

@@ -1,4 +1,4 @@
-package interceptor
+package storage
 
 import (
 	"context"
@@ -11,12 +11,28 @@ type Sweeper interface {
 	Sweep(ctx context.Context, now time.Time) (int, error)
 }
 
+// Upkeep is what an operator's tools and a server's housekeeping need of a
+// store beside the claim rules: one record read for a question about a
+// key, expired records swept, the records counted for the metrics, and
+// the store closed. Every store in this module is one.
+type Upkeep interface {
+	Sweeper
+	// Get returns the record stored for k, live or expired, or nil when
+	// there is none. It only reads.
+	Get(ctx context.Context, k RecordKey) (*Record, error)
+	// CountRecords returns how many records are stored, live or expired
+	// but not yet swept.
+	CountRecords(ctx context.Context) (int64, error)
+	// Close releases the store; nothing may be called after it.
+	Close() error
+}
+
 // RunSweeper sweeps s every interval until ctx ends, and then returns.
 // After each sweep that deleted something or failed, report (if not nil)
 // is told how many records went and the error; a failed sweep is tried
 // again at the next tick. Run it in a goroutine of its own:
 //
-//	go interceptor.RunSweeper(ctx, store, time.Minute, nil)
+//	go storage.RunSweeper(ctx, store, time.Minute, nil)
 func RunSweeper(ctx context.Context, s Sweeper, interval time.Duration, report func(deleted int, err error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()

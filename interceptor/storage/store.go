@@ -1,4 +1,15 @@
-package interceptor
+// Package storage is the contract between the idempotency interceptor and
+// the stores that keep its records: Store (an atomic claim, lease renewal,
+// completion), TxStore (a handler's writes committed with its record),
+// Watcher, Upkeep, the Record they keep, and Decide and CheckClaim, the
+// claim rules every store runs inside one transaction of its own. A store
+// reports what went wrong with the errors below (ErrDamaged, ErrStopped,
+// ErrSuperseded, ErrConflict, ErrOutcomeUnknown), never with a gRPC status:
+// the interceptor alone decides what the caller is told.
+//
+// Package storagetest is the conformance suite a store must pass; the
+// rules themselves are stated in docs/idempotency.md.
+package storage
 
 import (
 	"context"
@@ -114,13 +125,12 @@ type Watcher interface {
 	Watch(key RecordKey) (ended <-chan struct{}, stop func())
 }
 
-// A store error whose gRPC code (status.Code) is DATA_LOSS means the
-// store found its data damaged: the interceptor answers DATA_LOSS. A
-// commit's error wrapping ErrConflict runs a transactional method again
-// (ABORTED once it has lost too often); one wrapping ErrOutcomeUnknown is
-// answered UNAVAILABLE saying the outcome is unknown. Every other store
-// error is answered UNAVAILABLE. Either way the caller is told a plain
-// message, and the error itself goes to the Observer.
+// The errors a store returns. The interceptor tells the caller a plain
+// message by the sentinel an error wraps, and gives the error itself to
+// its Observer and logger: ErrDamaged is answered DATA_LOSS; ErrConflict
+// runs a transactional method again (ABORTED once it has lost too often);
+// ErrOutcomeUnknown is answered UNAVAILABLE saying the outcome is unknown;
+// ErrStopped, and every error that wraps none of them, UNAVAILABLE.
 
 // ErrDamaged, wrapped in a store's error, says the store found its data
 // damaged: the request is not run, and the caller is told DATA_LOSS.

@@ -1,4 +1,4 @@
-package interceptor_test
+package storage_test
 
 import (
 	"crypto/sha256"
@@ -15,27 +15,28 @@ import (
 
 	idempotencyv1 "github.com/paymentsd/paymentsd/gen/idempotency/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 func TestRecord_MarshalRoundTrip(t *testing.T) {
 	resp, _ := anypb.New(wrapperspb.String("hello"))
 	detail, _ := anypb.New(wrapperspb.Int64(7))
 	at := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
-	inFlight := &interceptor.Record{
-		Fingerprint: sha256.Sum256([]byte("req")), Scheme: interceptor.FingerprintScheme, State: interceptor.StateInFlight, Attempt: 3,
-		Token: interceptor.ClaimToken{1, 2, 3}, LeaseExpiry: at.Add(time.Second), Expiry: at.Add(time.Hour),
+	inFlight := &storage.Record{
+		Fingerprint: sha256.Sum256([]byte("req")), Scheme: interceptor.FingerprintScheme, State: storage.StateInFlight, Attempt: 3,
+		Token: storage.ClaimToken{1, 2, 3}, LeaseExpiry: at.Add(time.Second), Expiry: at.Add(time.Hour),
 	}
 	withResponse := *inFlight
-	withResponse.State, withResponse.LeaseExpiry = interceptor.StateCompleted, time.Time{}
-	withResponse.Result = &interceptor.Result{
+	withResponse.State, withResponse.LeaseExpiry = storage.StateCompleted, time.Time{}
+	withResponse.Result = &storage.Result{
 		Response: resp,
 		Header:   metadata.MD{"b": {"2"}, "a": {"1", "\x00raw"}},
 		Trailer:  metadata.MD{"t-bin": {"\xff"}},
 	}
 	withStatus := withResponse
-	withStatus.Result = &interceptor.Result{Status: &spb.Status{Code: 13, Message: "boom", Details: []*anypb.Any{detail}}}
+	withStatus.Result = &storage.Result{Status: &spb.Status{Code: 13, Message: "boom", Details: []*anypb.Any{detail}}}
 
-	for name, r := range map[string]*interceptor.Record{"in flight": inFlight, "response": &withResponse, "status": &withStatus} {
+	for name, r := range map[string]*storage.Record{"in flight": inFlight, "response": &withResponse, "status": &withStatus} {
 		b, err := r.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
@@ -44,7 +45,7 @@ func TestRecord_MarshalRoundTrip(t *testing.T) {
 		if string(again) != string(b) {
 			t.Errorf("%s: two encodings differ", name)
 		}
-		var got interceptor.Record
+		var got storage.Record
 		if err := got.UnmarshalBinary(b); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -83,12 +84,12 @@ func TestRecord_UnmarshalRejectsMalformed(t *testing.T) {
 		pb := valid()
 		edit(pb)
 		b, _ := proto.Marshal(pb)
-		var r interceptor.Record
+		var r storage.Record
 		if err := r.UnmarshalBinary(b); err == nil {
 			t.Errorf("%s: decoded, want an error", name)
 		}
 	}
-	var r interceptor.Record
+	var r storage.Record
 	if err := r.UnmarshalBinary([]byte{0xff, 0xff}); err == nil {
 		t.Error("garbage: decoded, want an error")
 	}

@@ -1,0 +1,104 @@
+// Package wire is the idempotency contract as it travels: the metadata
+// names a client sends and receives, the ErrorInfo reasons of the
+// interceptor's own errors, and the rule for a valid key. The server
+// interceptor, the client interceptor and the HTTP face all import it, so
+// that each reads the same bytes the same way.
+package wire
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+)
+
+// Metadata keys the interceptor reads and writes.
+const (
+	// KeyHeader carries the idempotency key on requests.
+	KeyHeader = "idempotency-key"
+	// ReplayedHeader is set to "true" on every replayed response.
+	ReplayedHeader = "idempotent-replayed"
+	// ExpiresAtHeader is set on every answer about a record, replays and
+	// errors included, to when the record is forgotten (RFC 3339, UTC):
+	// until then a retry with the same key is safe.
+	ExpiresAtHeader = "idempotency-expires-at"
+	// MaxKeyLength is the longest idempotency key accepted.
+	MaxKeyLength = 255
+)
+
+// ValidateKey checks an idempotency key, which it leaves as it is: 1 to
+// MaxKeyLength printable ASCII characters (0x20 to 0x7E), the first not a
+// double quote and neither the first nor the last a space. Over HTTP, a header value that starts with a
+// quote is a quoted string ("order-1" is the key order-1, as the IETF draft
+// has it), and spaces around a value are dropped; gRPC keeps both. A key
+// that started with a quote, or started or ended with a space, would be
+// another key over HTTP than over gRPC, and a client that changed route
+// would run its request twice. The error says what is wrong, for the
+// caller.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("key is empty")
+	case len(key) > MaxKeyLength:
+		return fmt.Errorf("key is %d bytes long, longer than %d", len(key), MaxKeyLength)
+	case key[0] == '"':
+		return fmt.Errorf(`key starts with a double quote, which over HTTP delimits a key ("order-1" is the key order-1); send the key without quotes`)
+	case key[0] == ' ' || key[len(key)-1] == ' ':
+		return fmt.Errorf("key starts or ends with a space, which HTTP drops; send the key without it")
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("byte %d is 0x%02x; keys are printable ASCII (0x20 to 0x7e)", i, c)
+		}
+	}
+	return nil
+}
+
+// ErrorDomain is the ErrorInfo domain of every error the interceptor itself
+// returns. Errors with this domain were never stored: the client may fix the
+// request and retry with the same key.
+const ErrorDomain = "idempotency"
+
+// ErrorInfo reasons of the interceptor's own errors.
+const (
+	// ReasonKeyMissing: INVALID_ARGUMENT, the method requires a key and none was sent.
+	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
+	// ReasonKeyInvalid: INVALID_ARGUMENT, the key is not 1..255 printable ASCII
+	// characters, or was sent more than once.
+	ReasonKeyInvalid = "IDEMPOTENCY_KEY_INVALID"
+	// ReasonKeyInUse: ABORTED, the same request is still running; retry after
+	// the RetryInfo delay.
+	ReasonKeyInUse = "IDEMPOTENCY_KEY_IN_USE"
+	// ReasonKeyReused: FAILED_PRECONDITION, the key was used for a different request.
+	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	// ReasonAttemptSuperseded: ABORTED, this attempt's lease expired and a
+	// newer attempt took the key over; its result was not stored.
+	ReasonAttemptSuperseded = "IDEMPOTENCY_ATTEMPT_SUPERSEDED"
+	// ReasonWriteConflict: ABORTED, a transactional method's writes lost to
+	// other requests changing the same data every time it ran; nothing was
+	// stored, and a retry with the same key runs it afresh.
+	ReasonWriteConflict = "IDEMPOTENCY_WRITE_CONFLICT"
+	// ReasonOutcomeUnknown: UNAVAILABLE, the store failed while committing
+	// the request's result and cannot tell whether it was kept; retry with
+	// the same key, never a new one, to learn which.
+	ReasonOutcomeUnknown = "IDEMPOTENCY_OUTCOME_UNKNOWN"
+)
+
+// ValidateMethod reports a name that is not a full gRPC method name,
+// "/package.Service/Method", as grpc.UnaryServerInfo.FullMethod has it.
+func ValidateMethod(name string) error {
+	service, method, ok := strings.Cut(strings.TrimPrefix(name, "/"), "/")
+	if !strings.HasPrefix(name, "/") || !ok || service == "" || method == "" ||
+		strings.ContainsAny(method, "/ ") || strings.ContainsAny(service, " ") {
+		return fmt.Errorf("method %q is not a full method name of the form /package.Service/Method", name)
+	}
+	return nil
+}
+
+// KeySent reports whether the incoming request of ctx carries an
+// idempotency key header, valid or not.
+func KeySent(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, KeyHeader)) > 0 ||
+		len(metadata.ValueFromIncomingContext(ctx, KeyHeader+"-bin")) > 0
+}
