@@ -113,4 +113,7 @@ func (c serverCreds) Clone() credentials.TransportCredentials {
 }
 
 // OverrideServerName is part of the interface, deprecated in grpc-go.
-func (c serverCreds) OverrideServerName(name string) error { return c.network.OverrideServerName(name) }
+func (c serverCreds) OverrideServerName(name string) error {
+	//lint:ignore SA1019 the interface still requires the method, and a wrapper must forward it
+	return c.network.OverrideServerName(name)
+}

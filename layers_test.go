@@ -1,0 +1,81 @@
+package paymentsd_test
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// floors places every package of the module on a floor: a package, test
+// kits included, may import only packages on floors below its own. (A
+// package's _test.go files may use any package, as an external test
+// package does: a store's tests run the conformance suite above it.) The
+// README's layout table says what each is for. A new package must be given
+// a floor here, which is the moment to decide what it may depend on.
+var floors = [][]string{
+	// The ground: no idempotency, no payments.
+	{"", "bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
+		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/testkit/testclock",
+		"internal/testkit/faultproxy", "internal/testkit/rawgrpc"},
+	// Contracts: the idempotency wire and store contracts, credentials,
+	// TLS files.
+	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload", "internal/testkit/pgtest"},
+	// The interceptor, the stores, the payments domain.
+	{"interceptor", "interceptor/retry", "memstore", "boltstore", "pgstore", "server"},
+	// Adapters: observers, the intents in each store, the HTTP face, the
+	// conformance suites and the kits that open real stores.
+	{"interceptor/tracing", "metrics", "boltintents", "pgintents", "httpapi",
+		"interceptor/storage/storagetest", "intenttest", "internal/testkit/bolttest"},
+	// Programs.
+	{"cmd/paymentsd", "bench"},
+}
+
+const module = "github.com/paymentsd/paymentsd"
+
+// TestLayers_NoImportFromALowerFloorToAHigherOne checks the import graph
+// against floors: no package imports one on its own floor
+// or above, and no package is missing from floors.
+func TestLayers_NoImportFromALowerFloorToAHigherOne(t *testing.T) {
+	floor := map[string]int{}
+	for i, pkgs := range floors {
+		for _, p := range pkgs {
+			floor[p] = i
+		}
+	}
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		name := rel(p.ImportPath)
+		own, ok := floor[name]
+		if !ok {
+			t.Errorf("package %q has no floor in layers_test.go: give it one", name)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module) || imp == p.ImportPath {
+				continue
+			}
+			if f, ok := floor[rel(imp)]; ok && f >= own {
+				t.Errorf("%s (floor %d) imports %s (floor %d)", name, own, rel(imp), f)
+			}
+		}
+	}
+}
+
+func rel(importPath string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(importPath, module), "/")
+}
