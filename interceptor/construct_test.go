@@ -51,24 +51,6 @@ func TestUnaryServerInterceptor_BadOptions_AreErrors(t *testing.T) {
 	}
 }
 
-func TestUnaryClientInterceptor_BadOptions_AreErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts []retry.Option
-		want string
-	}{
-		{"no methods", nil, "WithMethods"},
-		{"malformed method", []retry.Option{retry.WithMethods("PlaceOrder")}, `"PlaceOrder"`},
-		{"no attempts", []retry.Option{retry.WithMethods("/s.S/M"), retry.WithMaxAttempts(0)}, "WithMaxAttempts"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if i, err := retry.UnaryClientInterceptor(tc.opts...); err == nil || i != nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("UnaryClientInterceptor = %v, %v; want an error naming %q", i != nil, err, tc.want)
-			}
-		})
-	}
-}
-
 // ChosenKey reports the key a call carried: the one the interceptor chose,
 // as the server saw it, or the caller's own.
 func TestChosenKey_ReportsTheKeyTheServerSaw(t *testing.T) {
