@@ -18,6 +18,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/bearer"
 	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/pgstore"
@@ -158,7 +159,7 @@ func lookupRecord(ctx context.Context, db string, k interceptor.RecordKey) (*int
 		defer pg.Close()
 		return pg.Get(ctx, k)
 	}
-	src, err := openBoltSource(db)
+	src, err := boltadmin.Open(db)
 	if err != nil {
 		return nil, err
 	}
