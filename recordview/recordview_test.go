@@ -29,15 +29,15 @@ func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
 
 var (
 	now = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	key = interceptor.RecordKey{Scope: "alice", Key: "order-1"}
+	key = storage.RecordKey{Scope: "alice", Key: "order-1"}
 )
 
 // inFlight is a claim made at now, its lease a minute, its record an hour.
-func inFlight() *interceptor.Record {
-	return &interceptor.Record{
-		Fingerprint: interceptor.Fingerprint{0xab, 0xcd},
+func inFlight() *storage.Record {
+	return &storage.Record{
+		Fingerprint: storage.Fingerprint{0xab, 0xcd},
 		Scheme:      interceptor.FingerprintScheme,
-		State:       interceptor.StateInFlight,
+		State:       storage.StateInFlight,
 		Attempt:     2,
 		Owner:       "host-1",
 		LeaseExpiry: now.Add(time.Minute),
@@ -45,13 +45,13 @@ func inFlight() *interceptor.Record {
 	}
 }
 
-func created(t *testing.T, id string) *interceptor.Result {
+func created(t *testing.T, id string) *storage.Result {
 	t.Helper()
 	resp, err := anypb.New(&paymentsv1.CreatePaymentIntentResponse{PaymentIntent: &paymentsv1.PaymentIntent{Id: id}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &interceptor.Result{Response: resp}
+	return &storage.Result{Response: resp}
 }
 
 func text(v *recordview.View, now time.Time) string {
@@ -109,7 +109,7 @@ func TestNew_CompletedFailure_NamesItsDetails(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &spb.Status{Code: int32(codes.FailedPrecondition), Message: "card declined", Details: []*anypb.Any{detail}}
-	v := recordview.New(key, inFlight().Completed(&interceptor.Result{Status: st}), now)
+	v := recordview.New(key, inFlight().Completed(&storage.Result{Status: st}), now)
 	if *v.Code != "FAILED_PRECONDITION" || *v.Message != "card declined" || !slices.Equal(v.Details, []string{"google.rpc.ErrorInfo"}) ||
 		v.ResponseType != nil || v.IntentID != nil {
 		t.Errorf("view of a failure: %+v", v)
@@ -160,10 +160,10 @@ func TestView_JSONNames(t *testing.T) {
 }
 
 // claim claims key in s, now, and completes it as a create of intent id.
-func claim(t *testing.T, s interceptor.Store, id string) {
+func claim(t *testing.T, s storage.Store, id string) {
 	t.Helper()
 	ctx := context.Background()
-	_, rec, err := s.Claim(ctx, interceptor.ClaimRequest{Key: key, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
+	_, rec, err := s.Claim(ctx, storage.ClaimRequest{Key: key, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestLookupPostgres(t *testing.T) {
 	wantLookup(t, recordview.LookupPostgres, url, "pi_pg")
 }
 
-type lookupFunc func(context.Context, string, interceptor.RecordKey) (*interceptor.Record, error)
+type lookupFunc func(context.Context, string, storage.RecordKey) (*storage.Record, error)
 
 // wantLookup looks key and another key up in db and checks that key's
 // record is a create of intent id, and the other has none.
@@ -223,7 +223,7 @@ func wantLookup(t *testing.T, lookup lookupFunc, db, id string) {
 	if v := recordview.New(key, rec, time.Now()); v.IntentID == nil || *v.IntentID != id {
 		t.Errorf("view of the record found: %+v, want intent %s", v, id)
 	}
-	other := interceptor.RecordKey{Scope: key.Scope, Key: "order-2"}
+	other := storage.RecordKey{Scope: key.Scope, Key: "order-2"}
 	if rec, err := lookup(ctx, db, other); rec != nil || err != nil {
 		t.Errorf("lookup of a key never used = %v, %v; want nil, nil", rec, err)
 	}

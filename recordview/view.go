@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // View is a record as an operator sees it. The JSON names are stable, for
@@ -43,7 +42,7 @@ const (
 )
 
 // New returns the view of rec, stored for k, as of now.
-func New(k interceptor.RecordKey, rec *interceptor.Record, now time.Time) *View {
+func New(k storage.RecordKey, rec *storage.Record, now time.Time) *View {
 	v := &View{
 		Principal:         k.Scope,
 		Key:               k.Key,
@@ -52,7 +51,7 @@ func New(k interceptor.RecordKey, rec *interceptor.Record, now time.Time) *View 
 		FingerprintScheme: rec.Scheme,
 		Owner:             rec.Owner,
 		Expiry:            rec.Expiry.UTC(),
-		Completed:         rec.State == interceptor.StateCompleted,
+		Completed:         rec.State == storage.StateCompleted,
 		Details:           []string{},
 	}
 	switch {
@@ -74,7 +73,7 @@ func New(k interceptor.RecordKey, rec *interceptor.Record, now time.Time) *View 
 }
 
 // setResult fills in what res, a stored result, says.
-func (v *View) setResult(res *interceptor.Result) {
+func (v *View) setResult(res *storage.Result) {
 	c, msg := code.Code_OK.String(), ""
 	if res.Status != nil {
 		c, msg = code.Code(res.Status.Code).String(), res.Status.Message

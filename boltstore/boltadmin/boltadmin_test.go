@@ -23,8 +23,8 @@ import (
 )
 
 var (
-	stored  = interceptor.RecordKey{Scope: "alice", Key: "order-1"}
-	missing = interceptor.RecordKey{Scope: "alice", Key: "order-2"}
+	stored  = storage.RecordKey{Scope: "alice", Key: "order-1"}
+	missing = storage.RecordKey{Scope: "alice", Key: "order-2"}
 )
 
 // openWithRecord opens a data file at path holding stored's completed
@@ -36,13 +36,13 @@ func openWithRecord(t *testing.T, path string) *boltstore.DB {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	_, claim, err := db.Claim(ctx, interceptor.ClaimRequest{
+	_, claim, err := db.Claim(ctx, storage.ClaimRequest{
 		Key: stored, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := claim.Completed(&interceptor.Result{Status: &spb.Status{Code: int32(codes.FailedPrecondition), Message: "declined"}})
+	done := claim.Completed(&storage.Result{Status: &spb.Status{Code: int32(codes.FailedPrecondition), Message: "declined"}})
 	if err := db.Complete(ctx, stored, done); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func wantSource(t *testing.T, src boltadmin.Source) {
 	t.Helper()
 	ctx := context.Background()
 	rec, err := src.Get(ctx, stored)
-	if err != nil || rec == nil || rec.State != interceptor.StateCompleted || rec.Result.Status.GetMessage() != "declined" {
+	if err != nil || rec == nil || rec.State != storage.StateCompleted || rec.Result.Status.GetMessage() != "declined" {
 		t.Errorf("Get(stored) = %+v, %v; want the completed record", rec, err)
 	}
 	if rec, err := src.Get(ctx, missing); rec != nil || err != nil {

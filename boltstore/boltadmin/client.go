@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // Client asks a running server through its admin socket.
@@ -82,7 +81,7 @@ func (c *Client) get(ctx context.Context, path string, want int) (*http.Response
 
 // Get returns the record stored for k, live or expired, or nil when there
 // is none.
-func (c *Client) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+func (c *Client) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	resp, err := c.get(ctx, "/record?"+url.Values{"scope": {k.Scope}, "key": {k.Key}}.Encode(), http.StatusOK)
 	if resp != nil && resp.StatusCode == http.StatusNotFound {
 		return nil, nil
@@ -95,7 +94,7 @@ func (c *Client) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor
 	if err != nil {
 		return nil, fmt.Errorf("the server holding %s: %w", c.dbPath, err)
 	}
-	rec := new(interceptor.Record)
+	rec := new(storage.Record)
 	if err := rec.UnmarshalBinary(b); err != nil {
 		return nil, fmt.Errorf("the server holding %s sent a record that does not decode: %w", c.dbPath, err)
 	}

@@ -12,7 +12,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // statusDamaged is the status of an answer about damaged data: the
@@ -58,7 +57,7 @@ func newHandler(db *boltstore.DB, log *slog.Logger) http.Handler {
 }
 
 func (h *handler) record(w http.ResponseWriter, r *http.Request) {
-	k := interceptor.RecordKey{Scope: r.FormValue("scope"), Key: r.FormValue("key")}
+	k := storage.RecordKey{Scope: r.FormValue("scope"), Key: r.FormValue("key")}
 	rec, err := h.db.Get(r.Context(), k)
 	if errors.Is(err, boltstore.ErrDamaged) {
 		http.Error(w, err.Error(), statusDamaged)

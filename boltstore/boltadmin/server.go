@@ -9,7 +9,7 @@
 // the directory boltstore.Open creates 0700: whoever may read the data file
 // may ask it, nobody else can connect. It answers HTTP:
 //
-//	GET /record?scope=S&key=K  the record, interceptor.Record's binary encoding; 404 when none, 422 when damaged
+//	GET /record?scope=S&key=K  the record, storage.Record's binary encoding; 404 when none, 422 when damaged
 //	GET /backup                a consistent copy of the file, Content-Length bytes
 //	GET /check                 checkAnswer as JSON
 //

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // Source is what an operator's tool reads a bbolt data file through: the
@@ -17,7 +16,7 @@ import (
 type Source interface {
 	// Get returns the record stored for k, live or expired, or nil when
 	// there is none.
-	Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error)
+	Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error)
 	// Check returns nil for a sound file and an ErrDamaged naming what is
 	// wrong otherwise; a server that cannot commit to a sound file returns
 	// a *CannotCommitError.
@@ -56,7 +55,7 @@ func Open(path string) (Source, error) {
 // fileSource reads a data file no server holds.
 type fileSource struct{ ro *boltstore.ReadOnly }
 
-func (f fileSource) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+func (f fileSource) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	return f.ro.Get(ctx, k)
 }
 func (f fileSource) Check(context.Context) error { return f.ro.Check() }

@@ -327,7 +327,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			m.Logger.Error("serve", "err", err)
 		}
 	})
-	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db.records, m.Config.SweepInterval, m.swept) })
+	m.wg.Go(func() { storage.RunSweeper(ctx, m.db.records, m.Config.SweepInterval, m.swept) })
 	m.wg.Go(func() { m.watchHealth(ctx) })
 	m.watchCredentials(ctx)
 	m.serveHTTP()

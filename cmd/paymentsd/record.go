@@ -15,7 +15,6 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/bearer"
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/recordview"
 )
 
@@ -40,7 +39,7 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 	if q == nil {
 		return code
 	}
-	k := interceptor.RecordKey{Scope: q.principal, Key: q.key}
+	k := storage.RecordKey{Scope: q.principal, Key: q.key}
 	if q.tokenStdin {
 		var err error
 		if k.Scope, err = principalOfToken(sio.in, q.apiKeys); err != nil {
@@ -112,7 +111,7 @@ func parseRecordArgs(sio *stdio, args []string) (*recordQuery, int) {
 	case q.principal != "" && !auth.ValidPrincipal(q.principal) && !auth.ValidDevPrincipal(q.principal) && !auth.ValidCertPrincipal(q.principal):
 		return nil, usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex, or a client certificate's URI SAN (spiffe://...) or "dns:" and its DNS SAN (or use --token-stdin)`, q.principal)
 	}
-	if err := interceptor.ValidateKey(q.key); err != nil {
+	if err := wire.ValidateKey(q.key); err != nil {
 		return nil, usageError(fs, "--key %q is no idempotency key: %v", q.key, err)
 	}
 	if _, err := parseDB(q.db); err != nil {
