@@ -24,10 +24,13 @@ var floors = [][]string{
 	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload", "internal/testkit/pgtest"},
 	// The interceptor, the stores, the payments domain.
 	{"interceptor", "interceptor/retry", "memstore", "boltstore", "pgstore", "server"},
-	// Adapters: observers, the intents in each store, the HTTP face, the
-	// conformance suites and the kits that open real stores.
-	{"interceptor/tracing", "metrics", "boltintents", "pgintents", "httpapi",
+	// Adapters: observers, the intents in each store, a running bbolt
+	// store's admin socket, the HTTP face, the conformance suites and the
+	// kits that open real stores.
+	{"interceptor/tracing", "metrics", "boltintents", "boltstore/boltadmin", "pgintents", "httpapi",
 		"interceptor/storage/storagetest", "intenttest", "internal/testkit/bolttest"},
+	// What operators are shown, from either store.
+	{"recordview"},
 	// Programs.
 	{"cmd/paymentsd", "bench"},
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
 )
 
 const checkAbout = `Checks the bbolt data file's structure (page links, freelist, key order),
@@ -34,14 +35,8 @@ func runCheck(ctx context.Context, sio *stdio, args []string) int {
 	case pgURL != "":
 		return usageError(fs, "check is for bbolt files; PostgreSQL checks its own")
 	}
-	via := ""
-	src, err := openBoltSource(*db)
-	if err == nil {
-		via = sourceName(src)
-		err = src.Check(ctx)
-		src.Close()
-	}
-	var stuck cannotCommit
+	via, err := boltadmin.Check(ctx, *db)
+	var stuck *boltadmin.CannotCommitError
 	switch {
 	case err == nil:
 		fmt.Fprintf(sio.out, "%s: sound (%s)\n", *db, via)

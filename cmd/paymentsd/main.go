@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
@@ -118,7 +119,7 @@ type Main struct {
 	hup      chan os.Signal     // SIGHUP: read the credential files again
 	keysFile *filewatch.Watcher // --api-keys; nil without
 	tlsFiles *filewatch.Watcher // the --tls-* files; nil without
-	admin    *adminServer       // the admin socket; nil for PostgreSQL
+	admin    *boltadmin.Server  // the admin socket; nil for PostgreSQL
 	// reloading serialises reloads: a watcher's and a SIGHUP's, each
 	// reading then storing, could otherwise store the older file last.
 	reloading sync.Mutex
@@ -419,7 +420,7 @@ func (m *Main) Close() error {
 	if m.grpc == nil {
 		return nil
 	}
-	m.admin.close() // first: a backup in progress must not hold the file open
+	m.admin.Close() // first: a backup in progress must not hold the file open
 	m.Logger.Info("shutting down", "grace", m.Config.ShutdownGrace.String())
 	m.stop()            // the sweeper and the health watcher, which could report SERVING again
 	m.health.Shutdown() // drain: load balancers stop sending

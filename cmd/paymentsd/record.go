@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,17 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/bearer"
 	"github.com/paymentsd/paymentsd/boltstore"
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
-	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/recordview"
 )
 
 const recordAbout = `Prints what paymentsd stored for an idempotency key of a principal: its state
@@ -41,44 +37,22 @@ failed.`
 
 // runRecord is paymentsd record: support's "what happened to key X?".
 func runRecord(ctx context.Context, sio *stdio, args []string) int {
-	fs := newFlagSet(sio, "record", "(--principal P | --token-stdin [--api-keys FILE]) --key K [--db DB] [--json]", recordAbout)
-	db := fs.String("db", defaultDB(), "the bbolt data file, or a postgres:// URL, as given to the server")
-	principal := fs.String("principal", "", `the principal the key belongs to: as listed in --api-keys, "dev:<hex>" in dev mode, or a client certificate's (spiffe://... or dns:<name>)`)
-	tokenStdin := fs.Bool("token-stdin", false, "read the client's bearer token from standard input and look up its principal's key")
-	apiKeys := fs.String("api-keys", "", "with --token-stdin: the server's --api-keys file, to find the token's principal; without it, dev mode's")
-	key := fs.String("key", "", "the idempotency key")
-	asJSON := fs.Bool("json", false, "print JSON, for scripts")
-	operands, code, err := parseArgs(fs, args)
-	switch {
-	case err != nil:
+	q, code := parseRecordArgs(sio, args)
+	if q == nil {
 		return code
-	case len(operands) > 0:
-		return usageError(fs, "unexpected arguments %q", operands)
-	case *key == "":
-		return usageError(fs, "--key is required")
-	case *db == "":
-		return usageError(fs, noDB)
-	case (*principal == "") == !*tokenStdin:
-		return usageError(fs, "give one of --principal and --token-stdin")
-	case given(fs, "api-keys") && !*tokenStdin: // PAYMENTSD_API_KEYS, set for the server, is no mistake
-		return usageError(fs, "--api-keys goes with --token-stdin")
-	case *principal != "" && !auth.ValidPrincipal(*principal) && !auth.ValidDevPrincipal(*principal) && !auth.ValidCertPrincipal(*principal):
-		return usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex, or a client certificate's URI SAN (spiffe://...) or "dns:" and its DNS SAN (or use --token-stdin)`, *principal)
 	}
-	if err := wire.ValidateKey(*key); err != nil {
-		return usageError(fs, "--key %q is no idempotency key: %v", *key, err)
-	}
-	if _, err := parseDB(*db); err != nil {
-		return usageError(fs, "%v", err)
-	}
-	scope := *principal
-	if *tokenStdin {
-		if scope, err = principalOfToken(sio.in, *apiKeys); err != nil {
+	k := storage.RecordKey{Scope: q.principal, Key: q.key}
+	if q.tokenStdin {
+		var err error
+		if k.Scope, err = principalOfToken(sio.in, q.apiKeys); err != nil {
 			return fail(sio, "record", err)
 		}
 	}
-	k := storage.RecordKey{Scope: scope, Key: *key}
-	rec, err := lookupRecord(ctx, *db, k)
+	lookup, db := recordview.LookupBolt, q.db
+	if pgURL, _ := parseDB(q.db); pgURL != "" {
+		lookup, db = recordview.LookupPostgres, pgURL
+	}
+	rec, err := lookup(ctx, db, k)
 	if errors.Is(err, boltstore.ErrDamaged) {
 		fmt.Fprintf(sio.err, "paymentsd record: %v\n", err)
 		return exitNo // as check answers a damaged file
@@ -94,15 +68,58 @@ func runRecord(ctx context.Context, sio *stdio, args []string) int {
 		fmt.Fprintf(sio.err, "paymentsd record: %s\n", msg)
 		return exitNo
 	}
-	v := newRecordView(k, rec, time.Now())
-	if *asJSON {
+	v := recordview.New(k, rec, time.Now())
+	if q.json {
 		enc := json.NewEncoder(sio.out)
 		enc.SetIndent("", "  ")
 		enc.Encode(v)
 	} else {
-		v.print(sio.out, time.Now())
+		v.WriteText(sio.out, time.Now())
 	}
 	return exitOK
+}
+
+// recordQuery is what paymentsd record was asked.
+type recordQuery struct {
+	db, principal, apiKeys, key string
+	tokenStdin, json            bool
+}
+
+// parseRecordArgs parses paymentsd record's arguments. It returns nil and
+// the exit code when they ask for no lookup: -h, or a usage error.
+func parseRecordArgs(sio *stdio, args []string) (*recordQuery, int) {
+	fs := newFlagSet(sio, "record", "(--principal P | --token-stdin [--api-keys FILE]) --key K [--db DB] [--json]", recordAbout)
+	q := new(recordQuery)
+	fs.StringVar(&q.db, "db", defaultDB(), "the bbolt data file, or a postgres:// URL, as given to the server")
+	fs.StringVar(&q.principal, "principal", "", `the principal the key belongs to: as listed in --api-keys, "dev:<hex>" in dev mode, or a client certificate's (spiffe://... or dns:<name>)`)
+	fs.BoolVar(&q.tokenStdin, "token-stdin", false, "read the client's bearer token from standard input and look up its principal's key")
+	fs.StringVar(&q.apiKeys, "api-keys", "", "with --token-stdin: the server's --api-keys file, to find the token's principal; without it, dev mode's")
+	fs.StringVar(&q.key, "key", "", "the idempotency key")
+	fs.BoolVar(&q.json, "json", false, "print JSON, for scripts")
+	operands, code, err := parseArgs(fs, args)
+	switch {
+	case err != nil:
+		return nil, code
+	case len(operands) > 0:
+		return nil, usageError(fs, "unexpected arguments %q", operands)
+	case q.key == "":
+		return nil, usageError(fs, "--key is required")
+	case q.db == "":
+		return nil, usageError(fs, noDB)
+	case (q.principal == "") == !q.tokenStdin:
+		return nil, usageError(fs, "give one of --principal and --token-stdin")
+	case given(fs, "api-keys") && !q.tokenStdin: // PAYMENTSD_API_KEYS, set for the server, is no mistake
+		return nil, usageError(fs, "--api-keys goes with --token-stdin")
+	case q.principal != "" && !auth.ValidPrincipal(q.principal) && !auth.ValidDevPrincipal(q.principal) && !auth.ValidCertPrincipal(q.principal):
+		return nil, usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex, or a client certificate's URI SAN (spiffe://...) or "dns:" and its DNS SAN (or use --token-stdin)`, q.principal)
+	}
+	if err := wire.ValidateKey(q.key); err != nil {
+		return nil, usageError(fs, "--key %q is no idempotency key: %v", q.key, err)
+	}
+	if _, err := parseDB(q.db); err != nil {
+		return nil, usageError(fs, "%v", err)
+	}
+	return q, 0
 }
 
 // principalOfToken reads a bearer token from r and returns its principal:
@@ -138,166 +155,4 @@ func readToken(r io.Reader) (string, error) {
 		return "", fmt.Errorf("the token on standard input: %s", status.Convert(err).Message())
 	}
 	return token, nil
-}
-
-// lookupRecord returns k's record in db, a bbolt file or a postgres:// URL,
-// or nil when there is none.
-func lookupRecord(ctx context.Context, db string, k storage.RecordKey) (*storage.Record, error) {
-	pgURL, err := parseDB(db)
-	if err != nil {
-		return nil, err
-	}
-	if pgURL != "" {
-		ctx, cancel := context.WithTimeout(ctx, postgresTimeout)
-		defer cancel()
-		// A lookup never changes the schema under the servers: a database
-		// not at this binary's version is refused, naming both.
-		pg, err := pgstore.Open(ctx, pgURL, &pgstore.Options{MaxConns: 2, NoMigrate: true})
-		if err != nil {
-			return nil, err
-		}
-		defer pg.Close()
-		return pg.Get(ctx, k)
-	}
-	src, err := openBoltSource(db)
-	if err != nil {
-		return nil, err
-	}
-	defer src.Close()
-	return src.Get(ctx, k)
-}
-
-// recordView is a record as paymentsd record prints it. The JSON names are
-// stable, for scripts; a field that does not apply is null.
-type recordView struct {
-	Principal         string     `json:"principal"`
-	Key               string     `json:"key"`
-	State             string     `json:"state"` // in_flight, completed or expired
-	Attempt           uint64     `json:"attempt"`
-	Fingerprint       string     `json:"fingerprint"` // hex
-	FingerprintScheme string     `json:"fingerprint_scheme"`
-	Owner             string     `json:"owner"`        // the process that claimed it
-	LeaseExpiry       *time.Time `json:"lease_expiry"` // of a claim in flight
-	Expiry            time.Time  `json:"expiry"`
-	Completed         bool       `json:"completed"`
-	Code              *string    `json:"code"` // OK, INVALID_ARGUMENT, ...
-	Message           *string    `json:"message"`
-	Details           []string   `json:"details"`       // the error's detail types
-	ResponseType      *string    `json:"response_type"` // of a stored response
-	IntentID          *string    `json:"intent_id"`     // of a stored create or cancel
-}
-
-func newRecordView(k storage.RecordKey, rec *storage.Record, now time.Time) *recordView {
-	v := &recordView{
-		Principal:         k.Scope,
-		Key:               k.Key,
-		Attempt:           rec.Attempt,
-		Fingerprint:       hex.EncodeToString(rec.Fingerprint[:]),
-		FingerprintScheme: rec.Scheme,
-		Owner:             rec.Owner,
-		Expiry:            rec.Expiry.UTC(),
-		Completed:         rec.State == storage.StateCompleted,
-		Details:           []string{},
-	}
-	switch {
-	case !rec.Expiry.After(now):
-		v.State = "expired"
-	case v.Completed:
-		v.State = "completed"
-	default:
-		v.State = "in_flight"
-	}
-	if !v.Completed && !rec.LeaseExpiry.IsZero() {
-		t := rec.LeaseExpiry.UTC()
-		v.LeaseExpiry = &t
-	}
-	if res := rec.Result; res != nil {
-		c, msg := code.Code_OK.String(), ""
-		if res.Status != nil {
-			c, msg = code.Code(res.Status.Code).String(), res.Status.Message
-			for _, d := range res.Status.Details {
-				v.Details = append(v.Details, string(d.MessageName()))
-			}
-		}
-		v.Code, v.Message = &c, &msg
-		if res.Response != nil {
-			typ := string(res.Response.MessageName())
-			v.ResponseType = &typ
-			v.IntentID = storedIntentID(res.Response)
-		}
-	}
-	return v
-}
-
-// storedIntentID returns the id of the payment intent a stored payments.v1
-// response carries, if it carries one.
-func storedIntentID(resp *anypb.Any) *string {
-	if resp.MessageName().Parent() != "payments.v1" {
-		return nil
-	}
-	m, err := resp.UnmarshalNew()
-	if err != nil {
-		return nil
-	}
-	withIntent, ok := m.(interface {
-		GetPaymentIntent() *paymentsv1.PaymentIntent
-	})
-	if !ok || withIntent.GetPaymentIntent() == nil {
-		return nil
-	}
-	id := withIntent.GetPaymentIntent().GetId()
-	return &id
-}
-
-// print writes v for a person, one field a line.
-func (v *recordView) print(w io.Writer, now time.Time) {
-	line := func(name, format string, args ...any) {
-		fmt.Fprintf(w, "%-19s "+format+"\n", append([]any{name + ":"}, args...)...)
-	}
-	line("principal", "%s", v.Principal)
-	line("key", "%q", v.Key)
-	state := strings.ReplaceAll(v.State, "_", " ")
-	switch {
-	case v.State == "expired" && v.Completed:
-		state += " (completed; the key now runs fresh)"
-	case v.State == "expired":
-		state += " (never completed; the key now runs fresh)"
-	case v.State == "in_flight" && v.LeaseExpiry != nil && !v.LeaseExpiry.After(now):
-		state += " (its lease ran out: the next retry takes it over)"
-	}
-	line("state", "%s", state)
-	line("attempt", "%d", v.Attempt)
-	line("fingerprint", "%s", v.Fingerprint)
-	line("fingerprint scheme", "%s", v.FingerprintScheme)
-	if v.LeaseExpiry != nil {
-		line("lease expires", "%s", when(*v.LeaseExpiry, now))
-	}
-	line("record expires", "%s", when(v.Expiry, now))
-	if v.Code != nil {
-		line("code", "%s", *v.Code)
-		if *v.Message != "" {
-			line("message", "%s", *v.Message)
-		}
-		if len(v.Details) > 0 {
-			line("details", "%s", strings.Join(v.Details, ", "))
-		}
-	}
-	if v.ResponseType != nil {
-		line("response", "%s", *v.ResponseType)
-	}
-	if v.IntentID != nil {
-		line("intent", "%s", *v.IntentID)
-	}
-	if v.Owner != "" {
-		line("claimed by", "%s", v.Owner)
-	}
-}
-
-// when is t in UTC and how far from now.
-func when(t, now time.Time) string {
-	d := t.Sub(now).Round(time.Second)
-	if d >= 0 {
-		return fmt.Sprintf("%s (in %s)", t.Format(time.RFC3339), d)
-	}
-	return fmt.Sprintf("%s (%s ago)", t.Format(time.RFC3339), -d)
 }

@@ -1,4 +1,4 @@
-package main
+package boltadmin
 
 import (
 	"context"
@@ -19,67 +19,17 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
-// boltSource is what the operator subcommands read a bbolt data file
-// through: the file itself, or the server that holds it.
-type boltSource interface {
-	Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error)
-	// Check returns nil for a sound file and an ErrDamaged naming what is
-	// wrong otherwise.
-	Check(ctx context.Context) error
-	// Backup writes a consistent copy of the file to w.
-	Backup(ctx context.Context, w io.Writer) (int64, error)
-	Close() error
-}
-
-// fileLockWait is how long a subcommand waits for the data file's lock
-// before it asks the server instead. A running server never lets go, so
-// waiting longer gains nothing.
-const fileLockWait = 100 * time.Millisecond
-
-// openBoltSource opens the data file at path read-only or, when a process
-// holds it, asks that process, the server, through its admin socket. The
-// file comes first because its lock, not the socket, tells whether a
-// server runs: a server that was killed leaves its socket behind, and a
-// file nobody holds needs no server. Opening it takes bbolt's shared lock
-// for a moment; a server starting meanwhile waits for it (a second, then
-// it gives up, naming the file).
-func openBoltSource(path string) (boltSource, error) {
-	ro, err := boltstore.OpenReadOnly(path, fileLockWait)
-	if err == nil {
-		return fileSource{ro}, nil
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no data file at %s: is --db right?", path)
-	}
-	if !errors.Is(err, boltstore.ErrLocked) {
-		return nil, err
-	}
-	return dialAdmin(path)
-}
-
-// fileSource reads a data file no server holds.
-type fileSource struct{ ro *boltstore.ReadOnly }
-
-func (f fileSource) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
-	return f.ro.Get(ctx, k)
-}
-func (f fileSource) Check(context.Context) error { return f.ro.Check() }
-func (f fileSource) Backup(_ context.Context, w io.Writer) (int64, error) {
-	return f.ro.WriteTo(w)
-}
-func (f fileSource) Close() error { return f.ro.Close() }
-
-// adminClient asks a running server through its admin socket.
-type adminClient struct {
+// Client asks a running server through its admin socket.
+type Client struct {
 	sock, dbPath string
 	http         *http.Client
 }
 
-// dialAdmin returns a client of the admin socket of the data file at
-// dbPath, which another process holds.
-func dialAdmin(dbPath string) (*adminClient, error) {
-	sock := adminSocketPath(dbPath)
-	// A server makes its socket just after it starts serving.
+// Dial returns a client of the admin socket of the data file at dbPath,
+// which another process holds. It waits a second for the socket to
+// appear: a server makes it just after it starts serving.
+func Dial(dbPath string) (*Client, error) {
+	sock := SocketPath(dbPath)
 	_, err := os.Stat(sock)
 	for deadline := time.Now().Add(time.Second); errors.Is(err, fs.ErrNotExist) && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
@@ -101,11 +51,11 @@ func dialAdmin(dbPath string) (*adminClient, error) {
 		},
 		DisableCompression: true,
 	}
-	return &adminClient{sock: sock, dbPath: dbPath, http: &http.Client{Transport: tr}}, nil
+	return &Client{sock: sock, dbPath: dbPath, http: &http.Client{Transport: tr}}, nil
 }
 
 // get asks for path and returns the answer when its status is want.
-func (c *adminClient) get(ctx context.Context, path string, want int) (*http.Response, error) {
+func (c *Client) get(ctx context.Context, path string, want int) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://paymentsd"+path, nil)
 	if err != nil {
 		return nil, err
@@ -122,7 +72,7 @@ func (c *adminClient) get(ctx context.Context, path string, want int) (*http.Res
 	if resp.StatusCode != want {
 		defer resp.Body.Close()
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode == adminDamaged {
+		if resp.StatusCode == statusDamaged {
 			return resp, remoteDamage(strings.TrimSpace(string(msg)))
 		}
 		return resp, fmt.Errorf("the server holding %s: %s", c.dbPath, strings.TrimSpace(string(msg)))
@@ -130,7 +80,9 @@ func (c *adminClient) get(ctx context.Context, path string, want int) (*http.Res
 	return resp, nil
 }
 
-func (c *adminClient) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
+// Get returns the record stored for k, live or expired, or nil when there
+// is none.
+func (c *Client) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	resp, err := c.get(ctx, "/record?"+url.Values{"scope": {k.Scope}, "key": {k.Key}}.Encode(), http.StatusOK)
 	if resp != nil && resp.StatusCode == http.StatusNotFound {
 		return nil, nil
@@ -150,13 +102,16 @@ func (c *adminClient) Get(ctx context.Context, k storage.RecordKey) (*storage.Re
 	return rec, nil
 }
 
-func (c *adminClient) Check(ctx context.Context) error {
+// Check has the server check its file: nil when it is sound and the server
+// can commit to it, an ErrDamaged with the findings, or a
+// *CannotCommitError.
+func (c *Client) Check(ctx context.Context) error {
 	resp, err := c.get(ctx, "/check", http.StatusOK)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	var answer adminCheck
+	var answer checkAnswer
 	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
 		return fmt.Errorf("the server holding %s: %w", c.dbPath, err)
 	}
@@ -164,12 +119,14 @@ func (c *adminClient) Check(ctx context.Context) error {
 	case !answer.Sound:
 		return remoteDamage(answer.Findings)
 	case answer.CannotCommit != "":
-		return cannotCommit(answer.CannotCommit)
+		return &CannotCommitError{Reason: answer.CannotCommit}
 	}
 	return nil
 }
 
-func (c *adminClient) Backup(ctx context.Context, w io.Writer) (int64, error) {
+// Backup writes a consistent copy of the server's file to w. A copy cut
+// short is an error.
+func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	resp, err := c.get(ctx, "/backup", http.StatusOK)
 	if err != nil {
 		return 0, err
@@ -185,16 +142,17 @@ func (c *adminClient) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	return n, nil
 }
 
-func (c *adminClient) Close() error {
+// Close drops the client's idle connections.
+func (c *Client) Close() error {
 	c.http.CloseIdleConnections()
 	return nil
 }
 
-// cannotCommit is the answer of a server that found its file sound but
-// cannot commit to it, and why.
-type cannotCommit string
+// CannotCommitError is the answer of a server that found its file sound
+// but cannot commit to it (a failing disk), and why.
+type CannotCommitError struct{ Reason string }
 
-func (e cannotCommit) Error() string { return string(e) }
+func (e *CannotCommitError) Error() string { return e.Reason }
 
 // remoteDamage is an ErrDamaged the server found, with its findings.
 type remoteDamage string

@@ -1,0 +1,121 @@
+// Package boltadmin lets an operator's tools read a bbolt data file that a
+// running server holds: the server answers on an admin socket beside the
+// file, and Open gives the tools the same Source whether the file is held
+// or not. Backup and Check are the cores of paymentsd backup and check.
+//
+// The admin socket is needed because no other process can open a served
+// file, not even to read: the server holds bbolt's exclusive lock for as
+// long as it runs. It is a Unix socket beside the data file, mode 0600, in
+// the directory boltstore.Open creates 0700: whoever may read the data file
+// may ask it, nobody else can connect. It answers HTTP:
+//
+//	GET /record?scope=S&key=K  the record, storage.Record's binary encoding; 404 when none, 422 when damaged
+//	GET /backup                a consistent copy of the file, Content-Length bytes
+//	GET /check                 checkAnswer as JSON
+//
+// PostgreSQL needs none: the tools ask the database.
+package boltadmin
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+)
+
+// SocketPath is the admin socket of the data file at dbPath.
+func SocketPath(dbPath string) string { return dbPath + ".admin.sock" }
+
+// Server serves the admin socket of a running boltstore.DB.
+type Server struct {
+	path string
+	srv  *http.Server
+	done chan struct{}
+}
+
+// Serve serves db's admin socket until Close. Each request is logged to
+// log (nil: nowhere), without its scope or key, which, like request
+// metadata, never reach a log.
+func Serve(db *boltstore.DB, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	path := SocketPath(db.Path())
+	lis, err := listen(path)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{path: path, done: make(chan struct{})}
+	s.srv = &http.Server{Handler: newHandler(db, log), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(lis); err != http.ErrServerClosed {
+			log.Error("serve admin socket", "err", err)
+		}
+	}()
+	log.Info("admin socket listening", "path", path)
+	return s, nil
+}
+
+// Path is the socket's path.
+func (s *Server) Path() string { return s.path }
+
+// Close stops the admin socket and removes it, cutting off what is still
+// being answered after a second: a backup in progress must not keep the
+// data file from closing. A nil Server, one that was never served, closes
+// as nothing.
+func (s *Server) Close() {
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if s.srv.Shutdown(ctx) != nil {
+		s.srv.Close()
+	}
+	<-s.done
+	os.Remove(s.path)
+}
+
+// listen listens on a Unix socket at path, mode 0600. It binds a temporary
+// name, restricts it, then renames it into place, so that no one can
+// connect before the mode is set, whatever the umask. A socket left at
+// path by a server that was killed is removed first: the caller holds the
+// data file's lock, so no live server can be listening on it.
+func listen(path string) (*net.UnixListener, error) {
+	if info, err := os.Lstat(path); err == nil {
+		if info.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket: move it away", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".paymentsd-admin-%d.sock", os.Getpid()))
+	os.Remove(tmp) // left by a killed process that had this pid
+	addr, done, err := shortSocketPath(tmp)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	done()
+	if err != nil {
+		return nil, err
+	}
+	lis.SetUnlinkOnClose(false) // its name changes; Close removes path itself
+	if err = os.Chmod(tmp, 0o600); err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		lis.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return lis, nil
+}

@@ -1,0 +1,231 @@
+package recordview_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/recordview"
+)
+
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
+
+var (
+	now = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	key = storage.RecordKey{Scope: "alice", Key: "order-1"}
+)
+
+// inFlight is a claim made at now, its lease a minute, its record an hour.
+func inFlight() *storage.Record {
+	return &storage.Record{
+		Fingerprint: storage.Fingerprint{0xab, 0xcd},
+		Scheme:      interceptor.FingerprintScheme,
+		State:       storage.StateInFlight,
+		Attempt:     2,
+		Owner:       "host-1",
+		LeaseExpiry: now.Add(time.Minute),
+		Expiry:      now.Add(time.Hour),
+	}
+}
+
+func created(t *testing.T, id string) *storage.Result {
+	t.Helper()
+	resp, err := anypb.New(&paymentsv1.CreatePaymentIntentResponse{PaymentIntent: &paymentsv1.PaymentIntent{Id: id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &storage.Result{Response: resp}
+}
+
+func text(v *recordview.View, now time.Time) string {
+	var b strings.Builder
+	v.WriteText(&b, now)
+	return b.String()
+}
+
+func TestNew_InFlight(t *testing.T) {
+	v := recordview.New(key, inFlight(), now)
+	if v.State != recordview.StateInFlight || v.Completed || v.Attempt != 2 || v.Owner != "host-1" ||
+		v.Fingerprint[:4] != "abcd" || v.LeaseExpiry == nil || !v.LeaseExpiry.Equal(now.Add(time.Minute)) || v.Code != nil {
+		t.Errorf("view of a claim in flight: %+v", v)
+	}
+	got := text(v, now)
+	for _, want := range []string{
+		"principal:          alice\n",
+		"key:                \"order-1\"\n",
+		"state:              in flight\n",
+		"attempt:            2\n",
+		"lease expires:      2030-01-02T03:05:05Z (in 1m0s)\n",
+		"record expires:     2030-01-02T04:04:05Z (in 1h0m0s)\n",
+		"claimed by:         host-1\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("text lacks %q:\n%s", want, got)
+		}
+	}
+	if got := text(v, now.Add(2*time.Minute)); !strings.Contains(got, "its lease ran out") || !strings.Contains(got, "(1m0s ago)") {
+		t.Errorf("text once the lease ran out:\n%s", got)
+	}
+}
+
+func TestNew_CompletedCreate_NamesTheIntent(t *testing.T) {
+	rec := inFlight().Completed(created(t, "pi_123"))
+	v := recordview.New(key, rec, now)
+	if v.State != recordview.StateCompleted || !v.Completed || v.LeaseExpiry != nil ||
+		*v.Code != "OK" || *v.Message != "" || *v.ResponseType != "payments.v1.CreatePaymentIntentResponse" || *v.IntentID != "pi_123" {
+		t.Errorf("view of a completed create: %+v", v)
+	}
+	got := text(v, now)
+	for _, want := range []string{"state:              completed\n", "code:               OK\n", "intent:             pi_123\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("text lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "message:") || strings.Contains(got, "lease expires:") {
+		t.Errorf("text shows what does not apply:\n%s", got)
+	}
+}
+
+func TestNew_CompletedFailure_NamesItsDetails(t *testing.T) {
+	detail, err := anypb.New(&errdetails.ErrorInfo{Reason: "DECLINED"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &spb.Status{Code: int32(codes.FailedPrecondition), Message: "card declined", Details: []*anypb.Any{detail}}
+	v := recordview.New(key, inFlight().Completed(&storage.Result{Status: st}), now)
+	if *v.Code != "FAILED_PRECONDITION" || *v.Message != "card declined" || !slices.Equal(v.Details, []string{"google.rpc.ErrorInfo"}) ||
+		v.ResponseType != nil || v.IntentID != nil {
+		t.Errorf("view of a failure: %+v", v)
+	}
+	got := text(v, now)
+	for _, want := range []string{"message:            card declined\n", "details:            google.rpc.ErrorInfo\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("text lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestNew_Expired(t *testing.T) {
+	later := now.Add(2 * time.Hour)
+	if got := text(recordview.New(key, inFlight(), later), later); !strings.Contains(got, "expired (never completed; the key now runs fresh)") {
+		t.Errorf("an expired claim:\n%s", got)
+	}
+	done := inFlight().Completed(created(t, "pi_1"))
+	if got := text(recordview.New(key, done, later), later); !strings.Contains(got, "expired (completed; the key now runs fresh)") {
+		t.Errorf("an expired completion:\n%s", got)
+	}
+}
+
+// The JSON names are for scripts: they do not change, and a field that does
+// not apply is null, never left out.
+func TestView_JSONNames(t *testing.T) {
+	b, err := json.Marshal(recordview.New(key, inFlight(), now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"attempt", "code", "completed", "details", "expiry", "fingerprint", "fingerprint_scheme", "intent_id",
+		"key", "lease_expiry", "message", "owner", "principal", "response_type", "state"}
+	got := make([]string, 0, len(fields))
+	for name := range fields {
+		got = append(got, name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("JSON fields %v, want %v", got, want)
+	}
+	if fields["code"] != nil || fields["details"] == nil {
+		t.Errorf("code %v, details %v: want null and []", fields["code"], fields["details"])
+	}
+}
+
+// claim claims key in s, now, and completes it as a create of intent id.
+func claim(t *testing.T, s storage.Store, id string) {
+	t.Helper()
+	ctx := context.Background()
+	_, rec, err := s.Claim(ctx, storage.ClaimRequest{Key: key, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, key, rec.Completed(created(t, id))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLookupBolt_HeldOrNot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	claim(t, db, "pi_bolt")
+	admin, err := boltadmin.Serve(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	wantLookup(t, recordview.LookupBolt, path, "pi_bolt") // through the server
+
+	admin.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantLookup(t, recordview.LookupBolt, path, "pi_bolt") // the file itself
+}
+
+func TestLookupPostgres(t *testing.T) {
+	url := pgtest.Require(t, cluster).NewDatabase(t, "recordview_lookup")
+	ctx := context.Background()
+	if _, err := recordview.LookupPostgres(ctx, url, key); err == nil {
+		t.Error("a lookup in a database without the schema succeeded, want it refused")
+	}
+	pg, err := pgstore.Open(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	claim(t, pg, "pi_pg")
+	wantLookup(t, recordview.LookupPostgres, url, "pi_pg")
+}
+
+type lookupFunc func(context.Context, string, storage.RecordKey) (*storage.Record, error)
+
+// wantLookup looks key and another key up in db and checks that key's
+// record is a create of intent id, and the other has none.
+func wantLookup(t *testing.T, lookup lookupFunc, db, id string) {
+	t.Helper()
+	ctx := context.Background()
+	rec, err := lookup(ctx, db, key)
+	if err != nil || rec == nil {
+		t.Fatalf("lookup = %v, %v", rec, err)
+	}
+	if v := recordview.New(key, rec, time.Now()); v.IntentID == nil || *v.IntentID != id {
+		t.Errorf("view of the record found: %+v, want intent %s", v, id)
+	}
+	other := storage.RecordKey{Scope: key.Scope, Key: "order-2"}
+	if rec, err := lookup(ctx, db, other); rec != nil || err != nil {
+		t.Errorf("lookup of a key never used = %v, %v; want nil, nil", rec, err)
+	}
+}
