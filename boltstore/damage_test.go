@@ -230,8 +230,8 @@ func TestView_PanicOfTheCallersOwn_IsAnErrorNotDamage(t *testing.T) {
 	}
 	defer db.Close()
 	err = db.View(context.Background(), func(tx *bolt.Tx) error {
-		var m map[string]int
-		m["x"] = 1 // a bug of the caller's
+		var ids []int
+		_ = ids[len(ids)] // a bug of the caller's: index out of range
 		return nil
 	})
 	if err == nil || errors.Is(err, boltstore.ErrDamaged) {
