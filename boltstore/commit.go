@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // ErrClosed is returned by writes to a closed DB.
@@ -17,7 +15,7 @@ var ErrClosed = errors.New("boltstore: closed")
 // changed since (a compare-and-set that lost): one that returns an error
 // wrapping it inside a Tx makes the interceptor run a transactional
 // method's handler again, on the data as it now stands.
-var ErrConflict = interceptor.ErrConflict
+var ErrConflict = storage.ErrConflict
 
 // maxBatch bounds how many writes share one commit, so that one commit's
 // transaction never grows without limit under load.
@@ -128,7 +126,7 @@ func (db *DB) commit(batch []*write) {
 		})
 		db.commits.Add(1)
 		if err != nil && failed < 0 && db.checkFailedCommit(txid, err) {
-			answer(batch, fmt.Errorf("%w: %w", interceptor.ErrOutcomeUnknown, err))
+			answer(batch, fmt.Errorf("%w: %w", storage.ErrOutcomeUnknown, err))
 			return
 		}
 		if d := (*damaged)(nil); errors.As(err, &d) && d.latch {
@@ -179,13 +177,13 @@ func (db *DB) checkFailedCommit(txid int, failure error) (unknown bool) {
 
 // stopped is the state of a DB after a commit whose outcome is unknown: it
 // takes no more reads or writes until a restart reads what the disk holds.
-// Its data is not known to be damaged, so it is an interceptor.ErrStopped,
+// Its data is not known to be damaged, so it is an storage.ErrStopped,
 // not an ErrDamaged: a caller retries, with the same key, once it is
 // restarted.
 type stopped struct{ cause error }
 
 func (e *stopped) Error() string   { return e.cause.Error() }
-func (e *stopped) Unwrap() []error { return []error{interceptor.ErrStopped, e.cause} }
+func (e *stopped) Unwrap() []error { return []error{storage.ErrStopped, e.cause} }
 
 // run runs the write's function, turning a panic into its error, so that
 // one bad write neither kills the process nor fails its batch (bbolt's

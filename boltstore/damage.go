@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/internal/safefile"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
@@ -23,7 +22,7 @@ var ErrDamaged = errors.New("data file is damaged")
 
 // damaged is an ErrDamaged with its cause. A damaged file (latch) takes no
 // more writes; a damaged record fails the calls about it alone. It is an
-// interceptor.ErrDamaged too, the store contract's word for it, so that
+// storage.ErrDamaged too, the store contract's word for it, so that
 // the interceptor answers DATA_LOSS.
 type damaged struct {
 	cause error
@@ -32,7 +31,7 @@ type damaged struct {
 
 func (e *damaged) Error() string { return ErrDamaged.Error() + ": " + e.cause.Error() }
 func (e *damaged) Unwrap() []error {
-	return []error{ErrDamaged, interceptor.ErrDamaged, e.cause}
+	return []error{ErrDamaged, storage.ErrDamaged, e.cause}
 }
 
 // asDamaged turns what bbolt panicked with, on a page that is not what it

@@ -32,8 +32,8 @@ func makeFile(t *testing.T) string {
 	ctx := context.Background()
 	now := time.Now()
 	for i := range 2000 {
-		req := interceptor.ClaimRequest{
-			Key:         interceptor.RecordKey{Scope: "s", Key: fmt.Sprint("k", i)},
+		req := storage.ClaimRequest{
+			Key:         storage.RecordKey{Scope: "s", Key: fmt.Sprint("k", i)},
 			Fingerprint: sha256.Sum256([]byte{byte(i)}), Scheme: interceptor.FingerprintScheme,
 			Now: now, Lease: time.Minute, TTL: time.Hour,
 		}
@@ -203,15 +203,15 @@ func TestServing_DamagedPages_ErrorsNotPanicsHealthReportsIt(t *testing.T) {
 	read := db.View(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte("orders")).ForEach(func(k, v []byte) error { return nil })
 	})
-	if !errors.Is(read, boltstore.ErrDamaged) || !errors.Is(read, interceptor.ErrDamaged) {
-		t.Errorf("read over damaged pages: %v, want ErrDamaged and interceptor.ErrDamaged", read)
+	if !errors.Is(read, boltstore.ErrDamaged) || !errors.Is(read, storage.ErrDamaged) {
+		t.Errorf("read over damaged pages: %v, want ErrDamaged and storage.ErrDamaged", read)
 	}
-	_, _, claim := db.Claim(ctx, interceptor.ClaimRequest{
-		Key: interceptor.RecordKey{Scope: "s", Key: "k7"}, Fingerprint: sha256.Sum256([]byte{7}),
+	_, _, claim := db.Claim(ctx, storage.ClaimRequest{
+		Key: storage.RecordKey{Scope: "s", Key: "k7"}, Fingerprint: sha256.Sum256([]byte{7}),
 		Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
 	})
-	if !errors.Is(claim, interceptor.ErrDamaged) {
-		t.Errorf("claim of a record on a damaged page: %v, want interceptor.ErrDamaged", claim)
+	if !errors.Is(claim, storage.ErrDamaged) {
+		t.Errorf("claim of a record on a damaged page: %v, want storage.ErrDamaged", claim)
 	}
 	if err := db.Health(); !errors.Is(err, boltstore.ErrDamaged) {
 		t.Errorf("Health after the damage: %v, want ErrDamaged", err)

@@ -1,4 +1,4 @@
-// Package boltstore is the embedded interceptor.Store: idempotency records
+// Package boltstore is the embedded storage.Store: idempotency records
 // in a bbolt file, exclusive to one process, written by group commit. It is
 // a TxStore: an embedder's own writes (paymentsd's intents, say) go through
 // Update, and a handler's writes join the completion of its record in one
@@ -21,7 +21,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/internal/dirsync"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
@@ -241,7 +240,7 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 		sweepBatch: cmp.Or(opts.SweepBatch, 1000),
 		// The file lock is held until Close: claims of any other ID were
 		// made by a process that has let go of the file.
-		overlay: newOverlay(interceptor.Claimant{ID: newProcessID(), Exclusive: true}),
+		overlay: newOverlay(storage.Claimant{ID: newProcessID(), Exclusive: true}),
 
 		queue:         make(chan *write),
 		quit:          make(chan struct{}),

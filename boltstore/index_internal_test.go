@@ -6,8 +6,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // TestExpiryIndex_FilledAsItGrows appends to the expiry index as claims do,
@@ -18,8 +16,8 @@ func TestExpiryIndex_FilledAsItGrows(t *testing.T) {
 	t0 := time.Now()
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		for i := range 3000 {
-			rk := interceptor.RecordKey{Scope: "dev:fill", Key: fmt.Sprintf("key-%d", i)}
-			_, rec := interceptor.Decide(nil, interceptor.ClaimRequest{
+			rk := storage.RecordKey{Scope: "dev:fill", Key: fmt.Sprintf("key-%d", i)}
+			_, rec := storage.Decide(nil, storage.ClaimRequest{
 				Key: rk, Now: t0.Add(time.Duration(i) * time.Millisecond), Lease: time.Minute, TTL: time.Hour,
 			}, db.Claimant())
 			if err := putClaim(tx, recordKey(rk), nil, rec); err != nil {

@@ -3,8 +3,6 @@ package boltstore
 import (
 	"sync"
 	"time"
-
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // overlay is what this process knows of its records beyond the file, and
@@ -15,12 +13,12 @@ import (
 // one place that applies the claim rule, so that each of them changes the
 // record decided on, never the rule.
 type overlay struct {
-	claimant interceptor.Claimant
+	claimant storage.Claimant
 	decoded  decoded
 
 	// mu guards pending and renewed.
 	mu      sync.Mutex
-	pending map[string]*interceptor.Record
+	pending map[string]*storage.Record
 	// released counts the claims that left pending: a transactional claim
 	// that read its record without mu reads it again only if a claim of its
 	// key's slot was released since.
@@ -28,8 +26,8 @@ type overlay struct {
 	renewed  map[string]renewal
 }
 
-func newOverlay(claimant interceptor.Claimant) *overlay {
-	return &overlay{claimant: claimant, pending: map[string]*interceptor.Record{}, renewed: map[string]renewal{}}
+func newOverlay(claimant storage.Claimant) *overlay {
+	return &overlay{claimant: claimant, pending: map[string]*storage.Record{}, renewed: map[string]renewal{}}
 }
 
 // A renewal is the lease that a renewal asked for of a durable claim held
@@ -41,24 +39,24 @@ func newOverlay(claimant interceptor.Claimant) *overlay {
 // claim supersedes it, its result commits or its record is swept.
 type renewal struct {
 	attempt uint64
-	token   interceptor.ClaimToken
+	token   storage.ClaimToken
 	lease   time.Time
 }
 
-// decide is interceptor.Decide on rec, a record as this process knows it.
+// decide is storage.Decide on rec, a record as this process knows it.
 // A pending claim (pending) is run by this live process: never taken over,
 // so in flight for every request that matches it.
-func (o *overlay) decide(rec *interceptor.Record, pending bool, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
-	outcome, got := interceptor.Decide(rec, req, o.claimant)
-	if pending && outcome != interceptor.OutcomeMismatch {
-		return interceptor.OutcomeInFlight, rec
+func (o *overlay) decide(rec *storage.Record, pending bool, req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
+	outcome, got := storage.Decide(rec, req, o.claimant)
+	if pending && outcome != storage.OutcomeMismatch {
+		return storage.OutcomeInFlight, rec
 	}
 	return outcome, got
 }
 
 // cached decides req on the completed record kept for key, if one is kept
 // and has not expired; it returns 0 when that cannot answer req.
-func (o *overlay) cached(key []byte, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
+func (o *overlay) cached(key []byte, req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
 	rec := o.decoded.unexpired(key, req.Now)
 	if rec == nil {
 		return 0, nil
@@ -72,8 +70,8 @@ func (o *overlay) cached(key []byte, req interceptor.ClaimRequest) (interceptor.
 // decideRead decides req on stored, key's record read without mu. Only a
 // claim in flight can have been renewed, so only then does it take mu.
 // A claim it decides is not held: hold decides again.
-func (o *overlay) decideRead(key []byte, stored *interceptor.Record, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
-	if stored == nil || stored.State != interceptor.StateInFlight {
+func (o *overlay) decideRead(key []byte, stored *storage.Record, req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
+	if stored == nil || stored.State != storage.StateInFlight {
 		return o.decide(stored, false, req)
 	}
 	o.mu.Lock()
@@ -82,7 +80,7 @@ func (o *overlay) decideRead(key []byte, stored *interceptor.Record, req interce
 }
 
 // hold is holdLocked under mu.
-func (o *overlay) hold(key []byte, req interceptor.ClaimRequest, stored, mine *interceptor.Record) (interceptor.Outcome, *interceptor.Record) {
+func (o *overlay) hold(key []byte, req storage.ClaimRequest, stored, mine *storage.Record) (storage.Outcome, *storage.Record) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.holdLocked(key, req, stored, mine)
@@ -92,7 +90,7 @@ func (o *overlay) hold(key []byte, req interceptor.ClaimRequest, stored, mine *i
 // mine, else on stored with its renewed lease. A claim it makes is pending
 // until its Tx ends, and supersedes the renewal. mine is the caller's own
 // claim from an earlier run of its write, forgotten unless made again.
-func (o *overlay) holdLocked(key []byte, req interceptor.ClaimRequest, stored, mine *interceptor.Record) (interceptor.Outcome, *interceptor.Record) {
+func (o *overlay) holdLocked(key []byte, req storage.ClaimRequest, stored, mine *storage.Record) (storage.Outcome, *storage.Record) {
 	rec, pending := o.pending[string(key)], true
 	if rec == nil || rec == mine {
 		rec, pending = o.renewedLocked(key, stored), false
@@ -118,9 +116,9 @@ func (o *overlay) staleLocked(key []byte, released uint64) bool {
 
 // renewedLocked is stored with the lease renewed in memory when stored is
 // the claim renewed.
-func (o *overlay) renewedLocked(key []byte, stored *interceptor.Record) *interceptor.Record {
+func (o *overlay) renewedLocked(key []byte, stored *storage.Record) *storage.Record {
 	r, ok := o.renewed[string(key)]
-	if !ok || stored == nil || stored.State != interceptor.StateInFlight ||
+	if !ok || stored == nil || stored.State != storage.StateInFlight ||
 		stored.Attempt != r.attempt || stored.Token != r.token || !r.lease.After(stored.LeaseExpiry) {
 		return stored
 	}
@@ -131,7 +129,7 @@ func (o *overlay) renewedLocked(key []byte, stored *interceptor.Record) *interce
 
 // renew keeps claim's lease in memory and reports true if claim is the
 // one pending for key; otherwise the caller stores it.
-func (o *overlay) renew(key []byte, claim *interceptor.Record) bool {
+func (o *overlay) renew(key []byte, claim *storage.Record) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	p := o.pending[string(key)]
@@ -153,7 +151,7 @@ func (o *overlay) forgetRenewals(keys ...[]byte) {
 }
 
 // release forgets the pending claim of key, if it is still claim.
-func (o *overlay) release(key []byte, claim *interceptor.Record) {
+func (o *overlay) release(key []byte, claim *storage.Record) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.pending[string(key)] == claim {

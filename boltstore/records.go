@@ -9,12 +9,11 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
-// DB is an interceptor.TxStore.
-var _ interceptor.TxStore = (*DB)(nil)
+// DB is an storage.TxStore.
+var _ storage.TxStore = (*DB)(nil)
 
 // Claim decides req in one bbolt write transaction, so that concurrent
 // claims of one key are serialized. Retries that only read (replays,
@@ -23,7 +22,7 @@ var _ interceptor.TxStore = (*DB)(nil)
 // process the only one using the file, so in-flight claims left by an
 // earlier process are orphans, taken over by the first retry without
 // waiting for their lease.
-func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
+func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, true)
 	if tx != nil {
 		db.overlay.release(tx.key, tx.claim) // no Tx will end it: the lease rule alone applies
@@ -43,7 +42,7 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 // since this process knows the handler is alive. A slow disk that delays
 // renewals cannot get a live worker taken over; only a claim whose process
 // ended (an orphan) or whose Tx ended without a result is.
-func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, durable)
 	if tx == nil {
 		return outcome, rec, nil, err // no typed nil in the interface
@@ -51,7 +50,7 @@ func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable
 	return outcome, rec, tx, err
 }
 
-func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
@@ -85,7 +84,7 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable i
 // claims pending in memory and the stored record, and held in memory. raw
 // and stored are the record as read without the lock, after key's slot had
 // counted released claims.
-func (db *DB) claimInMemory(req interceptor.ClaimRequest, key, raw []byte, stored *interceptor.Record, released uint64) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *storage.Record, released uint64) (storage.Outcome, *storage.Record, *Tx, error) {
 	o := db.overlay
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -107,11 +106,11 @@ func (db *DB) claimInMemory(req interceptor.ClaimRequest, key, raw []byte, store
 // pending too until its commit ends (mine: this write's own, from a run of
 // its batch that was rolled back), so that a transactional claim, which
 // reads only what is committed, cannot also be fresh meanwhile.
-func (db *DB) claimDurable(ctx context.Context, req interceptor.ClaimRequest, key []byte) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []byte) (storage.Outcome, *storage.Record, *Tx, error) {
 	var (
-		outcome interceptor.Outcome
-		rec     *interceptor.Record
-		mine    *interceptor.Record // the claim this write made, if it made one
+		outcome storage.Outcome
+		rec     *storage.Record
+		mine    *storage.Record // the claim this write made, if it made one
 	)
 	err := db.update(ctx, func(tx *bolt.Tx) error {
 		stored, err := getRecord(tx, key)
@@ -142,7 +141,7 @@ func (db *DB) claimDurable(ctx context.Context, req interceptor.ClaimRequest, ke
 
 // read returns the stored record of key and its encoding, under a read
 // transaction.
-func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err error) {
+func (db *DB) read(key []byte) (raw []byte, stored *storage.Record, err error) {
 	gen := db.overlay.decoded.generation(key)
 	err = db.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get(key)
@@ -163,7 +162,7 @@ func (db *DB) read(key []byte) (raw []byte, stored *interceptor.Record, err erro
 
 // putClaim writes the new claim rec of key over stored, the record it
 // replaces (nil when none), keeping the expiry index in step.
-func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
+func putClaim(tx *bolt.Tx, key []byte, stored, rec *storage.Record) error {
 	v, err := encodeRecord(key, rec)
 	if err != nil {
 		return err
@@ -181,7 +180,7 @@ func putClaim(tx *bolt.Tx, key []byte, stored, rec *interceptor.Record) error {
 const indexFillPercent = 0.9
 
 // putClaimRaw is putClaim of a record already encoded as v.
-func putClaimRaw(tx *bolt.Tx, key []byte, stored *interceptor.Record, expiry time.Time, v []byte) error {
+func putClaimRaw(tx *bolt.Tx, key []byte, stored *storage.Record, expiry time.Time, v []byte) error {
 	if stored != nil && !stored.Expiry.Equal(expiry) {
 		if err := tx.Bucket(bucketRecordExpiry).Delete(expiryKey(stored.Expiry, key)); err != nil {
 			return err
@@ -197,14 +196,14 @@ func putClaimRaw(tx *bolt.Tx, key []byte, stored *interceptor.Record, expiry tim
 
 // Claimant is who this opening of the file claims as: exclusive, since the
 // file lock keeps every other process out.
-func (db *DB) Claimant() interceptor.Claimant { return db.overlay.claimant }
+func (db *DB) Claimant() storage.Claimant { return db.overlay.claimant }
 
 // Renew stores claim with its later lease if it is still the stored claim.
 // A claim whose Tx this process still runs needs no renewal (see ClaimTx):
 // Renew then writes nothing, so that a slow disk delays no renewal, and
 // keeps the lease in memory for when the Tx ends without a result (see
 // renewal).
-func (db *DB) Renew(ctx context.Context, rk interceptor.RecordKey, claim *interceptor.Record) error {
+func (db *DB) Renew(ctx context.Context, rk storage.RecordKey, claim *storage.Record) error {
 	key := recordKey(rk)
 	if db.overlay.renew(key, claim) {
 		return nil
@@ -213,14 +212,14 @@ func (db *DB) Renew(ctx context.Context, rk interceptor.RecordKey, claim *interc
 }
 
 // Complete stores done if the stored record is still its claim.
-func (db *DB) Complete(ctx context.Context, rk interceptor.RecordKey, done *interceptor.Record) error {
+func (db *DB) Complete(ctx context.Context, rk storage.RecordKey, done *storage.Record) error {
 	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, recordKey(rk), done) })
 }
 
 // replaceClaim writes r over the stored record of key if it is still r's
 // claim. The record's expiry never changes after the first claim, so the
 // expiry index stays as it is.
-func replaceClaim(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
+func replaceClaim(tx *bolt.Tx, key []byte, r *storage.Record) error {
 	if _, err := storedClaim(tx, key, r); err != nil {
 		return err
 	}
@@ -230,12 +229,12 @@ func replaceClaim(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
 // storedClaim returns the stored record of key, and ErrSuperseded unless
 // it is still the claim in flight that r is, renews or completes
 // (CheckClaim).
-func storedClaim(tx *bolt.Tx, key []byte, r *interceptor.Record) (*interceptor.Record, error) {
+func storedClaim(tx *bolt.Tx, key []byte, r *storage.Record) (*storage.Record, error) {
 	stored, err := getRecord(tx, key)
 	if err != nil {
 		return nil, err
 	}
-	return stored, interceptor.CheckClaim(stored, r)
+	return stored, storage.CheckClaim(stored, r)
 }
 
 // Sweep deletes the records that expired by now and returns how many. It
@@ -306,7 +305,7 @@ func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, delet
 	return scanned, deleted, err
 }
 
-func recordKey(rk interceptor.RecordKey) []byte {
+func recordKey(rk storage.RecordKey) []byte {
 	return joinParts([]byte(rk.Scope), []byte(rk.Key))
 }
 
@@ -322,7 +321,7 @@ func splitExpiryKey(k []byte) (time.Time, []byte) {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))), k[8:]
 }
 
-func getRecord(tx *bolt.Tx, key []byte) (*interceptor.Record, error) {
+func getRecord(tx *bolt.Tx, key []byte) (*storage.Record, error) {
 	v := tx.Bucket(bucketRecords).Get(key)
 	if v == nil {
 		return nil, nil
@@ -330,7 +329,7 @@ func getRecord(tx *bolt.Tx, key []byte) (*interceptor.Record, error) {
 	return decodeRecord(key, v)
 }
 
-func putRecord(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
+func putRecord(tx *bolt.Tx, key []byte, r *storage.Record) error {
 	v, err := encodeRecord(key, r)
 	if err != nil {
 		return err
@@ -340,7 +339,7 @@ func putRecord(tx *bolt.Tx, key []byte, r *interceptor.Record) error {
 
 // encodeRecord is the stored form of r, the record of key: its encoding,
 // sealed with its checksum and key's.
-func encodeRecord(key []byte, r *interceptor.Record) ([]byte, error) {
+func encodeRecord(key []byte, r *storage.Record) ([]byte, error) {
 	b, err := r.MarshalBinary()
 	if err != nil {
 		return nil, err
@@ -351,7 +350,7 @@ func encodeRecord(key []byte, r *interceptor.Record) ([]byte, error) {
 // decodeRecord decodes v, the stored form of key's record. A value whose
 // checksum does not match, damaged on disk, is an ErrDamaged for the calls
 // about that record, never another record.
-func decodeRecord(key, v []byte) (*interceptor.Record, error) {
+func decodeRecord(key, v []byte) (*storage.Record, error) {
 	b, err := sealed.Open(key, v)
 	if err != nil {
 		return nil, recordError(key, err)
@@ -361,8 +360,8 @@ func decodeRecord(key, v []byte) (*interceptor.Record, error) {
 
 // unmarshalRecord decodes the record of key from b, the payload of its
 // stored form.
-func unmarshalRecord(key, b []byte) (*interceptor.Record, error) {
-	r := new(interceptor.Record)
+func unmarshalRecord(key, b []byte) (*storage.Record, error) {
+	r := new(storage.Record)
 	if err := r.UnmarshalBinary(b); err != nil { // copies what it keeps
 		return nil, recordError(key, err)
 	}

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
@@ -35,11 +34,11 @@ func TestScale(t *testing.T) {
 	t0 := time.Now()
 	const ttl = time.Hour
 	response, _ := anypb.New(wrapperspb.Bytes(make([]byte, 300)))
-	result := &interceptor.Result{Response: response}
+	result := &storage.Result{Response: response}
 	fp := sha256.Sum256([]byte("body"))
-	req := func(key string, now time.Time) interceptor.ClaimRequest {
-		return interceptor.ClaimRequest{
-			Key: interceptor.RecordKey{Scope: "scale", Key: key}, Fingerprint: fp,
+	req := func(key string, now time.Time) storage.ClaimRequest {
+		return storage.ClaimRequest{
+			Key: storage.RecordKey{Scope: "scale", Key: key}, Fingerprint: fp,
 			Now: now, Lease: time.Minute, TTL: ttl,
 		}
 	}
@@ -49,7 +48,7 @@ func TestScale(t *testing.T) {
 			err := db.bolt.Update(func(tx *bolt.Tx) error {
 				for i := lo; i < min(lo+20000, to); i++ {
 					r := req(fmt.Sprintf("fill-%09d", i), t0)
-					_, rec := interceptor.Decide(nil, r, db.Claimant())
+					_, rec := storage.Decide(nil, r, db.Claimant())
 					if err := putClaim(tx, recordKey(r.Key), nil, rec.Completed(result)); err != nil {
 						return err // the record and its index entry, as a claim writes them
 					}
@@ -80,7 +79,7 @@ func TestScale(t *testing.T) {
 			}
 			r = req(fmt.Sprintf("fill-%09d", (i*7919)%records), t0)
 			start = time.Now()
-			if o, _, err := db.Claim(ctx, r); err != nil || o != interceptor.OutcomeReplay {
+			if o, _, err := db.Claim(ctx, r); err != nil || o != storage.OutcomeReplay {
 				t.Fatalf("replay: %v %v", o, err)
 			}
 			replays = append(replays, time.Since(start))

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
 
@@ -27,8 +26,8 @@ func TestStoredRecord_ByteChangedOnDisk_DataLossNeverAnotherAnswer(t *testing.T)
 	now := time.Now()
 	damagedReq, soundReq := keptRequest(firstFP, now), keptRequest(secondFP, now)
 	soundReq.Key.Key = "other"
-	for req, text := range map[*interceptor.ClaimRequest]string{&damagedReq: "amount 100000000", &soundReq: "amount 5"} {
-		rec := claimKept(t, db, *req, interceptor.OutcomeFresh)
+	for req, text := range map[*storage.ClaimRequest]string{&damagedReq: "amount 100000000", &soundReq: "amount 5"} {
+		rec := claimKept(t, db, *req, storage.OutcomeFresh)
 		if err := db.Complete(ctx, req.Key, rec.Completed(textResult(t, text))); err != nil {
 			t.Fatal(err)
 		}
@@ -42,10 +41,10 @@ func TestStoredRecord_ByteChangedOnDisk_DataLossNeverAnotherAnswer(t *testing.T)
 	}
 	defer db.Close()
 	outcome, rec, err := db.Claim(ctx, damagedReq)
-	if !errors.Is(err, interceptor.ErrDamaged) || !errors.Is(err, boltstore.ErrDamaged) {
+	if !errors.Is(err, storage.ErrDamaged) || !errors.Is(err, boltstore.ErrDamaged) {
 		t.Fatalf("claim of the damaged record: %v, %v, %v; want ErrDamaged", outcome, rec, err)
 	}
-	if outcome, rec, err := db.Claim(ctx, soundReq); err != nil || outcome != interceptor.OutcomeReplay {
+	if outcome, rec, err := db.Claim(ctx, soundReq); err != nil || outcome != storage.OutcomeReplay {
 		t.Fatalf("claim of a sound record: %v, %v; want its replay", outcome, err)
 	} else if !strings.Contains(rec.Result.Response.String(), "amount 5") {
 		t.Fatalf("replay of a sound record: %v", rec.Result.Response)
@@ -59,8 +58,8 @@ func TestStoredRecord_ByteChangedOnDisk_DataLossNeverAnotherAnswer(t *testing.T)
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if _, err := ro.Get(ctx, damagedReq.Key); !errors.Is(err, interceptor.ErrDamaged) {
-		t.Errorf("read-only Get of the damaged record: %v, want interceptor.ErrDamaged", err)
+	if _, err := ro.Get(ctx, damagedReq.Key); !errors.Is(err, storage.ErrDamaged) {
+		t.Errorf("read-only Get of the damaged record: %v, want storage.ErrDamaged", err)
 	}
 	if err := ro.Check(); !errors.Is(err, boltstore.ErrDamaged) {
 		t.Errorf("read-only Check = %v, want the damage", err)
@@ -81,7 +80,7 @@ func TestSweep_DamagedExpiredRecord_SweptWithTheOthers(t *testing.T) {
 		req := keptRequest(firstFP, now)
 		req.Key.Key = fmt.Sprint("k", i)
 		req.Now = now.Add(time.Duration(i) * time.Millisecond) // sweeps meet them in this order
-		rec := claimKept(t, db, req, interceptor.OutcomeFresh)
+		rec := claimKept(t, db, req, storage.OutcomeFresh)
 		if err := db.Complete(ctx, req.Key, rec.Completed(textResult(t, text))); err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +114,7 @@ func TestStoredKey_ByteChangedOnDisk_FileRefused(t *testing.T) {
 	}
 	req := keptRequest(firstFP, time.Now())
 	req.Key.Key = "order-1001"
-	rec := claimKept(t, db, req, interceptor.OutcomeFresh)
+	rec := claimKept(t, db, req, storage.OutcomeFresh)
 	if err := db.Complete(context.Background(), req.Key, rec.Completed(textResult(t, "amount 100000000"))); err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // ErrTxDone is returned by Update for a write to a Tx that has ended.
@@ -20,16 +18,16 @@ type txKey struct{}
 
 // Tx is the unit of work of one claim: the writes its handler stages
 // through Update, committed with the claim's result in one transaction of
-// the group commit. It is an interceptor.Tx.
+// the group commit. It is an storage.Tx.
 type Tx struct {
 	db    *DB
 	key   []byte
-	claim *interceptor.Record
+	claim *storage.Record
 	// durable is true when the claim was committed before the handler ran.
 	// Otherwise it is pending in memory, and base is the stored record it
 	// replaces (nil when none), as read at claimedAt.
 	durable   bool
-	base      *interceptor.Record
+	base      *storage.Record
 	baseRaw   []byte // base's encoding
 	claimedAt time.Time
 
@@ -39,7 +37,7 @@ type Tx struct {
 	ended  bool
 }
 
-var _ interceptor.Tx = (*Tx)(nil)
+var _ storage.Tx = (*Tx)(nil)
 
 // Context returns parent carrying t: Update with it joins t.
 func (t *Tx) Context(parent context.Context) context.Context {
@@ -82,7 +80,7 @@ func (t *Tx) end() (writes []func(*bolt.Tx) error, failed error, ok bool) {
 // ended, either way: committed, its record answers for it; failed, a claim
 // that was not durable leaves the key free to run afresh, a durable one
 // stays in flight under the lease rule.
-func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites interceptor.Writes) error {
+func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storage.Writes) error {
 	writes, failed, ok := t.end()
 	if !ok {
 		return ErrTxDone
@@ -125,7 +123,7 @@ func (t *Tx) Commit(ctx context.Context, done *interceptor.Record, keepWrites in
 // must find the record it was decided on, byte for byte, or nothing where
 // that record had expired and was swept since; it returns the record its
 // commit replaces.
-func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *interceptor.Record, err error) {
+func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *storage.Record, err error) {
 	if t.durable {
 		return storedClaim(tx, t.key, t.claim)
 	}
@@ -135,7 +133,7 @@ func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *interceptor.Record, err error) {
 	case cur == nil && t.base != nil && !t.claimedAt.Before(t.base.Expiry):
 		return nil, nil // swept, with its index entry
 	default:
-		return nil, interceptor.ErrSuperseded
+		return nil, storage.ErrSuperseded
 	}
 }
 
