@@ -80,7 +80,7 @@ func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.P
 	if err != nil {
 		return err
 	}
-	return s.db.Update(ctx, func(tx *bolt.Tx) error {
+	return serverError(s.db.Update(ctx, func(tx *bolt.Tx) error {
 		intents := tx.Bucket(bucketIntents)
 		if intents.Get([]byte(pi.Id)) != nil {
 			return fmt.Errorf("create intent %s: %w", pi.Id, server.ErrExists)
@@ -90,7 +90,7 @@ func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.P
 		}
 		k := ownerIndexKey(owner, pi)
 		return tx.Bucket(bucketByOwner).Put(k, sealed.Seal(k, nil))
-	})
+	}))
 }
 
 // GetIntent returns owner's intent id; server.ErrNotFound when there is
@@ -124,7 +124,7 @@ func (s *Store) UpdateIntent(ctx context.Context, owner, id string, update func(
 			return intents.Put([]byte(id), v)
 		})
 		if !errors.Is(err, errChanged) {
-			return pi, err
+			return pi, serverError(err)
 		}
 	}
 }
@@ -172,7 +172,7 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 		}
 		return nil
 	})
-	return page, next, err
+	return page, next, serverError(err)
 }
 
 // read returns owner's intent id and its stored bytes.
@@ -187,8 +187,23 @@ func (s *Store) read(ctx context.Context, owner, id string) (pi *paymentsv1.Paym
 	if err == nil && pi == nil {
 		err = fmt.Errorf("intent %s: %w", id, server.ErrNotFound)
 	}
-	return pi, raw, err
+	return pi, raw, serverError(err)
 }
+
+// serverError is err, an error of the DB, as the server is to read it: a
+// boltstore.ErrDamaged is a server.ErrDamaged too.
+func serverError(err error) error {
+	if errors.Is(err, boltstore.ErrDamaged) {
+		return damaged{err}
+	}
+	return err
+}
+
+// damaged is a boltstore.ErrDamaged, with its message, that the server
+// knows as a server.ErrDamaged.
+type damaged struct{ error }
+
+func (e damaged) Unwrap() []error { return []error{server.ErrDamaged, e.error} }
 
 // ownerPrefix starts the index keys of owner's intents: its length, then
 // owner, so that no owner's keys run into another's.
@@ -208,7 +223,7 @@ func ownerCursor(pi *paymentsv1.PaymentIntent) []byte {
 
 // getIntent returns owner's intent id and a copy of its stored bytes, or
 // server.ErrNotFound. An intent damaged on disk is a
-// boltstore.DamagedValue (DATA_LOSS), never another intent.
+// boltstore.DamagedValue, never another intent.
 func getIntent(tx *bolt.Tx, owner, id string) (*paymentsv1.PaymentIntent, []byte, error) {
 	v := tx.Bucket(bucketIntents).Get([]byte(id))
 	if v == nil {

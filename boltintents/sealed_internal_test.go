@@ -7,13 +7,12 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
+	"github.com/paymentsd/paymentsd/server"
 )
 
 func intent(id, amount string) *paymentsv1.PaymentIntent {
@@ -35,7 +34,7 @@ func open(t *testing.T, path string) (*boltstore.DB, *Store) {
 }
 
 // An intent whose bytes changed on disk (an amount of 100000000 become
-// 900000000) is never read as another intent: DATA_LOSS.
+// 900000000) is never read as another intent: server.ErrDamaged.
 func TestIntent_ByteChangedOnDisk_DataLoss(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "paymentsd.db")
 	db, s := open(t, path)
@@ -48,11 +47,11 @@ func TestIntent_ByteChangedOnDisk_DataLoss(t *testing.T) {
 
 	_, s = open(t, path)
 	_, err := s.GetIntent(ctx, "alice", "pi_1")
-	if status.Code(err) != codes.DataLoss {
-		t.Errorf("GetIntent of the damaged intent: %v, want DATA_LOSS", err)
+	if !errors.Is(err, server.ErrDamaged) || !errors.Is(err, boltstore.ErrDamaged) {
+		t.Errorf("GetIntent of the damaged intent: %v, want server.ErrDamaged", err)
 	}
-	if _, _, err := s.ListIntents(ctx, "alice", nil, 10); status.Code(err) != codes.DataLoss {
-		t.Errorf("ListIntents over the damaged intent: %v, want DATA_LOSS", err)
+	if _, _, err := s.ListIntents(ctx, "alice", nil, 10); !errors.Is(err, server.ErrDamaged) {
+		t.Errorf("ListIntents over the damaged intent: %v, want server.ErrDamaged", err)
 	}
 }
 

@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
@@ -181,15 +179,13 @@ func (db *DB) checkFailedCommit(txid int, failure error) (unknown bool) {
 
 // stopped is the state of a DB after a commit whose outcome is unknown: it
 // takes no more reads or writes until a restart reads what the disk holds.
-// Its data is not known to be damaged, so its code is UNAVAILABLE, not
-// DATA_LOSS: a caller retries, with the same key, once it is restarted.
+// Its data is not known to be damaged, so it is an storage.ErrStopped,
+// not an ErrDamaged: a caller retries, with the same key, once it is
+// restarted.
 type stopped struct{ cause error }
 
-func (e *stopped) Error() string { return e.cause.Error() }
-func (e *stopped) Unwrap() error { return e.cause }
-func (e *stopped) GRPCStatus() *status.Status {
-	return status.New(codes.Unavailable, "the store takes no requests until it is restarted, since a commit's outcome is unknown")
-}
+func (e *stopped) Error() string   { return e.cause.Error() }
+func (e *stopped) Unwrap() []error { return []error{storage.ErrStopped, e.cause} }
 
 // run runs the write's function, turning a panic into its error, so that
 // one bad write neither kills the process nor fails its batch (bbolt's

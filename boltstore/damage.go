@@ -11,30 +11,28 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/safefile"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
 // ErrDamaged is returned when the data file is damaged: by Open, which
 // refuses a file it cannot fully trust, and by any call that meets a
-// damaged page while serving (Health reports it from then on). Its gRPC
-// code is DATA_LOSS.
+// damaged page while serving (Health reports it from then on).
 var ErrDamaged = errors.New("data file is damaged")
 
 // damaged is an ErrDamaged with its cause. A damaged file (latch) takes no
-// more writes; a damaged record fails the calls about it alone.
+// more writes; a damaged record fails the calls about it alone. It is an
+// storage.ErrDamaged too, the store contract's word for it, so that
+// the interceptor answers DATA_LOSS.
 type damaged struct {
 	cause error
 	latch bool
 }
 
-func (e *damaged) Error() string   { return ErrDamaged.Error() + ": " + e.cause.Error() }
-func (e *damaged) Unwrap() []error { return []error{ErrDamaged, e.cause} }
-func (e *damaged) GRPCStatus() *status.Status {
-	return status.New(codes.DataLoss, "stored data is damaged; the request was not run")
+func (e *damaged) Error() string { return ErrDamaged.Error() + ": " + e.cause.Error() }
+func (e *damaged) Unwrap() []error {
+	return []error{ErrDamaged, storage.ErrDamaged, e.cause}
 }
 
 // asDamaged turns what bbolt panicked with, on a page that is not what it
@@ -67,7 +65,7 @@ func guardFaults() (restore func()) {
 }
 
 // recordError is the error for the stored record of key that does not
-// decode: DATA_LOSS for the calls about that record. Key bytes are the
+// decode: an ErrDamaged for the calls about that record. Key bytes are the
 // caller's principal and idempotency key, which never reach a log, so the
 // record is named by a hash of them.
 func recordError(key []byte, err error) error {
@@ -75,8 +73,8 @@ func recordError(key []byte, err error) error {
 }
 
 // DamagedValue is the error for one stored value found damaged (its
-// checksum does not match, it does not decode): an ErrDamaged, DATA_LOSS,
-// for the calls about that value alone, while the store serves on.
+// checksum does not match, it does not decode): an ErrDamaged for the
+// calls about that value alone, while the store serves on.
 func DamagedValue(cause error) error { return &damaged{cause: cause} }
 
 // panickedIn reports whether the goroutine's panic in progress was raised

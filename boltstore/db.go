@@ -60,20 +60,9 @@ type DB struct {
 	bolt       *bolt.DB
 	ownsBolt   bool // opened by Open, so closed by Close
 	sweepBatch int
-	claimant   storage.Claimant
-
-	// mu guards pending and renewed. pending holds the claims whose Tx this
-	// process runs, until it ends; see ClaimTx.
-	mu      sync.Mutex
-	pending map[string]*storage.Record
-	// released counts the claims that left pending: a transactional claim
-	// that read its record without mu reads it again only if a claim of its
-	// key's slot was released since.
-	released keyCounts
-	// renewed holds the leases that renewals asked for of durable claims
-	// in pending, which Renew does not write; see renewal.
-	renewed map[string]renewal
-	decoded decoded
+	// overlay is what this process knows of its records beyond the file,
+	// which claims are decided on.
+	overlay *overlay
 
 	queue         chan *write // unbuffered; see update
 	quit          chan struct{}
@@ -252,9 +241,7 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 		sweepBatch: cmp.Or(opts.SweepBatch, 1000),
 		// The file lock is held until Close: claims of any other ID were
 		// made by a process that has let go of the file.
-		claimant: storage.Claimant{ID: newProcessID(), Exclusive: true},
-		pending:  map[string]*storage.Record{},
-		renewed:  map[string]renewal{},
+		overlay: newOverlay(storage.Claimant{ID: newProcessID(), Exclusive: true}),
 
 		queue:         make(chan *write),
 		quit:          make(chan struct{}),

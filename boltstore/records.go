@@ -26,7 +26,7 @@ var _ storage.TxStore = (*DB)(nil)
 func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, true)
 	if tx != nil {
-		db.release(tx.key, tx.claim) // no Tx will end it: the lease rule alone applies
+		db.overlay.release(tx.key, tx.claim) // no Tx will end it: the lease rule alone applies
 	}
 	return outcome, rec, err
 }
@@ -60,18 +60,16 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable stora
 	// other retries that only read (requests in flight, and those whose
 	// record is not kept) on a read transaction, with no lock and no write.
 	if db.health.damagedErr() == nil && !db.closed() {
-		if rec := db.decoded.unexpired(key, req.Now); rec != nil {
-			if outcome, rec := storage.Decide(rec, req, db.claimant); !outcome.Claimed() {
-				return outcome, rec, nil, nil
-			}
+		if outcome, rec := db.overlay.cached(key, req); outcome != 0 {
+			return outcome, rec, nil, nil
 		}
 	}
-	released := db.released.of(key)
+	released := db.overlay.released.of(key)
 	raw, stored, err := db.read(key)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	if outcome, rec := db.decide(key, stored, req); !outcome.Claimed() {
+	if outcome, rec := db.overlay.decideRead(key, stored, req); !outcome.Claimed() {
 		return outcome, rec, nil, nil
 	}
 	if err := db.health.damagedErr(); err != nil {
@@ -80,18 +78,47 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable stora
 	if !durable {
 		return db.claimInMemory(req, key, raw, stored, released)
 	}
+	return db.claimDurable(ctx, req, key)
+}
 
+// claimInMemory claims key for a transactional method: decided on the
+// claims pending in memory and the stored record, and held in memory. raw
+// and stored are the record as read without the lock, after key's slot had
+// counted released claims.
+func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *storage.Record, released uint64) (storage.Outcome, *storage.Record, *Tx, error) {
+	o := db.overlay
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.staleLocked(key, released) {
+		var err error
+		if raw, stored, err = db.read(key); err != nil {
+			return 0, nil, nil, err
+		}
+	}
+	outcome, rec := o.holdLocked(key, req, stored, nil)
+	if !outcome.Claimed() {
+		return outcome, rec, nil, nil
+	}
+	return outcome, rec, &Tx{db: db, key: key, claim: rec, base: stored, baseRaw: raw, claimedAt: req.Now}, nil
+}
+
+// claimDurable claims key in a write of the group commit, decided on the
+// stored record and the claims pending in memory. A claim it makes is
+// pending too until its commit ends (mine: this write's own, from a run of
+// its batch that was rolled back), so that a transactional claim, which
+// reads only what is committed, cannot also be fresh meanwhile.
+func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []byte) (storage.Outcome, *storage.Record, *Tx, error) {
 	var (
 		outcome storage.Outcome
 		rec     *storage.Record
 		mine    *storage.Record // the claim this write made, if it made one
 	)
-	err = db.update(ctx, func(tx *bolt.Tx) error {
+	err := db.update(ctx, func(tx *bolt.Tx) error {
 		stored, err := getRecord(tx, key)
 		if err != nil {
 			return err
 		}
-		outcome, rec = db.decideDurable(key, req, stored, mine)
+		outcome, rec = db.overlay.hold(key, req, stored, mine)
 		if mine = nil; !outcome.Claimed() {
 			return nil
 		}
@@ -99,11 +126,11 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable stora
 		return putClaim(tx, key, stored, rec)
 	})
 	if mine != nil {
-		db.decoded.forget(key) // whether or not it committed: the record it replaced had expired
+		db.overlay.decoded.forget(key) // whether or not it committed: the record it replaced had expired
 	}
 	if err != nil {
 		if mine != nil {
-			db.release(key, mine)
+			db.overlay.release(key, mine)
 		}
 		return 0, nil, nil, err
 	}
@@ -113,137 +140,13 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable stora
 	return outcome, rec, &Tx{db: db, key: key, claim: rec, durable: true}, nil // pending until it ends
 }
 
-// claimInMemory claims key for a transactional method: decided on the
-// claims pending in memory and the stored record, and held in memory. raw
-// and stored are the record as read without the lock, after key's slot had
-// counted released claims.
-func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *storage.Record, released uint64) (storage.Outcome, *storage.Record, *Tx, error) {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	if outcome, rec := db.decidePendingLocked(key, req); outcome != 0 {
-		return outcome, rec, nil, nil
-	}
-	// A record changes only as a claim of it ends and leaves pending. If one
-	// of this slot's did since the read, read again, under the lock.
-	if db.released.of(key) != released {
-		var err error
-		if raw, stored, err = db.read(key); err != nil {
-			return 0, nil, nil, err
-		}
-	}
-	outcome, rec := db.decideLocked(key, stored, req)
-	if !outcome.Claimed() {
-		return outcome, rec, nil, nil
-	}
-	db.pending[string(key)] = rec
-	return outcome, rec, &Tx{db: db, key: key, claim: rec, base: stored, baseRaw: raw, claimedAt: req.Now}, nil
-}
-
-// decideDurable decides a durable claim of key inside the committer's
-// transaction, on stored and the claims pending in memory. A claim it makes
-// is pending too until its commit ends (earlier, mine: this write's own from
-// a run of its batch that was rolled back), so that a transactional claim,
-// which reads only what is committed, cannot also be fresh meanwhile.
-func (db *DB) decideDurable(key []byte, req storage.ClaimRequest, stored, mine *storage.Record) (storage.Outcome, *storage.Record) {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	if p := db.pending[string(key)]; p != nil && p != mine {
-		return db.decidePendingLocked(key, req)
-	}
-	outcome, rec := db.decideLocked(key, stored, req)
-	if outcome.Claimed() {
-		db.pending[string(key)] = rec
-	} else if mine != nil {
-		db.forgetLocked(key)
-	}
-	return outcome, rec
-}
-
-func (db *DB) decidePendingLocked(key []byte, req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
-	p := db.pending[string(key)]
-	if p == nil {
-		return 0, nil
-	}
-	// A pending claim is run by this live process: never taken over.
-	if outcome, rec := storage.Decide(p, req, db.claimant); outcome == storage.OutcomeMismatch {
-		return outcome, rec
-	}
-	return storage.OutcomeInFlight, p
-}
-
-// A renewal is the lease that a renewal asked for of a durable claim held
-// in memory. Renew writes nothing for such a claim (a live worker needs no
-// lease on disk), so if its Tx ends without a result (the handler overran,
-// or its result could not be stored), the stored lease is older than the
-// last one its worker was known alive for, and a retry could take over at
-// once. Decisions use the renewed lease instead; the entry goes once a
-// claim supersedes it, its result commits or its record is swept.
-type renewal struct {
-	attempt uint64
-	token   storage.ClaimToken
-	lease   time.Time
-}
-
-// decide is decideLocked for a record read without mu; only a claim in
-// flight can have been renewed, so only then does it take mu.
-func (db *DB) decide(key []byte, stored *storage.Record, req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
-	if stored == nil || stored.State != storage.StateInFlight {
-		return storage.Decide(stored, req, db.claimant)
-	}
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	return db.decideLocked(key, stored, req)
-}
-
-// decideLocked is storage.Decide on stored, with the lease renewed in
-// memory when stored is the claim renewed. A claim it makes supersedes the
-// renewal.
-func (db *DB) decideLocked(key []byte, stored *storage.Record, req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
-	if r, ok := db.renewed[string(key)]; ok && stored != nil && stored.State == storage.StateInFlight &&
-		stored.Attempt == r.attempt && stored.Token == r.token && r.lease.After(stored.LeaseExpiry) {
-		renewed := *stored // stored may be shared: change a copy
-		renewed.LeaseExpiry = r.lease
-		stored = &renewed
-	}
-	outcome, rec := storage.Decide(stored, req, db.claimant)
-	if outcome.Claimed() {
-		delete(db.renewed, string(key))
-	}
-	return outcome, rec
-}
-
-// forgetRenewals drops the renewals of keys whose claims ended with a result
-// or whose records were swept.
-func (db *DB) forgetRenewals(keys ...[]byte) {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	for _, key := range keys {
-		delete(db.renewed, string(key))
-	}
-}
-
-// release forgets the pending claim of key, if it is still claim.
-func (db *DB) release(key []byte, claim *storage.Record) {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	if db.pending[string(key)] == claim {
-		db.forgetLocked(key)
-	}
-}
-
-// forgetLocked removes key's pending claim and counts it released.
-func (db *DB) forgetLocked(key []byte) {
-	delete(db.pending, string(key))
-	db.released.add(key)
-}
-
 // read returns the stored record of key and its encoding, under a read
 // transaction.
 func (db *DB) read(key []byte) (raw []byte, stored *storage.Record, err error) {
-	gen := db.decoded.generation(key)
+	gen := db.overlay.decoded.generation(key)
 	err = db.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get(key)
-		if stored, raw = db.decoded.get(key, v); stored == nil {
+		if stored, raw = db.overlay.decoded.get(key, v); stored == nil {
 			raw = bytes.Clone(v)
 		}
 		return nil
@@ -254,7 +157,7 @@ func (db *DB) read(key []byte) (raw []byte, stored *storage.Record, err error) {
 	if stored, err = decodeRecord(key, raw); err != nil {
 		return nil, nil, err
 	}
-	db.decoded.put(key, raw, stored, gen)
+	db.overlay.decoded.put(key, raw, stored, gen)
 	return raw, stored, nil
 }
 
@@ -294,7 +197,7 @@ func putClaimRaw(tx *bolt.Tx, key []byte, stored *storage.Record, expiry time.Ti
 
 // Claimant is who this opening of the file claims as: exclusive, since the
 // file lock keeps every other process out.
-func (db *DB) Claimant() storage.Claimant { return db.claimant }
+func (db *DB) Claimant() storage.Claimant { return db.overlay.claimant }
 
 // Renew stores claim with its later lease if it is still the stored claim.
 // A claim whose Tx this process still runs needs no renewal (see ClaimTx):
@@ -303,14 +206,7 @@ func (db *DB) Claimant() storage.Claimant { return db.claimant }
 // renewal).
 func (db *DB) Renew(ctx context.Context, rk storage.RecordKey, claim *storage.Record) error {
 	key := recordKey(rk)
-	db.mu.Lock()
-	p := db.pending[string(key)]
-	held := p != nil && p.Attempt == claim.Attempt && p.Token == claim.Token
-	if held {
-		db.renewed[string(key)] = renewal{attempt: claim.Attempt, token: claim.Token, lease: claim.LeaseExpiry}
-	}
-	db.mu.Unlock()
-	if held {
+	if db.overlay.renew(key, claim) {
 		return nil
 	}
 	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, key, claim) })
@@ -321,18 +217,25 @@ func (db *DB) Complete(ctx context.Context, rk storage.RecordKey, done *storage.
 	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, recordKey(rk), done) })
 }
 
-// replaceClaim writes r over the stored record of key if CheckClaim allows
-// it. The record's expiry never changes after the first claim, so the
+// replaceClaim writes r over the stored record of key if it is still r's
+// claim. The record's expiry never changes after the first claim, so the
 // expiry index stays as it is.
 func replaceClaim(tx *bolt.Tx, key []byte, r *storage.Record) error {
-	stored, err := getRecord(tx, key)
-	if err != nil {
-		return err
-	}
-	if err := storage.CheckClaim(stored, r); err != nil {
+	if _, err := storedClaim(tx, key, r); err != nil {
 		return err
 	}
 	return putRecord(tx, key, r)
+}
+
+// storedClaim returns the stored record of key, and ErrSuperseded unless
+// it is still the claim in flight that r is, renews or completes
+// (CheckClaim).
+func storedClaim(tx *bolt.Tx, key []byte, r *storage.Record) (*storage.Record, error) {
+	stored, err := getRecord(tx, key)
+	if err != nil {
+		return nil, err
+	}
+	return stored, storage.CheckClaim(stored, r)
 }
 
 // Sweep deletes the records that expired by now and returns how many. It
@@ -362,9 +265,9 @@ func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, delet
 		keys := make([][]byte, len(batch))
 		for i, k := range batch { // whether or not they were deleted: they had expired
 			_, keys[i] = splitExpiryKey(k)
-			db.decoded.forget(keys[i])
+			db.overlay.decoded.forget(keys[i])
 		}
-		db.forgetRenewals(keys...)
+		db.overlay.forgetRenewals(keys...)
 	}()
 	err = db.update(ctx, func(tx *bolt.Tx) error {
 		scanned, deleted = 0, 0 // in case the batch runs again

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
@@ -19,7 +16,7 @@ import (
 
 // A stored answer whose bytes changed on disk (100000000 become 900000000)
 // is never replayed as another answer: the calls about that record fail
-// with DATA_LOSS, the others are served, and Check names the damage.
+// with ErrDamaged, the others are served, and Check names the damage.
 func TestStoredRecord_ByteChangedOnDisk_DataLossNeverAnotherAnswer(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
 	db, err := boltstore.Open(path, nil)
@@ -45,8 +42,8 @@ func TestStoredRecord_ByteChangedOnDisk_DataLossNeverAnotherAnswer(t *testing.T)
 	}
 	defer db.Close()
 	outcome, rec, err := db.Claim(ctx, damagedReq)
-	if status.Code(err) != codes.DataLoss || !errors.Is(err, boltstore.ErrDamaged) {
-		t.Fatalf("claim of the damaged record: %v, %v, %v; want DATA_LOSS", outcome, rec, err)
+	if !errors.Is(err, storage.ErrDamaged) || !errors.Is(err, boltstore.ErrDamaged) {
+		t.Fatalf("claim of the damaged record: %v, %v, %v; want ErrDamaged", outcome, rec, err)
 	}
 	if outcome, rec, err := db.Claim(ctx, soundReq); err != nil || outcome != storage.OutcomeReplay {
 		t.Fatalf("claim of a sound record: %v, %v; want its replay", outcome, err)
@@ -62,8 +59,8 @@ func TestStoredRecord_ByteChangedOnDisk_DataLossNeverAnotherAnswer(t *testing.T)
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if _, err := ro.Get(ctx, damagedReq.Key); status.Code(err) != codes.DataLoss {
-		t.Errorf("read-only Get of the damaged record: %v, want DATA_LOSS", err)
+	if _, err := ro.Get(ctx, damagedReq.Key); !errors.Is(err, storage.ErrDamaged) {
+		t.Errorf("read-only Get of the damaged record: %v, want storage.ErrDamaged", err)
 	}
 	if err := ro.Check(); !errors.Is(err, boltstore.ErrDamaged) {
 		t.Errorf("read-only Check = %v, want the damage", err)

@@ -87,7 +87,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 	if !ok {
 		return ErrTxDone
 	}
-	defer t.db.release(t.key, t.claim)
+	defer t.db.overlay.release(t.key, t.claim)
 	if failed != nil {
 		return fmt.Errorf("boltstore: the handler's storage failed, so its result was not stored: %w", failed)
 	}
@@ -98,7 +98,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 	if err != nil {
 		return err
 	}
-	defer t.db.decoded.forget(t.key) // the record it replaces, if any, had expired
+	defer t.db.overlay.decoded.forget(t.key) // the record it replaces, if any, had expired
 	err = t.db.update(ctx, func(tx *bolt.Tx) error {
 		prior, err := t.stillClaimed(tx)
 		if err != nil {
@@ -115,7 +115,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 		return putClaimRaw(tx, t.key, prior, done.Expiry, v)
 	})
 	if err == nil && t.durable { // only a durable claim is renewed
-		t.db.forgetRenewals(t.key) // its record has its result
+		t.db.overlay.forgetRenewals(t.key) // its record has its result
 	}
 	return err
 }
@@ -127,11 +127,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 // commit replaces.
 func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *storage.Record, err error) {
 	if t.durable {
-		stored, err := getRecord(tx, t.key)
-		if err != nil {
-			return nil, err
-		}
-		return stored, storage.CheckClaim(stored, t.claim)
+		return storedClaim(tx, t.key, t.claim)
 	}
 	switch cur := tx.Bucket(bucketRecords).Get(t.key); {
 	case bytes.Equal(cur, t.baseRaw):
@@ -148,6 +144,6 @@ func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *storage.Record, err error) {
 // lease rule. After Commit it does nothing.
 func (t *Tx) Rollback() {
 	if _, _, ok := t.end(); ok {
-		t.db.release(t.key, t.claim)
+		t.db.overlay.release(t.key, t.claim)
 	}
 }

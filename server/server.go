@@ -25,6 +25,9 @@ import (
 // Under the idempotency interceptor, the context of a handler may carry a
 // unit of work of the store's backend; a store writes through it, so that
 // the handler's writes commit together with its answer.
+//
+// An error other than ErrNotFound is a failure of the storage, answered
+// UNAVAILABLE; one that wraps ErrDamaged is answered DATA_LOSS.
 type IntentStore interface {
 	// CreateIntent stores a new intent; ErrExists if its id is taken.
 	CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error
@@ -46,6 +49,10 @@ var (
 	ErrNotFound = errors.New("payment intent not found")
 	// ErrExists is returned when a new intent's id is taken.
 	ErrExists = errors.New("payment intent already exists")
+	// ErrDamaged, wrapped in a store's error, says the store found the
+	// data it read damaged: a retry would meet the same damage, so the
+	// caller is told DATA_LOSS, not UNAVAILABLE.
+	ErrDamaged = errors.New("payment intent storage found its data damaged")
 )
 
 // Page sizes of ListPaymentIntents.
@@ -224,8 +231,8 @@ func storeError(err error, id string) error {
 }
 
 // storageError is a storage failure: its status for the caller, its cause
-// for the log (errors.Unwrap). A cause whose gRPC code is DATA_LOSS (the
-// store found its data damaged) is answered DATA_LOSS.
+// for the log (errors.Unwrap). A cause that wraps ErrDamaged is answered
+// DATA_LOSS.
 type storageError struct{ cause error }
 
 func (e *storageError) Error() string { return "payment intent storage: " + e.cause.Error() }
@@ -233,7 +240,7 @@ func (e *storageError) Unwrap() error { return e.cause }
 
 // GRPCStatus is what the caller is told.
 func (e *storageError) GRPCStatus() *status.Status {
-	if status.Code(e.cause) == codes.DataLoss {
+	if errors.Is(e.cause, ErrDamaged) {
 		return status.New(codes.DataLoss, "payment intent storage found its data damaged")
 	}
 	return status.New(codes.Unavailable, "payment intent storage is unavailable; try again")

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -186,6 +188,34 @@ func TestIntents_OwnedByTheirPrincipal(t *testing.T) {
 	if _, err := s.GetPaymentIntent(context.Background(), &paymentsv1.GetPaymentIntentRequest{Id: pi.Id}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("Get without a principal: %v, want UNAUTHENTICATED", err)
 	}
+}
+
+// A store's error that wraps ErrDamaged is answered DATA_LOSS, any other
+// UNAVAILABLE; the store's own text stays out of the answer.
+func TestStorageErrors_DamageIsDataLoss(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{fmt.Errorf("intent secret: checksum mismatch: %w", server.ErrDamaged), codes.DataLoss},
+		{errors.New("secret: no space left on device"), codes.Unavailable},
+	} {
+		s := server.New(failingStore{err: tc.err}, nil)
+		_, err := s.GetPaymentIntent(as("alice"), &paymentsv1.GetPaymentIntentRequest{Id: "pi_000000000000000000000000"})
+		if st := status.Convert(err); st.Code() != tc.want || strings.Contains(st.Message(), "secret") {
+			t.Errorf("Get over a store failing with %q: %v, want %v without the store's text", tc.err, err, tc.want)
+		}
+	}
+}
+
+// failingStore fails every read with err.
+type failingStore struct {
+	server.IntentStore
+	err error
+}
+
+func (f failingStore) GetIntent(context.Context, string, string) (*paymentsv1.PaymentIntent, error) {
+	return nil, f.err
 }
 
 func TestCancel_IsIdempotent(t *testing.T) {
