@@ -118,32 +118,8 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 			t.rollbackLocked()
 		}
 	}()
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
-	b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
-	b.Queue(selectRecord, req.Key.Scope, req.Key.Key)
-	var (
-		stored *interceptor.Record
-		now    time.Time
-	)
-	err = sendBatch(ctx, conn, b, func(br pgx.BatchResults) error {
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		var err error
-		stored, now, err = scanRecord(br.QueryRow())
-		return err
-	})
+	stored, now, err := t.lockAndRead(ctx)
 	if err != nil {
-		// A lock wait that ran out may have been the read's (a table lock
-		// queued behind a schema change) after the key's lock was taken:
-		// rollbackLocked releases it either way. Any other failure may have
-		// left the connection unusable: it is closed, which releases all.
-		if !errors.Is(err, errLocked) {
-			conn.Conn().Close(ctx)
-		}
 		return 0, nil, nil, err
 	}
 	db.sawClock(now)
@@ -160,21 +136,66 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 		db.setPending(req.Key, rec)
 		return outcome, rec, t, nil
 	}
-	b = &pgx.Batch{}
-	if stored != nil {
-		queueDelete(b, req.Key, stored)
-	}
-	if err := queueInsert(b, req.Key, rec, req.Lease); err != nil {
+	if err := t.writeDurableClaim(ctx); err != nil {
 		return 0, nil, nil, err
+	}
+	return outcome, rec, t, nil
+}
+
+// lockAndRead begins t's transaction, takes its key's lock and reads the
+// key's record and the database's clock, in one round trip: a fresh key
+// costs a claim no more. It runs before t is returned to anyone, so t.mu
+// is not needed. On a failure other than errLocked it closes t's
+// connection, which the caller's rollback then returns to the pool.
+func (t *Tx) lockAndRead(ctx context.Context) (stored *interceptor.Record, now time.Time, err error) {
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
+	b.Queue(selectRecord, t.key.Scope, t.key.Key)
+	err = sendBatch(ctx, t.conn, b, func(br pgx.BatchResults) error {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		var err error
+		stored, now, err = scanRecord(br.QueryRow())
+		return err
+	})
+	if err != nil {
+		// A lock wait that ran out may have been the read's (a table lock
+		// queued behind a schema change) after the key's lock was taken:
+		// rollbackLocked releases it either way. Any other failure may have
+		// left the connection unusable: it is closed, which releases all.
+		if !errors.Is(err, errLocked) {
+			t.conn.Conn().Close(ctx)
+		}
+		return nil, time.Time{}, err
+	}
+	return stored, now, nil
+}
+
+// writeDurableClaim stores t's claim in place of the record it replaces,
+// if any, commits and releases the key's lock, in one round trip, so that
+// a durable claim survives whatever the handler does next. It returns t's
+// connection to the pool: the handler's transaction begins on its first
+// statement (see Tx.run). Like lockAndRead, it runs before t is shared.
+func (t *Tx) writeDurableClaim(ctx context.Context) error {
+	b := &pgx.Batch{}
+	if t.prior != nil {
+		queueDelete(b, t.key, t.prior)
+	}
+	if err := queueInsert(b, t.key, t.claim, t.lease); err != nil {
+		return err
 	}
 	b.Queue(`COMMIT`)
 	b.Queue(`SELECT pg_advisory_unlock_all()`)
-	if err := sendBatch(ctx, conn, b, execAll(b)); err != nil {
-		return 0, nil, nil, replaced(err)
+	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
+		return replaced(err)
 	}
-	conn.Release()
-	t.conn = nil // its Tx begins on the handler's first statement
-	return outcome, rec, t, nil
+	t.conn.Release()
+	t.conn = nil
+	return nil
 }
 
 // keyDigest is the hash that names k to the database where the key itself
