@@ -345,7 +345,10 @@ const selectRecord = `SELECT clock_timestamp(), r.fingerprint, r.fingerprint_sch
 	FROM (VALUES (1)) AS one LEFT JOIN idempotency_records r ON r.scope = $1 AND r.key = $2`
 
 // scanRecord reads a row of selectRecord: the record (nil when none) and
-// the database's clock.
+// the database's clock. A record that does not decode (the schema's
+// constraints hold, so only its bytes can be wrong) is an error wrapping
+// interceptor.ErrDamaged: no answer can be made from it, and retrying
+// will not mend it.
 func scanRecord(row pgx.Row) (*interceptor.Record, time.Time, error) {
 	var (
 		now                     time.Time
@@ -364,7 +367,7 @@ func scanRecord(row pgx.Row) (*interceptor.Record, time.Time, error) {
 	}
 	rec := &interceptor.Record{Scheme: *scheme, State: interceptor.State(*state), Attempt: uint64(*attempt), Owner: *owner, Expiry: *expiry}
 	if len(fingerprint) != len(rec.Fingerprint) || len(token) != len(rec.Token) {
-		return nil, time.Time{}, fmt.Errorf("pgstore: record has a malformed fingerprint or claim token")
+		return nil, time.Time{}, fmt.Errorf("pgstore: %w: a record has a malformed fingerprint or claim token", interceptor.ErrDamaged)
 	}
 	copy(rec.Fingerprint[:], fingerprint)
 	copy(rec.Token[:], token)
@@ -374,7 +377,7 @@ func scanRecord(row pgx.Row) (*interceptor.Record, time.Time, error) {
 	if rec.State == interceptor.StateCompleted {
 		rec.Result = new(interceptor.Result)
 		if err := rec.Result.UnmarshalBinary(res); err != nil {
-			return nil, time.Time{}, fmt.Errorf("pgstore: %w", err)
+			return nil, time.Time{}, fmt.Errorf("pgstore: %w: a completed record's result: %w", interceptor.ErrDamaged, err)
 		}
 	}
 	return rec, now, nil
