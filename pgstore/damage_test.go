@@ -5,12 +5,10 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // A record damaged in the database (bytes that do not decode) is reported
-// as interceptor.ErrDamaged, by a claim of its key and by Get, not as a
+// as storage.ErrDamaged, by a claim of its key and by Get, not as a
 // failure to retry. Another process reads it, so that no record kept in
 // memory answers instead.
 func TestClaim_DamagedRecord_ErrDamaged(t *testing.T) {
@@ -29,7 +27,7 @@ func TestClaim_DamagedRecord_ErrDamaged(t *testing.T) {
 			writer := open(t, name, nil)
 			reader := open(t, name, nil)
 			req := request("damaged", time.Now())
-			rec := claim(t, writer, req, interceptor.OutcomeFresh)
+			rec := claim(t, writer, req, storage.OutcomeFresh)
 			if tc.complete {
 				if err := writer.Complete(ctx, req.Key, rec.Completed(result(t, "done"))); err != nil {
 					t.Fatalf("Complete: %v", err)
@@ -40,23 +38,23 @@ func TestClaim_DamagedRecord_ErrDamaged(t *testing.T) {
 			}
 
 			req.Now = time.Now()
-			if outcome, _, err := reader.Claim(ctx, req); !errors.Is(err, interceptor.ErrDamaged) {
+			if outcome, _, err := reader.Claim(ctx, req); !errors.Is(err, storage.ErrDamaged) {
 				t.Errorf("Claim of the damaged key = %v, %v; want ErrDamaged", outcome, err)
 			}
-			if _, _, tx, err := reader.ClaimTx(ctx, req, interceptor.ClaimInTx); !errors.Is(err, interceptor.ErrDamaged) || tx != nil {
+			if _, _, tx, err := reader.ClaimTx(ctx, req, storage.ClaimInTx); !errors.Is(err, storage.ErrDamaged) || tx != nil {
 				t.Errorf("ClaimTx of the damaged key = %v, %v; want ErrDamaged and no Tx", tx, err)
 			}
-			if got, err := reader.Get(ctx, req.Key); !errors.Is(err, interceptor.ErrDamaged) {
+			if got, err := reader.Get(ctx, req.Key); !errors.Is(err, storage.ErrDamaged) {
 				t.Errorf("Get of the damaged key = %v, %v; want ErrDamaged", got, err)
 			}
 			// The damage is the record's alone: other keys claim, and the
 			// failed claims left the key unlocked.
-			claim(t, reader, request("other", time.Now()), interceptor.OutcomeFresh)
+			claim(t, reader, request("other", time.Now()), storage.OutcomeFresh)
 			if _, err := writer.Pool().Exec(ctx, `DELETE FROM idempotency_records WHERE key = $1`, req.Key.Key); err != nil {
 				t.Fatal(err)
 			}
 			req.Now = time.Now()
-			claim(t, reader, req, interceptor.OutcomeFresh)
+			claim(t, reader, req, storage.OutcomeFresh)
 		})
 	}
 }

@@ -13,14 +13,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
-// DB is an interceptor.TxStore and a Watcher.
+// DB is an storage.TxStore and a Watcher.
 var (
-	_ interceptor.TxStore = (*DB)(nil)
-	_ interceptor.Watcher = (*DB)(nil)
+	_ storage.TxStore = (*DB)(nil)
+	_ storage.Watcher = (*DB)(nil)
 )
 
 // sweepBatch bounds the records one statement of Sweep deletes, so that no
@@ -29,7 +27,7 @@ const sweepBatch = 1000
 
 // Claim decides req and, when it is claimed, commits the claim before
 // returning.
-func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, error) {
+func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, true)
 	if tx != nil {
 		tx.Rollback() // nothing to roll back: a durable claim's Tx begins on its first statement
@@ -43,7 +41,7 @@ func (db *DB) Claim(ctx context.Context, req interceptor.ClaimRequest) (intercep
 // inserted, completed, when the Tx commits. Other processes' claims of the
 // key wait for the lock, and see the result once it commits. A crash, or a
 // connection lost, releases the lock and leaves nothing.
-func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, interceptor.Tx, error) {
+func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, durable)
 	if tx == nil {
 		return outcome, rec, nil, err // no typed nil in the interface
@@ -56,7 +54,7 @@ func (db *DB) ClaimTx(ctx context.Context, req interceptor.ClaimRequest, durable
 // duplicate of a claim not yet committed, in any process, waits for the
 // lock (LockTimeout at most) and then reads what it committed. Completed
 // records found before are answered from memory, without the database.
-func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
@@ -78,7 +76,7 @@ func (db *DB) claim(ctx context.Context, req interceptor.ClaimRequest, durable i
 // the record as committed, read without the lock. Only a request that
 // would claim is in flight: another claim of the key holds the lock, not
 // yet committed, most likely of the same request.
-func (db *DB) decideWithoutLock(ctx context.Context, req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record, *Tx, error) {
+func (db *DB) decideWithoutLock(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, *Tx, error) {
 	if outcome, rec := db.decidePending(req); outcome != 0 {
 		return outcome, rec, nil, nil
 	}
@@ -89,11 +87,11 @@ func (db *DB) decideWithoutLock(ctx context.Context, req interceptor.ClaimReques
 	if !db.opts.CallerClock {
 		req.Now = now
 	}
-	if outcome, rec := interceptor.Decide(stored, req, db.claimant); !outcome.Claimed() {
+	if outcome, rec := storage.Decide(stored, req, db.claimant); !outcome.Claimed() {
 		db.remember(req.Key, rec)
 		return outcome, rec, nil, nil
 	}
-	return interceptor.OutcomeInFlight, inFlightGuess(req, db.opts.LockTimeout), nil, nil
+	return storage.OutcomeInFlight, inFlightGuess(req, db.opts.LockTimeout), nil, nil
 }
 
 // errLocked: the key's lock is held by another claim past LockTimeout.
@@ -104,7 +102,7 @@ var errLocked = errors.New("pgstore: key locked by another claim")
 // that is not durable keeps the transaction open, and the lock, in the
 // returned Tx: its record is written when it commits. A durable one writes
 // its claim, commits and unlocks at once.
-func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durable interceptor.Durability) (outcome interceptor.Outcome, rec *interceptor.Record, tx *Tx, err error) {
+func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (outcome storage.Outcome, rec *storage.Record, tx *Tx, err error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return 0, nil, nil, err
@@ -126,7 +124,7 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 	if !db.opts.CallerClock {
 		req.Now = now
 	}
-	outcome, rec = interceptor.Decide(stored, req, db.claimant)
+	outcome, rec = storage.Decide(stored, req, db.claimant)
 	if !outcome.Claimed() {
 		db.remember(req.Key, rec)
 		return outcome, rec, nil, nil
@@ -147,7 +145,7 @@ func (db *DB) tryClaim(ctx context.Context, req interceptor.ClaimRequest, durabl
 // costs a claim no more. It runs before t is returned to anyone, so t.mu
 // is not needed. On a failure other than errLocked it closes t's
 // connection, which the caller's rollback then returns to the pool.
-func (t *Tx) lockAndRead(ctx context.Context) (stored *interceptor.Record, now time.Time, err error) {
+func (t *Tx) lockAndRead(ctx context.Context) (stored *storage.Record, now time.Time, err error) {
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
 	b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
@@ -200,13 +198,13 @@ func (t *Tx) writeDurableClaim(ctx context.Context) error {
 
 // keyDigest is the hash that names k to the database where the key itself
 // must not go: in its advisory lock and in the notices of its claims.
-func keyDigest(k interceptor.RecordKey) [sha256.Size]byte {
+func keyDigest(k storage.RecordKey) [sha256.Size]byte {
 	return sha256.Sum256([]byte(k.Scope + "\x00" + k.Key))
 }
 
 // lockID is the advisory lock of k: the first 8 bytes of its digest. Two
 // keys that share one only wait for each other.
-func lockID(k interceptor.RecordKey) int64 {
+func lockID(k storage.RecordKey) int64 {
 	h := keyDigest(k)
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
@@ -216,7 +214,7 @@ func lockID(k interceptor.RecordKey) int64 {
 // stored as it was read. If it is gone (swept), nothing is deleted and the
 // insert after it goes ahead; if it changed (an old attempt completed
 // meanwhile), the insert after it fails on the primary key: see replaced.
-func queueDelete(b *pgx.Batch, k interceptor.RecordKey, prior *interceptor.Record) {
+func queueDelete(b *pgx.Batch, k storage.RecordKey, prior *storage.Record) {
 	b.Queue(`DELETE FROM idempotency_records
 		WHERE scope = $1 AND key = $2 AND state = $3 AND attempt = $4 AND claim_token = $5`,
 		k.Scope, k.Key, int16(prior.State), int64(prior.Attempt), prior.Token[:])
@@ -225,7 +223,7 @@ func queueDelete(b *pgx.Batch, k interceptor.RecordKey, prior *interceptor.Recor
 // queueInsert queues the insert of r, a claim or a completed record. A
 // plain insert: one that finds the key taken fails, and aborts the
 // transaction, so that a COMMIT in the same batch does not run.
-func queueInsert(b *pgx.Batch, k interceptor.RecordKey, r *interceptor.Record, lease time.Duration) error {
+func queueInsert(b *pgx.Batch, k storage.RecordKey, r *storage.Record, lease time.Duration) error {
 	var (
 		res         []byte
 		leaseExpiry *time.Time
@@ -251,7 +249,7 @@ func queueInsert(b *pgx.Batch, k interceptor.RecordKey, r *interceptor.Record, l
 func replaced(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == "idempotency_records" {
-		return interceptor.ErrSuperseded
+		return storage.ErrSuperseded
 	}
 	return err
 }
@@ -287,7 +285,7 @@ func sendBatch(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, read func(
 // of its key, if any: in flight for the same request, a mismatch for
 // another; 0 when there is none. Other processes cannot see that claim and
 // wait for its lock instead; this one knows it, and answers at once.
-func (db *DB) decidePending(req interceptor.ClaimRequest) (interceptor.Outcome, *interceptor.Record) {
+func (db *DB) decidePending(req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	p := db.pending[req.Key]
@@ -295,16 +293,16 @@ func (db *DB) decidePending(req interceptor.ClaimRequest) (interceptor.Outcome, 
 	case p == nil:
 		return 0, nil
 	case p.Fingerprint != req.Fingerprint || p.Scheme != req.Scheme:
-		return interceptor.OutcomeMismatch, p
+		return storage.OutcomeMismatch, p
 	default:
-		return interceptor.OutcomeInFlight, p
+		return storage.OutcomeInFlight, p
 	}
 }
 
 // setPending records rec as this process's claim of k, not yet committed:
 // until it is, this process decides its key's duplicates on it at once,
 // rather than have them wait for the key's lock.
-func (db *DB) setPending(k interceptor.RecordKey, rec *interceptor.Record) {
+func (db *DB) setPending(k storage.RecordKey, rec *storage.Record) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	db.pending[k] = rec
@@ -312,7 +310,7 @@ func (db *DB) setPending(k interceptor.RecordKey, rec *interceptor.Record) {
 
 // removePending forgets rec, the uncommitted claim of k, once its
 // transaction has ended.
-func (db *DB) removePending(k interceptor.RecordKey, rec *interceptor.Record) {
+func (db *DB) removePending(k storage.RecordKey, rec *storage.Record) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.pending[k] == rec {
@@ -323,11 +321,11 @@ func (db *DB) removePending(k interceptor.RecordKey, rec *interceptor.Record) {
 // inFlightGuess is the record a claim answers in flight with when another
 // process holds the key locked, not yet committed: what that claim most
 // likely is. Its lease is the lock timeout, the retry hint a waiter gets.
-func inFlightGuess(req interceptor.ClaimRequest, lockTimeout time.Duration) *interceptor.Record {
-	return &interceptor.Record{
+func inFlightGuess(req storage.ClaimRequest, lockTimeout time.Duration) *storage.Record {
+	return &storage.Record{
 		Fingerprint: req.Fingerprint,
 		Scheme:      req.Scheme,
-		State:       interceptor.StateInFlight,
+		State:       storage.StateInFlight,
 		Attempt:     1,
 		LeaseExpiry: req.Now.Add(lockTimeout),
 		Expiry:      req.Now.Add(req.TTL),
@@ -347,9 +345,9 @@ const selectRecord = `SELECT clock_timestamp(), r.fingerprint, r.fingerprint_sch
 // scanRecord reads a row of selectRecord: the record (nil when none) and
 // the database's clock. A record that does not decode (the schema's
 // constraints hold, so only its bytes can be wrong) is an error wrapping
-// interceptor.ErrDamaged: no answer can be made from it, and retrying
+// storage.ErrDamaged: no answer can be made from it, and retrying
 // will not mend it.
-func scanRecord(row pgx.Row) (*interceptor.Record, time.Time, error) {
+func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
 	var (
 		now                     time.Time
 		fingerprint, token, res []byte
@@ -365,19 +363,19 @@ func scanRecord(row pgx.Row) (*interceptor.Record, time.Time, error) {
 	if state == nil {
 		return nil, now, nil
 	}
-	rec := &interceptor.Record{Scheme: *scheme, State: interceptor.State(*state), Attempt: uint64(*attempt), Owner: *owner, Expiry: *expiry}
+	rec := &storage.Record{Scheme: *scheme, State: storage.State(*state), Attempt: uint64(*attempt), Owner: *owner, Expiry: *expiry}
 	if len(fingerprint) != len(rec.Fingerprint) || len(token) != len(rec.Token) {
-		return nil, time.Time{}, fmt.Errorf("pgstore: %w: a record has a malformed fingerprint or claim token", interceptor.ErrDamaged)
+		return nil, time.Time{}, fmt.Errorf("pgstore: %w: a record has a malformed fingerprint or claim token", storage.ErrDamaged)
 	}
 	copy(rec.Fingerprint[:], fingerprint)
 	copy(rec.Token[:], token)
 	if leaseExpiry != nil {
 		rec.LeaseExpiry = *leaseExpiry
 	}
-	if rec.State == interceptor.StateCompleted {
-		rec.Result = new(interceptor.Result)
+	if rec.State == storage.StateCompleted {
+		rec.Result = new(storage.Result)
 		if err := rec.Result.UnmarshalBinary(res); err != nil {
-			return nil, time.Time{}, fmt.Errorf("pgstore: %w: a completed record's result: %w", interceptor.ErrDamaged, err)
+			return nil, time.Time{}, fmt.Errorf("pgstore: %w: a completed record's result: %w", storage.ErrDamaged, err)
 		}
 	}
 	return rec, now, nil
@@ -385,7 +383,7 @@ func scanRecord(row pgx.Row) (*interceptor.Record, time.Time, error) {
 
 // Get returns the record stored for k, live or expired, or nil when there
 // is none. It only reads: for an operator's question about a key.
-func (db *DB) Get(ctx context.Context, k interceptor.RecordKey) (*interceptor.Record, error) {
+func (db *DB) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	rec, _, err := scanRecord(db.pool.QueryRow(ctx, selectRecord, k.Scope, k.Key))
 	return rec, err
 }
@@ -400,9 +398,9 @@ func (db *DB) CountRecords(ctx context.Context) (int64, error) {
 
 // Renew extends the claim's lease by its length from now, on the
 // database's clock (with CallerClock, to claim.LeaseExpiry), provided the
-// claim is still the stored one (state 1 is interceptor.StateInFlight, as
+// claim is still the stored one (state 1 is storage.StateInFlight, as
 // queueInsert stores it).
-func (db *DB) Renew(ctx context.Context, k interceptor.RecordKey, claim *interceptor.Record) error {
+func (db *DB) Renew(ctx context.Context, k storage.RecordKey, claim *storage.Record) error {
 	var to *time.Time
 	if db.opts.CallerClock {
 		to = &claim.LeaseExpiry
@@ -415,14 +413,14 @@ func (db *DB) Renew(ctx context.Context, k interceptor.RecordKey, claim *interce
 		return err
 	}
 	if tag.RowsAffected() != 1 {
-		return interceptor.ErrSuperseded
+		return storage.ErrSuperseded
 	}
 	return nil
 }
 
 // Complete stores done provided its claim is still the stored one, and
 // tells the processes waiting for the key.
-func (db *DB) Complete(ctx context.Context, k interceptor.RecordKey, done *interceptor.Record) error {
+func (db *DB) Complete(ctx context.Context, k storage.RecordKey, done *storage.Record) error {
 	stmt, args, err := completion(k, done, true)
 	if err != nil {
 		return err
@@ -442,13 +440,13 @@ func commitOutcome(err error) error {
 	if err == nil || errors.As(err, &pgErr) || errors.Is(err, errLocked) || pgconn.SafeToRetry(err) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", interceptor.ErrOutcomeUnknown, err)
+	return fmt.Errorf("%w: %w", storage.ErrOutcomeUnknown, err)
 }
 
 // completion is the statement that stores done provided its claim is still
 // the stored one (raising SQLSTATE PI001 otherwise: see superseded); with
 // notify, the processes watching the key hear of it once it commits.
-func completion(k interceptor.RecordKey, done *interceptor.Record, notify bool) (string, []any, error) {
+func completion(k storage.RecordKey, done *storage.Record, notify bool) (string, []any, error) {
 	res, err := done.Result.MarshalBinary()
 	if err != nil {
 		return "", nil, err
@@ -467,7 +465,7 @@ func completion(k interceptor.RecordKey, done *interceptor.Record, notify bool) 
 func superseded(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "PI001" {
-		return interceptor.ErrSuperseded
+		return storage.ErrSuperseded
 	}
 	return err
 }
