@@ -208,26 +208,15 @@ var (
 	pgStats = `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), (SELECT wal_sync FROM pg_stat_wal)`
 )
 
+// runOnce runs sc once on a fresh data file or database, and returns its
+// figures.
 func runOnce(sc scenario) result {
 	dir, err := os.MkdirTemp("", "paymentsd-bench")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	db := filepath.Join(dir, "bench.db")
-	if sc.replicas > 0 {
-		pgRuns++
-		if db, err = pg.CreateDatabase(fmt.Sprint("bench_", pgRuns)); err != nil {
-			log.Fatal(err)
-		}
-	}
-	// The data is made, and hot keys created, by a server of its own, so
-	// that only the scenario's commits count.
-	prep := start(*sc.binary, db)
-	if sc.setup {
-		precreate(prep.addr)
-	}
-	prep.stop()
+	db := prepareData(sc, dir)
 	// Over TLS, ghz keeps its connection for the whole run, as over
 	// plaintext, so the handshake is paid once, not per request.
 	serverArgs, ghzArgs := []string(nil), []string{"--insecure"}
@@ -244,18 +233,58 @@ func runOnce(sc scenario) result {
 	for i := range servers {
 		servers[i] = start(*sc.binary, db, serverArgs...)
 	}
+	r, count := summarize(load(sc, servers, ghzArgs))
+	var commits uint64
+	var cpu time.Duration
+	for _, srv := range servers {
+		c, t := srv.stop()
+		commits, cpu = commits+c, cpu+t
+	}
+	r.commits = float64(commits) / float64(count)
+	r.cpu = float64(cpu.Microseconds()) / float64(count)
+	if sc.replicas > 0 {
+		after := readStats(db)
+		r.commits = float64(after[0]-before[0]) / float64(count)
+		r.walSyncs = float64(after[1]-before[1]) / float64(count)
+	}
+	return r
+}
 
-	// One ghz per server, each with its share of the load and keys of its
-	// own: the fresh keys of two ghz must not meet.
-	type report struct {
-		Count   uint64
-		Rps     float64
-		Details []struct {
-			Latency time.Duration
-			Status  string
+// prepareData returns the data of a run of sc: a data file in dir, or a
+// new PostgreSQL database for replicas. It is made, and the hot keys
+// created, by a server of its own, so that only the scenario's commits
+// count.
+func prepareData(sc scenario, dir string) string {
+	db := filepath.Join(dir, "bench.db")
+	if sc.replicas > 0 {
+		pgRuns++
+		var err error
+		if db, err = pg.CreateDatabase(fmt.Sprint("bench_", pgRuns)); err != nil {
+			log.Fatal(err)
 		}
 	}
-	reps := make([]report, len(servers))
+	prep := start(*sc.binary, db)
+	if sc.setup {
+		precreate(prep.addr)
+	}
+	prep.stop()
+	return db
+}
+
+// ghzReport is what a run needs of ghz's JSON report.
+type ghzReport struct {
+	Count   uint64
+	Rps     float64
+	Details []struct {
+		Latency time.Duration
+		Status  string
+	}
+}
+
+// load runs one ghz per server, side by side, each with its share of sc's
+// load and keys of its own: the fresh keys of two ghz must not meet.
+func load(sc scenario, servers []*server, ghzArgs []string) []ghzReport {
+	reps := make([]ghzReport, len(servers))
 	errs := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func() {
@@ -285,16 +314,18 @@ func runOnce(sc scenario) result {
 			log.Fatal(err)
 		}
 	}
-	// Latencies of every answer, errors included (ghz's own percentiles
-	// leave errors out), and the answers by code.
-	var (
-		lat   []time.Duration
-		count uint64
-		r     result
-	)
+	return reps
+}
+
+// summarize adds up the reports of ghz that ran side by side: the
+// requests/s, the latencies of every answer, errors included (ghz's own
+// percentiles leave errors out), and the answers by code; and returns
+// how many requests they made.
+func summarize(reps []ghzReport) (r result, count uint64) {
+	var lat []time.Duration
 	codes := map[string]int{}
 	for _, rep := range reps {
-		r.rps += rep.Rps // the ghz ran side by side
+		r.rps += rep.Rps
 		count += rep.Count
 		for _, d := range rep.Details {
 			lat = append(lat, d.Latency)
@@ -312,20 +343,7 @@ func runOnce(sc scenario) result {
 	}
 	slices.Sort(parts)
 	r.codes = strings.Join(parts, ", ")
-	var commits uint64
-	var cpu time.Duration
-	for _, srv := range servers {
-		c, t := srv.stop()
-		commits, cpu = commits+c, cpu+t
-	}
-	r.commits = float64(commits) / float64(count)
-	r.cpu = float64(cpu.Microseconds()) / float64(count)
-	if sc.replicas > 0 {
-		after := readStats(db)
-		r.commits = float64(after[0]-before[0]) / float64(count)
-		r.walSyncs = float64(after[1]-before[1]) / float64(count)
-	}
-	return r
+	return r, count
 }
 
 // readStats returns the database's committed transactions and the

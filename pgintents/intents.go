@@ -169,7 +169,6 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 		next []byte
 	)
 	err := s.db.Read(ctx, func(q pgstore.Querier) error {
-		page, next = nil, nil
 		var (
 			rows pgx.Rows
 			err  error
@@ -182,34 +181,43 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 		if err != nil {
 			return fmt.Errorf("list intents: %w", err)
 		}
-		defer rows.Close()
-		var lastNanos int64
-		for rows.Next() {
-			if len(page) == limit {
-				next = encodeCursor(lastNanos, page[len(page)-1].Id)
-				break
-			}
-			var (
-				nanos int64
-				id    string
-				raw   []byte
-			)
-			if err := rows.Scan(&nanos, &id, &raw); err != nil {
-				return fmt.Errorf("list intents: %w", err)
-			}
-			pi, err := decodeIntent(id, raw)
-			if err != nil {
-				return err
-			}
-			page, lastNanos = append(page, pi), nanos
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("list intents: %w", err)
-		}
-		return nil
+		page, next, err = scanPage(rows, limit)
+		return err
 	})
 	if err != nil {
 		return nil, nil, err
+	}
+	return page, next, nil
+}
+
+// scanPage reads and closes rows, those of a page query, which asks for
+// one row more than limit: it returns the page's intents and the cursor
+// of the next page, nil when the extra row is not there (no page follows).
+// The extra row is only counted, never decoded.
+func scanPage(rows pgx.Rows, limit int) (page []*paymentsv1.PaymentIntent, next []byte, err error) {
+	defer rows.Close()
+	var lastNanos int64
+	for rows.Next() {
+		if len(page) == limit {
+			next = encodeCursor(lastNanos, page[len(page)-1].Id)
+			break
+		}
+		var (
+			nanos int64
+			id    string
+			raw   []byte
+		)
+		if err := rows.Scan(&nanos, &id, &raw); err != nil {
+			return nil, nil, fmt.Errorf("list intents: %w", err)
+		}
+		pi, err := decodeIntent(id, raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		page, lastNanos = append(page, pi), nanos
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("list intents: %w", err)
 	}
 	return page, next, nil
 }

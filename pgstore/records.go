@@ -118,32 +118,8 @@ func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable st
 			t.rollbackLocked()
 		}
 	}()
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
-	b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
-	b.Queue(selectRecord, req.Key.Scope, req.Key.Key)
-	var (
-		stored *storage.Record
-		now    time.Time
-	)
-	err = sendBatch(ctx, conn, b, func(br pgx.BatchResults) error {
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		var err error
-		stored, now, err = scanRecord(br.QueryRow())
-		return err
-	})
+	stored, now, err := t.lockAndRead(ctx)
 	if err != nil {
-		// A lock wait that ran out may have been the read's (a table lock
-		// queued behind a schema change) after the key's lock was taken:
-		// rollbackLocked releases it either way. Any other failure may have
-		// left the connection unusable: it is closed, which releases all.
-		if !errors.Is(err, errLocked) {
-			conn.Conn().Close(ctx)
-		}
 		return 0, nil, nil, err
 	}
 	db.sawClock(now)
@@ -160,21 +136,66 @@ func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable st
 		db.setPending(req.Key, rec)
 		return outcome, rec, t, nil
 	}
-	b = &pgx.Batch{}
-	if stored != nil {
-		queueDelete(b, req.Key, stored)
-	}
-	if err := queueInsert(b, req.Key, rec, req.Lease); err != nil {
+	if err := t.writeDurableClaim(ctx); err != nil {
 		return 0, nil, nil, err
+	}
+	return outcome, rec, t, nil
+}
+
+// lockAndRead begins t's transaction, takes its key's lock and reads the
+// key's record and the database's clock, in one round trip: a fresh key
+// costs a claim no more. It runs before t is returned to anyone, so t.mu
+// is not needed. On a failure other than errLocked it closes t's
+// connection, which the caller's rollback then returns to the pool.
+func (t *Tx) lockAndRead(ctx context.Context) (stored *storage.Record, now time.Time, err error) {
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
+	b.Queue(selectRecord, t.key.Scope, t.key.Key)
+	err = sendBatch(ctx, t.conn, b, func(br pgx.BatchResults) error {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		var err error
+		stored, now, err = scanRecord(br.QueryRow())
+		return err
+	})
+	if err != nil {
+		// A lock wait that ran out may have been the read's (a table lock
+		// queued behind a schema change) after the key's lock was taken:
+		// rollbackLocked releases it either way. Any other failure may have
+		// left the connection unusable: it is closed, which releases all.
+		if !errors.Is(err, errLocked) {
+			t.conn.Conn().Close(ctx)
+		}
+		return nil, time.Time{}, err
+	}
+	return stored, now, nil
+}
+
+// writeDurableClaim stores t's claim in place of the record it replaces,
+// if any, commits and releases the key's lock, in one round trip, so that
+// a durable claim survives whatever the handler does next. It returns t's
+// connection to the pool: the handler's transaction begins on its first
+// statement (see Tx.run). Like lockAndRead, it runs before t is shared.
+func (t *Tx) writeDurableClaim(ctx context.Context) error {
+	b := &pgx.Batch{}
+	if t.prior != nil {
+		queueDelete(b, t.key, t.prior)
+	}
+	if err := queueInsert(b, t.key, t.claim, t.lease); err != nil {
+		return err
 	}
 	b.Queue(`COMMIT`)
 	b.Queue(`SELECT pg_advisory_unlock_all()`)
-	if err := sendBatch(ctx, conn, b, execAll(b)); err != nil {
-		return 0, nil, nil, replaced(err)
+	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
+		return replaced(err)
 	}
-	conn.Release()
-	t.conn = nil // its Tx begins on the handler's first statement
-	return outcome, rec, t, nil
+	t.conn.Release()
+	t.conn = nil
+	return nil
 }
 
 // keyDigest is the hash that names k to the database where the key itself
@@ -324,7 +345,10 @@ const selectRecord = `SELECT clock_timestamp(), r.fingerprint, r.fingerprint_sch
 	FROM (VALUES (1)) AS one LEFT JOIN idempotency_records r ON r.scope = $1 AND r.key = $2`
 
 // scanRecord reads a row of selectRecord: the record (nil when none) and
-// the database's clock.
+// the database's clock. A record that does not decode (the schema's
+// constraints hold, so only its bytes can be wrong) is an error wrapping
+// storage.ErrDamaged: no answer can be made from it, and retrying
+// will not mend it.
 func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
 	var (
 		now                     time.Time
@@ -343,7 +367,7 @@ func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
 	}
 	rec := &storage.Record{Scheme: *scheme, State: storage.State(*state), Attempt: uint64(*attempt), Owner: *owner, Expiry: *expiry}
 	if len(fingerprint) != len(rec.Fingerprint) || len(token) != len(rec.Token) {
-		return nil, time.Time{}, fmt.Errorf("pgstore: record has a malformed fingerprint or claim token")
+		return nil, time.Time{}, fmt.Errorf("pgstore: %w: a record has a malformed fingerprint or claim token", storage.ErrDamaged)
 	}
 	copy(rec.Fingerprint[:], fingerprint)
 	copy(rec.Token[:], token)
@@ -353,7 +377,7 @@ func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
 	if rec.State == storage.StateCompleted {
 		rec.Result = new(storage.Result)
 		if err := rec.Result.UnmarshalBinary(res); err != nil {
-			return nil, time.Time{}, fmt.Errorf("pgstore: %w", err)
+			return nil, time.Time{}, fmt.Errorf("pgstore: %w: a completed record's result: %w", storage.ErrDamaged, err)
 		}
 	}
 	return rec, now, nil

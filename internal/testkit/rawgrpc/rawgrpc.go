@@ -54,8 +54,8 @@ type Response struct {
 // as one length-prefixed gRPC message that ends the stream. It connects to
 // addr over TCP, with TLS (ALPN h2) when tlsConfig is not nil, or else with
 // plaintext HTTP/2 by prior knowledge. A stream the server resets comes
-// back as an http2.StreamError, a connection it closes with GOAWAY as an
-// http2.GoAwayError; ctx bounds the whole exchange.
+// back as an http2.StreamError, a connection it closes with GOAWAY as a
+// GoAwayError; ctx bounds the whole exchange.
 func Call(ctx context.Context, addr string, tlsConfig *tls.Config, fields []Field, message []byte) (*Response, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -110,67 +110,108 @@ func Call(ctx context.Context, addr string, tlsConfig *tls.Config, fields []Fiel
 // readResponse reads frames until the stream ends, answering what the
 // connection needs on the way (SETTINGS acks, PINGs, flow control).
 func readResponse(fr *http2.Framer, stream uint32) (*Response, error) {
-	r := &Response{}
-	var body []byte
-	headersSeen := false
+	rd := &streamReader{fr: fr, stream: stream, r: &Response{}}
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
 			return nil, err
 		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				if err := fr.WriteSettingsAck(); err != nil {
-					return nil, err
-				}
-			}
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				if err := fr.WritePing(true, f.Data); err != nil {
-					return nil, err
-				}
-			}
-		case *http2.GoAwayFrame:
-			if f.LastStreamID < stream || f.ErrCode != http2.ErrCodeNo {
-				return nil, http2.GoAwayError{LastStreamID: f.LastStreamID, ErrCode: f.ErrCode, DebugData: string(f.DebugData())}
-			}
-		case *http2.RSTStreamFrame:
-			if f.StreamID == stream {
-				return nil, http2.StreamError{StreamID: stream, Code: f.ErrCode}
-			}
-		case *http2.MetaHeadersFrame:
-			if f.StreamID != stream {
-				continue
-			}
-			fs := make([]Field, 0, len(f.Fields))
-			for _, hf := range f.Fields {
-				fs = append(fs, Field{hf.Name, hf.Value})
-			}
-			if !headersSeen {
-				headersSeen = true
-				r.Header = fs
-				r.Status, _ = strconv.Atoi(f.PseudoValue("status"))
-			} else {
-				r.Trailer = fs
-			}
-			if f.StreamEnded() {
-				return r.finish(body)
-			}
-		case *http2.DataFrame:
-			if f.StreamID != stream {
-				continue
-			}
-			body = append(body, f.Data()...)
-			if n := uint32(len(f.Data())); n > 0 {
-				fr.WriteWindowUpdate(0, n)
-				fr.WriteWindowUpdate(stream, n)
-			}
-			if f.StreamEnded() {
-				return r.finish(body)
-			}
+		ended, err := rd.frame(f)
+		if err != nil {
+			return nil, err
+		}
+		if ended {
+			return rd.r.finish(rd.body)
 		}
 	}
+}
+
+// streamReader gathers the answer on one stream from the frames read,
+// one frame at a time.
+type streamReader struct {
+	fr          *http2.Framer
+	stream      uint32
+	r           *Response
+	body        []byte
+	headersSeen bool
+}
+
+// frame takes in f, a frame of any stream: it answers the connection's
+// frames, turns a refusal of the stream or the connection into an error,
+// and keeps the stream's headers and data. ended says the stream ended.
+func (rd *streamReader) frame(f http2.Frame) (ended bool, err error) {
+	switch f := f.(type) {
+	case *http2.SettingsFrame:
+		if !f.IsAck() {
+			return false, rd.fr.WriteSettingsAck()
+		}
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			return false, rd.fr.WritePing(true, f.Data)
+		}
+	case *http2.GoAwayFrame:
+		if f.LastStreamID < rd.stream || f.ErrCode != http2.ErrCodeNo {
+			return false, GoAwayError{LastStreamID: f.LastStreamID, ErrCode: f.ErrCode, DebugData: string(f.DebugData())}
+		}
+	case *http2.RSTStreamFrame:
+		if f.StreamID == rd.stream {
+			return false, http2.StreamError{StreamID: rd.stream, Code: f.ErrCode}
+		}
+	case *http2.MetaHeadersFrame:
+		if f.StreamID == rd.stream {
+			rd.headers(f)
+			return f.StreamEnded(), nil
+		}
+	case *http2.DataFrame:
+		if f.StreamID == rd.stream {
+			rd.data(f)
+			return f.StreamEnded(), nil
+		}
+	}
+	return false, nil
+}
+
+// headers keeps the fields of a HEADERS frame of the stream: the first
+// are the response's headers (and its :status), any later its trailers.
+func (rd *streamReader) headers(f *http2.MetaHeadersFrame) {
+	fs := make([]Field, 0, len(f.Fields))
+	for _, hf := range f.Fields {
+		fs = append(fs, Field{hf.Name, hf.Value})
+	}
+	if !rd.headersSeen {
+		rd.headersSeen = true
+		rd.r.Header = fs
+		rd.r.Status, _ = strconv.Atoi(f.PseudoValue("status"))
+	} else {
+		rd.r.Trailer = fs
+	}
+}
+
+// data keeps a DATA frame's bytes and gives their flow-control window
+// back to the server at once, on the connection and the stream, so that
+// a response of any length arrives.
+func (rd *streamReader) data(f *http2.DataFrame) {
+	rd.body = append(rd.body, f.Data()...)
+	if n := uint32(len(f.Data())); n > 0 {
+		rd.fr.WriteWindowUpdate(0, n)
+		rd.fr.WriteWindowUpdate(rd.stream, n)
+	}
+}
+
+// GoAwayError is Call's error when the server closed the connection with
+// a GOAWAY frame before answering the call (its stream is past
+// LastStreamID, or ErrCode is not NO_ERROR). It is the kit's own: x/net's
+// http2.GoAwayError, with the same fields, is deprecated with its
+// Transport, and this kit uses only the Framer.
+type GoAwayError struct {
+	LastStreamID uint32
+	ErrCode      http2.ErrCode
+	DebugData    string
+}
+
+func (e GoAwayError) Error() string {
+	return fmt.Sprintf("rawgrpc: server sent GOAWAY; LastStreamID=%v, ErrCode=%v, debug=%q",
+		e.LastStreamID, e.ErrCode, e.DebugData)
 }
 
 // finish fills in the gRPC status from the trailers (or, for a

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"io"
 	"math/big"
 	"net"
 	"testing"
@@ -138,4 +139,38 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	pool := x509.NewCertPool()
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// A server that refuses the connection with GOAWAY before the call's
+// stream is answered comes back as a GoAwayError with its fields.
+func TestCall_GoAwayBeforeStream_GoAwayError(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	done := make(chan struct{})
+	t.Cleanup(func() { <-done })
+	go func() {
+		defer close(done)
+		conn, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(conn, preface); err != nil {
+			return
+		}
+		fr := http2.NewFramer(conn, conn)
+		fr.WriteSettings()
+		fr.WriteGoAway(0, http2.ErrCodeEnhanceYourCalm, []byte("calm down"))
+		io.Copy(io.Discard, conn) // until the client hangs up
+	}()
+	addr := lis.Addr().String()
+	r, err := check(t, addr, nil, "")
+	var ga GoAwayError
+	if !errors.As(err, &ga) || ga.LastStreamID != 0 || ga.ErrCode != http2.ErrCodeEnhanceYourCalm || ga.DebugData != "calm down" {
+		t.Fatalf("answer %+v, error %v; want a GoAwayError of ENHANCE_YOUR_CALM, stream 0, \"calm down\"", r, err)
+	}
 }
