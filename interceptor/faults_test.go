@@ -32,6 +32,7 @@ type faultyStore struct {
 	*boltstore.DB
 	failClaim, failRenew, failComplete atomic.Bool
 	outcomeUnknown                     atomic.Bool // completions fail not knowing if they were kept
+	damaged                            atomic.Bool // failures say the data is damaged
 	renewals                           atomic.Int64
 }
 
@@ -40,6 +41,14 @@ func (s *faultyStore) completeFault() error {
 	if s.outcomeUnknown.Load() {
 		return fmt.Errorf("fdatasync after the meta page: %w: %w", storage.ErrOutcomeUnknown, errInjected)
 	}
+	return s.fault()
+}
+
+// fault is the error of a claim that fails.
+func (s *faultyStore) fault() error {
+	if s.damaged.Load() {
+		return fmt.Errorf("page 7: %w: %w", storage.ErrDamaged, errInjected)
+	}
 	return errInjected
 }
 
@@ -47,14 +56,14 @@ var errInjected = errors.New("injected storage fault")
 
 func (s *faultyStore) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
 	if s.failClaim.Load() {
-		return 0, nil, errInjected
+		return 0, nil, s.fault()
 	}
 	return s.DB.Claim(ctx, req)
 }
 
 func (s *faultyStore) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	if s.failClaim.Load() {
-		return 0, nil, nil, errInjected
+		return 0, nil, nil, s.fault()
 	}
 	outcome, rec, tx, err := s.DB.ClaimTx(ctx, req, durable)
 	if tx != nil {
@@ -115,6 +124,34 @@ func TestFault_ClaimFails_UnavailableHandlerNotRun(t *testing.T) {
 		t.Errorf("after the fault: %v, want the key to run fresh", a.err)
 	}
 	h.wantCalls(t, 1)
+}
+
+// A store's ErrDamaged, however wrapped, is DATA_LOSS for the caller, on a
+// claim (the handler does not run) and on a completion (its result was
+// not stored); the cause reaches the observer, never the caller.
+func TestFault_StoreDamaged_DataLoss(t *testing.T) {
+	obs := &recordingObserver{}
+	h, fs := startFaulty(t, interceptor.WithObserver(obs))
+	fs.damaged.Store(true)
+	fs.failClaim.Store(true)
+	a := h.send("tok", "k", payload("x"))
+	if st := status.Convert(a.err); st.Code() != codes.DataLoss || !strings.Contains(st.Message(), "not run") || strings.Contains(st.Message(), "page 7") {
+		t.Errorf("damaged claim: %v, want DATA_LOSS saying the request was not run, without the cause", a.err)
+	}
+	h.wantCalls(t, 0)
+	fs.failClaim.Store(false)
+	fs.failComplete.Store(true)
+	a = h.send("tok", "k2", payload("x"))
+	if st := status.Convert(a.err); st.Code() != codes.DataLoss || !strings.Contains(st.Message(), "attempt 1 was not stored") {
+		t.Errorf("damaged completion: %v, want DATA_LOSS saying the result of attempt 1 was not stored", a.err)
+	}
+	h.wantCalls(t, 1)
+	obs.mu.Lock()
+	got := obs.finished
+	obs.mu.Unlock()
+	if len(got) != 2 || !errors.Is(got[0].Err, storage.ErrDamaged) || !errors.Is(got[1].Err, storage.ErrDamaged) {
+		t.Errorf("observed %+v, want both failures with their ErrDamaged cause", got)
+	}
 }
 
 func TestFault_CompleteFails_RecordStaysInFlightUntilTakeover(t *testing.T) {
