@@ -56,8 +56,13 @@ func TestRun_SeesEveryKindOfChange(t *testing.T) {
 	target := filepath.Join(dir, "data-1", "keys")
 	os.Mkdir(filepath.Dir(target), 0o700)
 	write(target, "four")
-	os.Remove(path)
-	if err := os.Symlink(target, path); err != nil {
+	// Swapped in at once, as ln -s then mv does: a remove and a link
+	// made apart are two changes, and a loaded machine may see both.
+	link := filepath.Join(dir, "keys.link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(link, path); err != nil {
 		t.Fatal(err)
 	}
 	expect("replaced by a link")
