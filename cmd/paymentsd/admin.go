@@ -63,7 +63,7 @@ type adminServer struct {
 // PostgreSQL, or when the socket cannot be made: that is logged, and the
 // server serves payments without it.
 func (m *Main) serveAdmin() *adminServer {
-	db, ok := m.db.records.(*boltstore.DB)
+	db, ok := m.db.Records().(*boltstore.DB)
 	if !ok {
 		return nil
 	}

@@ -1,180 +1,180 @@
-package main
+// Package credfiles loads paymentsd's credential files, the API keys and
+// the TLS certificate, key and client CAs, and reads them again when they
+// change on disk or on a signal, keeping the last good ones in use when
+// new ones do not load.
+package credfiles
 
 import (
 	"context"
 	"crypto/x509"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
+	"sync"
 	"time"
 
-	"google.golang.org/grpc/credentials"
-
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/httpapi"
 	"github.com/paymentsd/paymentsd/internal/filewatch"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
 
-// credentialPoll is how often the credential files (--api-keys and the
-// --tls-* files) are looked at for a change.
-const credentialPoll = 250 * time.Millisecond
+// Poll is how often the files are looked at for a change.
+const Poll = 250 * time.Millisecond
 
-// configFileError is a credential file that cannot be used at start: a
-// bad configuration, which paymentsd exits 2 for, as for a bad flag.
-type configFileError struct{ err error }
-
-func (e *configFileError) Error() string { return e.err.Error() }
-func (e *configFileError) Unwrap() error { return e.err }
-
-// loadCredentials reads the API keys and the TLS files for the first time.
-// Their watchers take their first look before, and SIGHUP is caught from
-// then on, so that a change or a SIGHUP while the server starts is acted
-// on once it serves (watchCredentials), neither missed nor fatal.
-func (m *Main) loadCredentials() error {
-	if m.hup == nil { // main catches it earlier still
-		m.hup = make(chan os.Signal, 1)
-		signal.Notify(m.hup, syscall.SIGHUP)
-	}
-	if m.Config.APIKeysPath != "" {
-		m.keysFile = filewatch.New(m.Config.APIKeysPath)
-	}
-	if m.Config.TLSCert != "" {
-		m.tlsFiles = filewatch.New(m.tlsFilesConfig().Paths()...)
-	}
-	if err := m.readCredentials(); err != nil {
-		signal.Stop(m.hup)
-		return err
-	}
-	return nil
+// Config names the files, as the flags do.
+type Config struct {
+	APIKeys       string // --api-keys; empty is dev mode, any token accepted
+	PrincipalFrom string // --principal-from
+	TLSCert       string // empty serves plaintext
+	TLSKey        string
+	TLSClientCA   string // empty asks for no client certificate
 }
 
-func (m *Main) tlsFilesConfig() tlsreload.Files {
-	return tlsreload.Files{Cert: m.Config.TLSCert, Key: m.Config.TLSKey, ClientCA: m.Config.TLSClientCA}
+// ConfigError is a credential file that cannot be used at start: a bad
+// configuration, which paymentsd exits 2 for, as for a bad flag.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Credentials are the ones in use.
+type Credentials struct {
+	// Authn authenticates callers with the keys in use.
+	Authn *auth.Authenticator
+	// TLS serves the certificate in use; nil without Config.TLSCert.
+	TLS *tlsreload.Server
+
+	config             Config
+	logger             *slog.Logger
+	keysFile, tlsFiles *filewatch.Watcher // nil when not configured
+	// reloading serialises reloads: a watcher's and a signal's, each
+	// reading then storing, could otherwise store the older file last.
+	reloading sync.Mutex
 }
 
-func (m *Main) readCredentials() error {
+// Load reads the files for the first time. Their watchers take their first
+// look before, so that a change while the server starts is acted on once
+// Watch runs, neither missed nor fatal.
+func Load(c Config, logger *slog.Logger) (*Credentials, error) {
+	cr := &Credentials{config: c, logger: logger}
+	if c.APIKeys != "" {
+		cr.keysFile = filewatch.New(c.APIKeys)
+	}
+	if c.TLSCert != "" {
+		cr.tlsFiles = filewatch.New(cr.tlsFilesConfig().Paths()...)
+	}
 	keys := auth.Dev()
-	if m.Config.APIKeysPath != "" {
+	if c.APIKeys != "" {
 		var err error
-		if keys, err = auth.LoadFile(m.Config.APIKeysPath); err != nil {
-			return &configFileError{err}
+		if keys, err = auth.LoadFile(c.APIKeys); err != nil {
+			return nil, &ConfigError{err}
 		}
 	}
-	source, err := auth.ParseSource(m.Config.PrincipalFrom)
-	if err != nil { // ParseFlags refuses it first
-		return &configFileError{err}
+	source, err := auth.ParseSource(c.PrincipalFrom)
+	if err != nil { // the flags are checked first
+		return nil, &ConfigError{err}
 	}
-	m.authn = auth.NewAuthenticator(source, keys)
-	if m.Config.TLSCert != "" {
-		m.tls, err = tlsreload.Load(m.tlsFilesConfig())
-		if err != nil {
-			return &configFileError{err}
+	cr.Authn = auth.NewAuthenticator(source, keys)
+	if c.TLSCert != "" {
+		if cr.TLS, err = tlsreload.Load(cr.tlsFilesConfig()); err != nil {
+			return nil, &ConfigError{err}
 		}
-		if m.Config.TLSClientCA != "" {
-			m.authn.SetChainCheck(m.tls.StillTrusted)
+		if c.TLSClientCA != "" {
+			cr.Authn.SetChainCheck(cr.TLS.StillTrusted)
 		}
 	}
-	return nil
+	return cr, nil
 }
 
-// clientAuth is whether the gRPC and HTTP listeners require client
+func (cr *Credentials) tlsFilesConfig() tlsreload.Files {
+	return tlsreload.Files{Cert: cr.config.TLSCert, Key: cr.config.TLSKey, ClientCA: cr.config.TLSClientCA}
+}
+
+// ClientAuth is whether the gRPC and HTTP listeners require client
 // certificates.
-func (m *Main) clientAuth() tlsreload.ClientAuth {
-	return tlsreload.ClientAuth(m.Config.TLSClientCA != "")
+func (cr *Credentials) ClientAuth() tlsreload.ClientAuth {
+	return tlsreload.ClientAuth(cr.config.TLSClientCA != "")
 }
 
-// grpcCredentials are the gRPC server's: TLS with ALPN h2 when
-// --tls-cert is set, plaintext otherwise, and the HTTP face's in-memory
-// connection let in either way.
-func (m *Main) grpcCredentials() credentials.TransportCredentials {
-	if m.tls == nil {
-		return httpapi.ServerCredentials(nil)
-	}
-	return httpapi.ServerCredentials(credentials.NewTLS(m.tls.Config(m.clientAuth(), "h2")))
-}
-
-// logCredentials says at start how callers are authenticated.
-func (m *Main) logCredentials() {
-	keys := m.authn.Keys()
+// Log says how callers are authenticated, for the start.
+func (cr *Credentials) Log() {
+	keys := cr.Authn.Keys()
 	switch {
-	case m.authn.Source() == auth.FromCert:
-		m.Logger.Info("principals from client certificates")
+	case cr.Authn.Source() == auth.FromCert:
+		cr.logger.Info("principals from client certificates")
 	case keys.IsDev():
-		m.Logger.Warn("dev mode: any bearer token is accepted as a principal of its own; pass --api-keys in production",
-			"principal_from", m.authn.Source().String())
+		cr.logger.Warn("dev mode: any bearer token is accepted as a principal of its own; pass --api-keys in production",
+			"principal_from", cr.Authn.Source().String())
 	default:
-		m.Logger.Info("api keys loaded", "file", m.Config.APIKeysPath, "principals", keys.Principals(),
-			"principal_from", m.authn.Source().String())
+		cr.logger.Info("api keys loaded", "file", cr.config.APIKeys, "principals", keys.Principals(),
+			"principal_from", cr.Authn.Source().String())
 	}
-	if m.tls != nil {
-		m.logCertificate("tls certificate loaded", m.tls.Leaf())
+	if cr.TLS != nil {
+		cr.logCertificate("tls certificate loaded", cr.TLS.Leaf())
 	}
 }
 
-func (m *Main) logCertificate(msg string, leaf *x509.Certificate, attrs ...any) {
-	m.Logger.Info(msg, append(attrs, "cert", m.Config.TLSCert, "serial", leaf.SerialNumber.Text(16),
-		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "client_ca", m.Config.TLSClientCA != "")...)
+func (cr *Credentials) logCertificate(msg string, leaf *x509.Certificate, attrs ...any) {
+	cr.logger.Info(msg, append(attrs, "cert", cr.config.TLSCert, "serial", leaf.SerialNumber.Text(16),
+		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "client_ca", cr.config.TLSClientCA != "")...)
 }
 
-// watchCredentials reads the API keys and the TLS files again when they
-// change on disk (written in place, renamed over, or a symbolic link
-// moved) and on SIGHUP. What does not load is logged and counted, and the
-// previous keys or certificate stay in use.
-func (m *Main) watchCredentials(ctx context.Context) {
-	context.AfterFunc(ctx, func() { signal.Stop(m.hup) })
-	keysFile, tlsFiles := m.keysFile, m.tlsFiles
-	if keysFile != nil {
-		m.wg.Go(func() { keysFile.Run(ctx, credentialPoll, func() { m.reloadKeys("file changed") }) })
+// Watch reads the files again, in goroutines of wg until ctx ends, when
+// they change on disk (written in place, renamed over, or a symbolic link
+// moved) and when hup receives (SIGHUP). Each reload is reported to
+// reloaded ("api_keys" or "tls", and its error); what does not load is
+// logged, and the previous keys or certificate stay in use.
+func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan os.Signal, reloaded func(file string, err error)) {
+	if cr.keysFile != nil {
+		wg.Go(func() { cr.keysFile.Run(ctx, Poll, func() { cr.reloadKeys("file changed", reloaded) }) })
 	}
-	if tlsFiles != nil {
-		m.wg.Go(func() { tlsFiles.Run(ctx, credentialPoll, func() { m.reloadTLS("file changed") }) })
+	if cr.tlsFiles != nil {
+		wg.Go(func() { cr.tlsFiles.Run(ctx, Poll, func() { cr.reloadTLS("file changed", reloaded) }) })
 	}
-	m.wg.Go(func() {
+	wg.Go(func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-m.hup:
-				if keysFile == nil && tlsFiles == nil {
-					m.Logger.Info("SIGHUP: no credential file to read again")
+			case <-hup:
+				if cr.keysFile == nil && cr.tlsFiles == nil {
+					cr.logger.Info("SIGHUP: no credential file to read again")
 				}
-				if keysFile != nil {
-					m.reloadKeys("SIGHUP")
+				if cr.keysFile != nil {
+					cr.reloadKeys("SIGHUP", reloaded)
 				}
-				if tlsFiles != nil {
-					m.reloadTLS("SIGHUP")
+				if cr.tlsFiles != nil {
+					cr.reloadTLS("SIGHUP", reloaded)
 				}
 			}
 		}
 	})
 }
 
-// reloadKeys reads --api-keys again; a token removed is refused from the
-// next request on.
-func (m *Main) reloadKeys(why string) {
-	m.reloading.Lock()
-	defer m.reloading.Unlock()
-	keys, err := auth.LoadFile(m.Config.APIKeysPath)
-	m.prom.reloaded("api_keys", err)
+// reloadKeys reads the API keys again; a token removed is refused from
+// the next request on.
+func (cr *Credentials) reloadKeys(why string, reloaded func(string, error)) {
+	cr.reloading.Lock()
+	defer cr.reloading.Unlock()
+	keys, err := auth.LoadFile(cr.config.APIKeys)
+	reloaded("api_keys", err)
 	if err != nil {
-		m.Logger.Error("api keys not reloaded: the previous keys stay in use", "trigger", why, "err", err)
+		cr.logger.Error("api keys not reloaded: the previous keys stay in use", "trigger", why, "err", err)
 		return
 	}
-	m.authn.SetKeys(keys)
-	m.Logger.Info("api keys reloaded", "trigger", why, "file", m.Config.APIKeysPath, "principals", keys.Principals())
+	cr.Authn.SetKeys(keys)
+	cr.logger.Info("api keys reloaded", "trigger", why, "file", cr.config.APIKeys, "principals", keys.Principals())
 }
 
 // reloadTLS reads the TLS files again: new connections get the new
 // certificate (and client CAs), connections made keep theirs.
-func (m *Main) reloadTLS(why string) {
-	m.reloading.Lock()
-	defer m.reloading.Unlock()
-	err := m.tls.Reload()
-	m.prom.reloaded("tls", err)
+func (cr *Credentials) reloadTLS(why string, reloaded func(string, error)) {
+	cr.reloading.Lock()
+	defer cr.reloading.Unlock()
+	err := cr.TLS.Reload()
+	reloaded("tls", err)
 	if err != nil {
-		m.Logger.Error("tls files not reloaded: the previous certificate stays in use", "trigger", why, "err", err)
+		cr.logger.Error("tls files not reloaded: the previous certificate stays in use", "trigger", why, "err", err)
 		return
 	}
-	m.logCertificate("tls certificate reloaded", m.tls.Leaf(), "trigger", why)
+	cr.logCertificate("tls certificate reloaded", cr.TLS.Leaf(), "trigger", why)
 }

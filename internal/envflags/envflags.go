@@ -1,50 +1,47 @@
-package main
+// Package envflags sets flags from environment variables, refusing the
+// variables that look like mistakes: a misspelled name, an empty value.
+package envflags
 
 import (
 	"flag"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"slices"
 	"strings"
 )
 
-// envHelp is what help says of the environment.
-const envHelp = `Every flag of the server can also be set in the environment as
-PAYMENTSD_<FLAG>, upper case with dashes as underscores (--api-keys is
-PAYMENTSD_API_KEYS, --tls-client-ca PAYMENTSD_TLS_CLIENT_CA); a flag given
-on the command line wins. The operator subcommands read the variables of
-the flags they share with the server (PAYMENTSD_DB, PAYMENTSD_API_KEYS).
-A variable set but empty is refused (unset it for the default), except
-PAYMENTSD_HTTP_LISTEN and PAYMENTSD_METRICS_LISTEN, where empty serves
-none; so is a PAYMENTSD_ variable within two edits of a setting's name.`
-
-// envName is the environment variable of flag name.
-func envName(name string) string {
-	return "PAYMENTSD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+// Env names the variables of a program's flags.
+type Env struct {
+	// Prefix starts every variable's name, as "PAYMENTSD_".
+	Prefix string
+	// EmptyMeansNone are the flags whose empty value turns something off
+	// (empty serves none); for any other flag an empty variable is
+	// refused.
+	EmptyMeansNone map[string]bool
 }
 
-// emptyMeansNone are the flags whose empty value turns something off
-// (empty serves none); for any other flag an empty variable is refused.
-var emptyMeansNone = map[string]bool{"http-listen": true, "metrics-listen": true}
+// Name is the environment variable of flag name: Prefix, then the name in
+// upper case with dashes as underscores.
+func (e Env) Name(name string) string {
+	return e.Prefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
 
-// defaultsFromEnv sets each flag of fs whose environment variable is set
-// to its value, before the command line is parsed, so that the command
-// line wins and fs.Visit still tells what the command line gave; only,
-// when not nil, names the flags to look up. A value is never repeated in
-// an error: it may be a secret (a database URL with its password).
+// Defaults sets each flag of fs whose environment variable is set to its
+// value, before the command line is parsed, so that the command line wins
+// and fs.Visit (Given) still tells what the command line gave; only, when
+// not nil, names the flags to look up. A value is never repeated in an
+// error: it may be a secret (a database URL with its password).
 //
 // A variable that nearly names a flag, or is set but empty, is refused:
-// ignoring it, or taking it as an empty value, would quietly leave
-// PAYMENTSD_API_KEYS unset, and the server in dev mode, accepting any
-// token.
-func defaultsFromEnv(fs *flag.FlagSet, only map[string]bool) error {
+// ignoring it, or taking it as an empty value, could quietly leave a
+// setting such as an API key file unset, and a server in its dev mode.
+func (e Env) Defaults(fs *flag.FlagSet, only map[string]bool) error {
 	names := slices.Collect(maps.Keys(only))
 	if only == nil {
 		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	}
-	if err := misspelledEnv(names); err != nil {
+	if err := e.misspelled(names); err != nil {
 		return err
 	}
 	var err error
@@ -52,41 +49,40 @@ func defaultsFromEnv(fs *flag.FlagSet, only map[string]bool) error {
 		if err != nil || (only != nil && !only[f.Name]) {
 			return
 		}
-		v, ok := os.LookupEnv(envName(f.Name))
+		v, ok := os.LookupEnv(e.Name(f.Name))
 		switch {
 		case !ok:
-		case v == "" && !emptyMeansNone[f.Name]:
-			err = fmt.Errorf("%s is set but empty: unset it for the default of --%s", envName(f.Name), f.Name)
+		case v == "" && !e.EmptyMeansNone[f.Name]:
+			err = fmt.Errorf("%s is set but empty: unset it for the default of --%s", e.Name(f.Name), f.Name)
 		case f.Value.Set(v) != nil:
-			err = fmt.Errorf("%s: not a valid value for --%s", envName(f.Name), f.Name)
+			err = fmt.Errorf("%s: not a valid value for --%s", e.Name(f.Name), f.Name)
 		}
 	})
 	return err
 }
 
-// misspelledEnv returns an error for the first PAYMENTSD_ variable that
-// is no flag's of names but is within two edits of one's, in any case.
+// misspelled returns an error for the first variable with Prefix that is
+// no flag's of names but is within two edits of one's, in any case.
 // Variables further from every flag are left alone: tests and scripts
 // have their own (PAYMENTSD_CRASH_ROUNDS).
-func misspelledEnv(names []string) error {
-	const prefix = "PAYMENTSD_"
+func (e Env) misspelled(names []string) error {
 	slices.Sort(names)
 	env := os.Environ()
 	slices.Sort(env)
 	for _, kv := range env {
 		key, _, _ := strings.Cut(kv, "=")
 		upper := strings.ToUpper(key)
-		if !strings.HasPrefix(upper, prefix) {
+		if !strings.HasPrefix(upper, e.Prefix) {
 			continue
 		}
 		near, dist := "", 3
 		for _, name := range names {
-			if key == envName(name) {
+			if key == e.Name(name) {
 				near = ""
 				break
 			}
-			if d := editDistance(upper[len(prefix):], envName(name)[len(prefix):]); d < dist {
-				near, dist = envName(name), d
+			if d := editDistance(upper[len(e.Prefix):], e.Name(name)[len(e.Prefix):]); d < dist {
+				near, dist = e.Name(name), d
 			}
 		}
 		if near != "" {
@@ -117,19 +113,10 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// given reports whether the command line gave flag name.
-func given(fs *flag.FlagSet, name string) bool {
+// Given reports whether the command line gave flag name (and not only its
+// environment variable).
+func Given(fs *flag.FlagSet, name string) bool {
 	found := false
 	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
 	return found
-}
-
-// serverFlags are the names of the server's flags, which subcommands take
-// from the environment too.
-func serverFlags() map[string]bool {
-	names := map[string]bool{}
-	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	NewMain(io.Discard).defineFlags(fs)
-	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
-	return names
 }

@@ -1,33 +1,37 @@
-package main
+// Package prom is paymentsd's Prometheus registry: the gRPC server's
+// standard metrics (grpc_server_*), the idempotency interceptor's, the
+// credential reloads, and Go's and the process's.
+package prom
 
 import (
-	"io"
 	"net/http"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
 
-// prom is paymentsd's Prometheus registry: the gRPC server's standard
-// metrics (grpc_server_*), the idempotency interceptor's, and Go's and
-// the process's.
-type prom struct {
+// Prom is the registry and the metrics paymentsd feeds.
+type Prom struct {
 	registry *prometheus.Registry
-	grpc     *grpcprom.ServerMetrics
-	idem     *metrics.Metrics
-	reloads  *prometheus.CounterVec
+	// GRPC are the gRPC server's: install its interceptor, and initialize
+	// it with the server once its services are registered.
+	GRPC *grpcprom.ServerMetrics
+	// Idem are the idempotency interceptor's.
+	Idem    *metrics.Metrics
+	reloads *prometheus.CounterVec
 }
 
-func newProm(db *backend) (*prom, error) {
-	p := &prom{
+// New registers the metrics; countRecords counts the idempotency records
+// stored, read at each scrape.
+func New(countRecords func() (float64, error)) (*Prom, error) {
+	p := &Prom{
 		registry: prometheus.NewRegistry(),
-		grpc:     grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
+		GRPC:     grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
 	}
 	p.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "paymentsd_credential_reloads_total",
@@ -38,15 +42,16 @@ func newProm(db *backend) (*prom, error) {
 			p.reloads.WithLabelValues(file, result) // at 0 from the start, so that rate() sees the first error
 		}
 	}
-	p.registry.MustRegister(p.grpc, p.reloads,
+	p.registry.MustRegister(p.GRPC, p.reloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
-	p.idem, err = metrics.New(p.registry, metrics.WithLiveRecords(db.countRecords))
+	p.Idem, err = metrics.New(p.registry, metrics.WithLiveRecords(countRecords))
 	return p, err
 }
 
-// reloaded counts a reload of file; p may be nil (no --metrics-listen).
-func (p *prom) reloaded(file string, err error) {
+// Reloaded counts a reload of file ("api_keys" or "tls"); p may be nil
+// (no metrics served).
+func (p *Prom) Reloaded(file string, err error) {
 	if p == nil {
 		return
 	}
@@ -57,26 +62,14 @@ func (p *prom) reloaded(file string, err error) {
 	p.reloads.WithLabelValues(file, result).Inc()
 }
 
-// watchCertificate exports when the certificate served now expires, for
+// WatchCertificate exports when the certificate served now expires, for
 // an alert well before it does.
-func (p *prom) watchCertificate(s *tlsreload.Server) {
+func (p *Prom) WatchCertificate(s *tlsreload.Server) {
 	p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "paymentsd_tls_certificate_not_after_seconds",
 		Help: "When the TLS certificate served now expires, in seconds since the Unix epoch.",
 	}, func() float64 { return float64(s.Leaf().NotAfter.Unix()) }))
 }
 
-// handler serves the registry in the Prometheus text format.
-func (p *prom) handler() http.Handler { return promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{}) }
-
-// healthz answers 200 while paymentsd serves and 503 while its store does
-// not (or it shuts down), as grpc.health.v1 says, for probes that speak
-// only HTTP.
-func (m *Main) healthz(w http.ResponseWriter, r *http.Request) {
-	resp, err := m.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
-	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
-		http.Error(w, "NOT_SERVING", http.StatusServiceUnavailable)
-		return
-	}
-	io.WriteString(w, "SERVING\n")
-}
+// Handler serves the registry in the Prometheus text format.
+func (p *Prom) Handler() http.Handler { return promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{}) }
