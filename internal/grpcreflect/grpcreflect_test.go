@@ -2,13 +2,11 @@ package grpcreflect_test
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alphapb "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/protobuf/proto"
@@ -17,6 +15,7 @@ import (
 	embedded "github.com/paymentsd/paymentsd"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/internal/grpcreflect"
+	"github.com/paymentsd/paymentsd/internal/testkit/grpctest"
 )
 
 type payments struct {
@@ -32,18 +31,7 @@ func ask(t *testing.T, req *reflectionpb.ServerReflectionRequest) *reflectionpb.
 	if err := grpcreflect.Register(s, embedded.Descriptors); err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+	stream, err := reflectionpb.NewServerReflectionClient(grpctest.Serve(t, s)).ServerReflectionInfo(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

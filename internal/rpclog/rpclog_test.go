@@ -7,20 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/internal/rpclog"
+	"github.com/paymentsd/paymentsd/internal/testkit/grpctest"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -78,18 +77,7 @@ func serve(t *testing.T, p payments) (paymentsv1.PaymentIntentServiceClient, *sy
 	)
 	s := grpc.NewServer(grpc.ChainUnaryInterceptor(rpclog.Interceptor(slog.New(slog.NewJSONHandler(log, nil))), idem))
 	paymentsv1.RegisterPaymentIntentServiceServer(s, p)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return paymentsv1.NewPaymentIntentServiceClient(conn), log
+	return paymentsv1.NewPaymentIntentServiceClient(grpctest.Serve(t, s)), log
 }
 
 func get(c paymentsv1.PaymentIntentServiceClient, key, id string) error {

@@ -4,17 +4,16 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 
 	collectortracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/paymentsd/paymentsd/internal/testkit/grpctest"
 	"github.com/paymentsd/paymentsd/internal/traceexport"
 )
 
@@ -78,25 +77,13 @@ func service(rs *tracepb.ResourceSpans) string {
 	return ""
 }
 
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lis
-}
-
 // A call gets a span, exported by Shutdown at the latest, as the service
 // paymentsd; a health check gets none.
 func TestStart_ExportsTheCallsSpans(t *testing.T) {
 	col := &collector{}
 	colServer := grpc.NewServer()
 	collectortracepb.RegisterTraceServiceServer(colServer, col)
-	colLis := listen(t)
-	go colServer.Serve(colLis)
-	defer colServer.Stop()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+colLis.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+grpctest.Serve(t, colServer).Target())
 	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
 
 	var log bytes.Buffer
@@ -108,14 +95,7 @@ func TestStart_ExportsTheCallsSpans(t *testing.T) {
 	s := grpc.NewServer(e.ServerOption())
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	collectortracepb.RegisterTraceServiceServer(s, &collector{}) // a service whose calls are traced
-	lis := listen(t)
-	go s.Serve(lis)
-	defer s.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := grpctest.Serve(t, s)
 	ctx := context.Background()
 	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)

@@ -2,13 +2,11 @@ package strictcodec_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/internal/testkit/grpctest"
 	"github.com/paymentsd/paymentsd/server/strictcodec"
 )
 
@@ -40,28 +39,14 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 }
 func (rawCodec) Name() string { return "proto" }
 
-// serve runs a gRPC server with the codec on a loopback listener and
-// returns a connection to it that sends raw bytes.
+// serve runs a gRPC server with the codec and returns a connection to it
+// that sends raw bytes.
 func serve(t *testing.T, p *payments) *grpc.ClientConn {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	codec := strictcodec.New(protoreflect.FullName(paymentsv1.PaymentIntentService_ServiceDesc.ServiceName))
 	s := grpc.NewServer(grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(strictcodec.Reject))
 	paymentsv1.RegisterPaymentIntentServiceServer(s, p)
 	healthpb.RegisterHealthServer(s, health.NewServer())
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return grpctest.Serve(t, s, grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
 }
 
 func TestCodec(t *testing.T) {
