@@ -41,6 +41,7 @@ import (
 	"github.com/paymentsd/paymentsd/internal/grpcreflect"
 	"github.com/paymentsd/paymentsd/internal/prom"
 	"github.com/paymentsd/paymentsd/internal/rpclog"
+	"github.com/paymentsd/paymentsd/internal/storehealth"
 	"github.com/paymentsd/paymentsd/internal/traceexport"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/server"
@@ -379,7 +380,7 @@ func (m *Main) serve(ctx context.Context) {
 		}
 	})
 	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db.Records(), m.Config.SweepInterval, m.swept) })
-	m.wg.Go(func() { m.watchHealth(ctx) })
+	m.wg.Go(func() { storehealth.Watch(ctx, m.health, m.db.Check, m.Logger, storehealth.Interval) })
 	context.AfterFunc(ctx, func() { signal.Stop(m.hup) })
 	m.creds.Watch(ctx, &m.wg, m.hup, m.prom.Reloaded)
 	m.serveHTTP()
@@ -401,48 +402,12 @@ func (m *Main) grpcCredentials() credentials.TransportCredentials {
 // that connects and says nothing holds nothing for long.
 const handshakeTimeout = 10 * time.Second
 
-// healthInterval is how often the store's health is looked at, and a
-// store whose commits failed is probed.
-const healthInterval = time.Second
-
-// watchHealth reports the store's health on grpc.health.v1, for every
-// service and the server as a whole: NOT_SERVING while the data file is
-// damaged or its commits fail, or the database does not answer, so that a
-// load balancer drains the instance, and SERVING again once a probe
-// succeeds.
-func (m *Main) watchHealth(ctx context.Context) {
-	t := time.NewTicker(healthInterval)
-	defer t.Stop()
-	var last error
-	for {
-		err := m.db.Check(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if (err == nil) != (last == nil) {
-			if err != nil {
-				m.Logger.Error("store unhealthy: reporting NOT_SERVING", "err", err)
-				m.health.Shutdown() // every service NOT_SERVING
-			} else {
-				m.Logger.Info("store healthy again: reporting SERVING")
-				m.health.Resume()
-			}
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // serveMetrics serves /metrics on lis, and /healthz: 200 while the store
 // serves, 503 otherwise, as grpc.health.v1 reports it.
 func (m *Main) serveMetrics(lis net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.prom.Handler())
-	mux.HandleFunc("/healthz", m.healthz)
+	mux.HandleFunc("/healthz", storehealth.Handler(m.health))
 	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	m.Logger.Info("metrics listening", "addr", lis.Addr().String(), "tls", m.creds.TLS != nil)
 	if m.creds.TLS != nil {
@@ -494,16 +459,4 @@ func (m *Main) Close() error {
 	m.Logger.LogAttrs(context.Background(), slog.LevelInfo, "closed", m.db.ClosedAttrs()...)
 	m.tracing.Shutdown(m.Logger) // every call has ended: its span is buffered
 	return m.db.Close()
-}
-
-// healthz answers 200 while paymentsd serves and 503 while its store does
-// not (or it shuts down), as grpc.health.v1 says, for probes that speak
-// only HTTP.
-func (m *Main) healthz(w http.ResponseWriter, r *http.Request) {
-	resp, err := m.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
-	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
-		http.Error(w, "NOT_SERVING", http.StatusServiceUnavailable)
-		return
-	}
-	io.WriteString(w, "SERVING\n")
 }
