@@ -14,14 +14,13 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/server"
 )
 
 // Records is what the daemon needs of an idempotency store: the
 // interceptor's TxStore and sweeping.
 type Records interface {
-	interceptor.TxStore
+	storage.TxStore
 	Sweep(ctx context.Context, now time.Time) (int, error)
 }
 

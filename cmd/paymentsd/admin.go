@@ -17,7 +17,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // The admin socket lets paymentsd record, backup and check reach a running
@@ -27,7 +26,7 @@ import (
 // creates 0700: whoever may read the data file may ask it, nobody else can
 // connect. It answers HTTP:
 //
-//	GET /record?scope=S&key=K  the record, interceptor.Record's binary encoding; 404 when none, 422 when damaged
+//	GET /record?scope=S&key=K  the record, storage.Record's binary encoding; 404 when none, 422 when damaged
 //	GET /backup                a consistent copy of the file, Content-Length bytes
 //	GET /check                 adminCheck as JSON
 //
@@ -143,7 +142,7 @@ func listenAdmin(path string) (*net.UnixListener, error) {
 func adminHandler(db *boltstore.DB, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /record", func(w http.ResponseWriter, r *http.Request) {
-		k := interceptor.RecordKey{Scope: r.FormValue("scope"), Key: r.FormValue("key")}
+		k := storage.RecordKey{Scope: r.FormValue("scope"), Key: r.FormValue("key")}
 		rec, err := db.Get(r.Context(), k)
 		if errors.Is(err, boltstore.ErrDamaged) {
 			http.Error(w, err.Error(), adminDamaged)

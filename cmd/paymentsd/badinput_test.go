@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
 )
 
 // rawCall sends one unary gRPC request over plain HTTP/2 with headers that
@@ -124,33 +123,33 @@ func TestE2E_BadInput(t *testing.T) {
 	var cases []badCase
 	for name, call := range rpcs {
 		for what, ctx := range map[string]context.Context{
-			"no authorization":   md(interceptor.KeyHeader, key),
-			"not Bearer":         md("authorization", "Basic "+token, interceptor.KeyHeader, key),
-			"empty token":        md("authorization", "Bearer", interceptor.KeyHeader, key),
-			"two authorizations": md("authorization", "Bearer a", "authorization", "Bearer b", interceptor.KeyHeader, key),
+			"no authorization":   md(wire.KeyHeader, key),
+			"not Bearer":         md("authorization", "Basic "+token, wire.KeyHeader, key),
+			"empty token":        md("authorization", "Bearer", wire.KeyHeader, key),
+			"two authorizations": md("authorization", "Bearer a", "authorization", "Bearer b", wire.KeyHeader, key),
 		} {
 			cases = append(cases, badCase{name + "/" + what, call, ctx, codes.Unauthenticated, ""})
 		}
 	}
 	for _, name := range []string{"Create", "Cancel"} {
 		for what, ctx := range map[string]context.Context{
-			"key twice":    withKey(interceptor.KeyHeader, key, interceptor.KeyHeader, key+"2"),
-			"key as -bin":  withKey(interceptor.KeyHeader+"-bin", key),
-			"empty key":    withKey(interceptor.KeyHeader, ""),
-			"256-byte key": withKey(interceptor.KeyHeader, strings.Repeat("k", 256)),
+			"key twice":    withKey(wire.KeyHeader, key, wire.KeyHeader, key+"2"),
+			"key as -bin":  withKey(wire.KeyHeader+"-bin", key),
+			"empty key":    withKey(wire.KeyHeader, ""),
+			"256-byte key": withKey(wire.KeyHeader, strings.Repeat("k", 256)),
 		} {
-			cases = append(cases, badCase{name + "/" + what, rpcs[name], ctx, codes.InvalidArgument, interceptor.ReasonKeyInvalid})
+			cases = append(cases, badCase{name + "/" + what, rpcs[name], ctx, codes.InvalidArgument, wire.ReasonKeyInvalid})
 		}
 	}
-	cases = append(cases, badCase{"Create/no key", rpcs["Create"], md(auth...), codes.InvalidArgument, interceptor.ReasonKeyMissing})
+	cases = append(cases, badCase{"Create/no key", rpcs["Create"], md(auth...), codes.InvalidArgument, wire.ReasonKeyMissing})
 	huge := seedRequest("5")
 	huge.Chain = strings.Repeat("9", 5<<20)
-	cases = append(cases, badCase{"Create/over the message size limit", create(huge), withKey(interceptor.KeyHeader, key), codes.ResourceExhausted, ""})
+	cases = append(cases, badCase{"Create/over the message size limit", create(huge), withKey(wire.KeyHeader, key), codes.ResourceExhausted, ""})
 
 	// Invalid fields: errors of the handler, stored for their key like any
 	// result (the idempotency contract, docs/idempotency.md), so each uses a key of its own.
 	fieldCase := func(name, field string, call rpc) {
-		cases = append(cases, badCase{name, call, withKey(interceptor.KeyHeader, "field-"+name), codes.InvalidArgument, field})
+		cases = append(cases, badCase{name, call, withKey(wire.KeyHeader, "field-"+name), codes.InvalidArgument, field})
 	}
 	for field, edit := range map[string]func(*paymentsv1.CreatePaymentIntentRequest){
 		"chain":              func(r *paymentsv1.CreatePaymentIntentRequest) { r.Chain = "evm:abc" },
@@ -213,7 +212,7 @@ func TestE2E_BadInput(t *testing.T) {
 			if strings.HasSuffix(method, "Cancel"+"PaymentIntent") {
 				msg = &paymentsv1.CancelPaymentIntentRequest{Id: id}
 			}
-			code, text := rawCall(t, d.addr, method, msg, "authorization", "Bearer "+token, interceptor.KeyHeader, k)
+			code, text := rawCall(t, d.addr, method, msg, "authorization", "Bearer "+token, wire.KeyHeader, k)
 			if code != codes.InvalidArgument || !strings.Contains(text, "idempotency-key") {
 				t.Errorf("%s key %s: %v %q, want INVALID_ARGUMENT naming the idempotency-key", method, what, code, text)
 			}
@@ -227,7 +226,7 @@ func TestE2E_BadInput(t *testing.T) {
 		"truncated field":           {0x0a, 0x10, 'e', 'v'},
 	} {
 		code, text := rawBytesCall(t, d.addr, paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, body,
-			"authorization", "Bearer "+token, interceptor.KeyHeader, key)
+			"authorization", "Bearer "+token, wire.KeyHeader, key)
 		if code != codes.InvalidArgument || !strings.Contains(text, "CreatePaymentIntentRequest") {
 			t.Errorf("request body %s: %v %q, want INVALID_ARGUMENT naming the request type", what, code, text)
 		}

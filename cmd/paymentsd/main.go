@@ -379,7 +379,7 @@ func (m *Main) serve(ctx context.Context) {
 			m.Logger.Error("serve", "err", err)
 		}
 	})
-	m.wg.Go(func() { interceptor.RunSweeper(ctx, m.db.Records(), m.Config.SweepInterval, m.swept) })
+	m.wg.Go(func() { storage.RunSweeper(ctx, m.db.Records(), m.Config.SweepInterval, m.swept) })
 	m.wg.Go(func() { storehealth.Watch(ctx, m.health, m.db.Check, m.Logger, storehealth.Interval) })
 	context.AfterFunc(ctx, func() { signal.Stop(m.hup) })
 	m.creds.Watch(ctx, &m.wg, m.hup, m.prom.Reloaded)

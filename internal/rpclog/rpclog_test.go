@@ -83,7 +83,7 @@ func serve(t *testing.T, p payments) (paymentsv1.PaymentIntentServiceClient, *sy
 func get(c paymentsv1.PaymentIntentServiceClient, key, id string) error {
 	ctx := context.Background()
 	if key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, interceptor.KeyHeader, key)
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.KeyHeader, key)
 	}
 	_, err := c.GetPaymentIntent(ctx, &paymentsv1.GetPaymentIntentRequest{Id: id})
 	return err
