@@ -17,20 +17,24 @@ import (
 var floors = [][]string{
 	// The ground: no idempotency, no payments.
 	{"", "bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
-		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/testkit/testclock",
-		"internal/testkit/faultproxy", "internal/testkit/rawgrpc"},
+		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
+		"internal/grpcreflect", "internal/storehealth", "internal/traceexport", "server/strictcodec",
+		"internal/testkit/testclock", "internal/testkit/faultproxy", "internal/testkit/rawgrpc",
+		"internal/testkit/grpctest"},
 	// Contracts: the idempotency wire and store contracts, credentials,
 	// TLS files.
 	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload", "internal/testkit/pgtest"},
-	// The interceptor, the stores, the payments domain.
-	{"interceptor", "interceptor/retry", "memstore", "boltstore", "pgstore", "server"},
-	// Adapters: observers, the intents in each store, a running bbolt
-	// store's admin socket, the HTTP face, the conformance suites and the
-	// kits that open real stores.
-	{"interceptor/tracing", "metrics", "boltintents", "boltstore/boltadmin", "pgintents", "httpapi",
+	// The interceptor, the stores, the payments domain, the credential
+	// files in use.
+	{"interceptor", "interceptor/retry", "memstore", "boltstore", "pgstore", "server", "internal/credfiles"},
+	// Adapters: what the daemon needs of a database, observers, a running
+	// bbolt store's admin socket, the HTTP face, the conformance suites and
+	// the kits that open real stores.
+	{"backend", "interceptor/tracing", "metrics", "boltstore/boltadmin", "httpapi",
 		"interceptor/storage/storagetest", "intenttest", "internal/testkit/bolttest"},
-	// What operators are shown, from either store.
-	{"recordview"},
+	// The daemon's parts: its databases (intents beside their records), its
+	// metrics and log, what operators are shown of a record.
+	{"boltintents", "pgintents", "internal/prom", "internal/rpclog", "recordview"},
 	// Programs.
 	{"cmd/paymentsd", "bench"},
 }

@@ -10,7 +10,7 @@ import (
 // nil for PostgreSQL, or when the socket cannot be made: that is logged,
 // and the server serves payments without it.
 func (m *Main) serveAdmin() *boltadmin.Server {
-	db, ok := m.db.records.(*boltstore.DB)
+	db, ok := m.db.Records().(*boltstore.DB)
 	if !ok {
 		return nil
 	}

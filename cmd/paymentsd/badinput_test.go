@@ -3,17 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/binary"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"golang.org/x/net/http2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -49,10 +46,11 @@ func rawBytesCall(t *testing.T, addr, method string, body []byte, headers ...str
 	for i := 0; i < len(headers); i += 2 {
 		req.Header.Add(headers[i], headers[i+1])
 	}
-	h2c := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	resp, err := h2c.RoundTrip(req)
+	var h2c http.Protocols // HTTP/2 without TLS, as gRPC's plaintext
+	h2c.SetUnencryptedHTTP2(true)
+	transport := &http.Transport{Protocols: &h2c}
+	defer transport.CloseIdleConnections()
+	resp, err := transport.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,13 +173,13 @@ func TestE2E_BadInput(t *testing.T) {
 	fieldCase("List/forged page_token", "page_token", list(&paymentsv1.ListPaymentIntentsRequest{PageToken: "AXh4eHh4eHh4eA"}))
 	fieldCase("List/garbage page_token", "page_token", list(&paymentsv1.ListPaymentIntentsRequest{PageToken: "%%%"}))
 	fieldCase("List/unknown field", "#99", list(withUnknown(&paymentsv1.ListPaymentIntentsRequest{}).(*paymentsv1.ListPaymentIntentsRequest)))
-	otherPage, err := d.client.ListPaymentIntents(withCreds("other-token", ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1})
-	if err != nil {
+	if _, err := d.client.ListPaymentIntents(withCreds("other-token", ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1}); err != nil {
 		t.Fatal(err)
 	}
 	d.create(withCreds("other-token", "o1"), seedRequest("1"))
 	d.create(withCreds("other-token", "o2"), seedRequest("2"))
-	if otherPage, err = d.client.ListPaymentIntents(withCreds("other-token", ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1}); err != nil || otherPage.NextPageToken == "" {
+	otherPage, err := d.client.ListPaymentIntents(withCreds("other-token", ""), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1})
+	if err != nil || otherPage.NextPageToken == "" {
 		t.Fatalf("other principal's first page: %v, %v", otherPage, err)
 	}
 	fieldCase("List/foreign page_token", "page_token", list(&paymentsv1.ListPaymentIntentsRequest{PageToken: otherPage.NextPageToken}))

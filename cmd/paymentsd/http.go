@@ -49,11 +49,11 @@ func (m *Main) serveHTTP() {
 		return
 	}
 	a.conn = httpapi.Dial(m.grpc)
-	a.server = httpapi.NewServer(httpapi.New(a.conn, m.authn), m.Logger)
-	m.Logger.Info("http listening", "addr", a.lis.Addr().String(), "tls", m.tls != nil)
+	a.server = httpapi.NewServer(httpapi.New(a.conn, m.creds.Authn), m.Logger)
+	m.Logger.Info("http listening", "addr", a.lis.Addr().String(), "tls", m.creds.TLS != nil)
 	lis := a.lis
-	if m.tls != nil {
-		lis = tls.NewListener(lis, m.tls.Config(m.clientAuth(), "h2", "http/1.1"))
+	if m.creds.TLS != nil {
+		lis = tls.NewListener(lis, m.creds.TLS.Config(m.creds.ClientAuth(), "h2", "http/1.1"))
 	}
 	m.wg.Go(func() {
 		if err := a.server.Serve(lis); !errors.Is(err, http.ErrServerClosed) {

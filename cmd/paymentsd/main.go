@@ -26,19 +26,29 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	embedded "github.com/paymentsd/paymentsd"
 	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/backend"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/httpapi"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
-	idemtracing "github.com/paymentsd/paymentsd/interceptor/tracing"
-	"github.com/paymentsd/paymentsd/internal/filewatch"
+	"github.com/paymentsd/paymentsd/interceptor/tracing"
+	"github.com/paymentsd/paymentsd/internal/credfiles"
+	"github.com/paymentsd/paymentsd/internal/grpcreflect"
+	"github.com/paymentsd/paymentsd/internal/prom"
+	"github.com/paymentsd/paymentsd/internal/rpclog"
+	"github.com/paymentsd/paymentsd/internal/storehealth"
+	"github.com/paymentsd/paymentsd/internal/traceexport"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/server/strictcodec"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
 
@@ -63,7 +73,7 @@ func main() {
 	}
 	if err := m.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "paymentsd:", err)
-		var bad *configFileError
+		var bad *credfiles.ConfigError
 		if errors.As(err, &bad) {
 			os.Exit(2)
 		}
@@ -95,6 +105,10 @@ type Config struct {
 	TLSKey         string
 	TLSClientCA    string
 	PrincipalFrom  string
+	// WithoutIdempotency leaves the idempotency interceptor out, to
+	// measure what it costs. No flag sets it: the benchmark build does
+	// (tag benchbaseline, see baseline.go).
+	WithoutIdempotency bool
 }
 
 // Main is the program: ParseFlags, then Run, then Close. Tests run it in
@@ -103,26 +117,21 @@ type Main struct {
 	Config Config
 	Logger *slog.Logger
 
-	db       *backend
-	grpc     *grpc.Server
-	listener net.Listener
-	health   *health.Server
-	prom     *prom            // nil without --metrics-listen
-	metrics  *metrics.Metrics // the interceptor's, in prom
-	http     *http.Server     // serves the metrics
-	stop     context.CancelFunc
-	wg       sync.WaitGroup
-	api      *httpAPI // the HTTP/JSON API; nil without --http-listen
-	tracing  *tracing // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
-	authn    *auth.Authenticator
-	tls      *tlsreload.Server  // nil without --tls-cert
-	hup      chan os.Signal     // SIGHUP: read the credential files again
-	keysFile *filewatch.Watcher // --api-keys; nil without
-	tlsFiles *filewatch.Watcher // the --tls-* files; nil without
-	admin    *boltadmin.Server  // the admin socket; nil for PostgreSQL
-	// reloading serialises reloads: a watcher's and a SIGHUP's, each
-	// reading then storing, could otherwise store the older file last.
-	reloading sync.Mutex
+	db              backend.Backend
+	grpc            *grpc.Server
+	listener        net.Listener
+	metricsListener net.Listener // nil without --metrics-listen
+	health          *health.Server
+	prom            *prom.Prom       // nil without --metrics-listen
+	metrics         *metrics.Metrics // the interceptor's, in prom
+	http            *http.Server     // serves the metrics
+	stop            context.CancelFunc
+	wg              sync.WaitGroup
+	api             *httpAPI               // the HTTP/JSON API; nil without --http-listen
+	tracing         *traceexport.Exporter  // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+	creds           *credfiles.Credentials // the API keys and the TLS files in use
+	hup             chan os.Signal         // SIGHUP: read the credential files again
+	admin           *boltadmin.Server      // the admin socket; nil for PostgreSQL
 }
 
 // NewMain returns a Main with the default configuration, logging to w.
@@ -139,6 +148,8 @@ func NewMain(w io.Writer) *Main {
 			HandlerTimeout: interceptor.DefaultHandlerTimeout,
 			HTTPListen:     "localhost:8080",
 			PrincipalFrom:  "bearer",
+
+			WithoutIdempotency: benchBaseline,
 		},
 		Logger: slog.New(slog.NewJSONHandler(w, nil)),
 	}
@@ -229,100 +240,142 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			signal.Stop(m.hup)
+			m.abort()
 		}
 	}()
-	var metricsListener net.Listener
-	defer func() {
-		if err != nil && m.listener != nil {
-			m.listener.Close()
-		}
-		if err != nil && metricsListener != nil {
-			metricsListener.Close()
-		}
-	}()
+	if err := m.listen(); err != nil {
+		return err
+	}
+	if m.db, err = openBackend(ctx, m.Config, m.Logger); err != nil {
+		return err
+	}
+	if err := m.newGRPC(ctx); err != nil {
+		return err
+	}
+	m.serve(ctx)
+	return nil
+}
+
+// loadCredentials reads the credential files for the first time. SIGHUP
+// is caught from before, so that one sent while the server starts is acted
+// on once it serves, neither missed nor fatal.
+func (m *Main) loadCredentials() (err error) {
+	if m.hup == nil { // main catches it earlier still
+		m.hup = make(chan os.Signal, 1)
+		signal.Notify(m.hup, syscall.SIGHUP)
+	}
+	c := m.Config
+	m.creds, err = credfiles.Load(credfiles.Config{APIKeys: c.APIKeysPath, PrincipalFrom: c.PrincipalFrom,
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA}, m.Logger)
+	if err != nil {
+		signal.Stop(m.hup)
+	}
+	return err
+}
+
+// listen binds the gRPC, metrics and HTTP addresses.
+func (m *Main) listen() (err error) {
 	if m.listener, err = net.Listen("tcp", m.Config.Listen); err != nil {
 		return err
 	}
 	if m.Config.MetricsListen != "" {
-		if metricsListener, err = net.Listen("tcp", m.Config.MetricsListen); err != nil {
+		if m.metricsListener, err = net.Listen("tcp", m.Config.MetricsListen); err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
-	if m.api, err = listenHTTP(m.Config.HTTPListen); err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			m.api.closeListener()
-		}
-	}()
-	if m.db, err = openBackend(ctx, m.Config, m.Logger); err != nil {
-		return err
-	}
+	m.api, err = listenHTTP(m.Config.HTTPListen)
+	return err
+}
 
-	codec := newRequestCodec(protoreflect.FullName(paymentsv1.PaymentIntentService_ServiceDesc.ServiceName))
+// abort undoes what a Run that failed did.
+func (m *Main) abort() {
+	signal.Stop(m.hup)
+	for _, lis := range []net.Listener{m.listener, m.metricsListener} {
+		if lis != nil {
+			lis.Close()
+		}
+	}
+	m.api.closeListener()
+	if m.db != nil {
+		m.db.Close()
+	}
+}
+
+// paymentsService is the service paymentsd serves.
+var paymentsService = protoreflect.FullName(paymentsv1.PaymentIntentService_ServiceDesc.ServiceName)
+
+// newGRPC makes the gRPC server: its interceptors (the metrics', the log's,
+// the codec's, authentication, idempotency, in that order), tracing, and
+// its services.
+func (m *Main) newGRPC(ctx context.Context) (err error) {
 	var interceptors []grpc.UnaryServerInterceptor
 	if m.Config.MetricsListen != "" {
-		if m.prom, err = newProm(m.db); err != nil {
-			m.db.records.Close()
+		if m.prom, err = prom.New(m.db.CountRecords); err != nil {
 			return err
 		}
-		m.metrics = m.prom.idem
-		if m.tls != nil {
-			m.prom.watchCertificate(m.tls)
+		m.metrics = m.prom.Idem
+		if m.creds.TLS != nil {
+			m.prom.WatchCertificate(m.creds.TLS)
 		}
-		interceptors = append(interceptors, m.prom.grpc.UnaryServerInterceptor())
+		interceptors = append(interceptors, m.prom.GRPC.UnaryServerInterceptor())
 	}
-	interceptors = append(interceptors,
-		logRPC(m.Logger),
-		rejectUndecodable,
-		auth.UnaryServerInterceptor(m.authn, "/"+paymentsv1.PaymentIntentService_ServiceDesc.ServiceName+"/"),
-	)
-	if !benchWithoutIdempotency {
-		interceptors = append(interceptors, interceptor.MustUnaryServerInterceptor(m.db.records, // fixed options, tested
-			interceptor.WithScope(auth.Scope),
-			interceptor.WithLease(m.Config.Lease),
-			interceptor.WithTTL(m.Config.TTL),
-			interceptor.WithInFlightWait(m.Config.InFlightWait),
-			interceptor.WithHandlerTimeout(m.Config.HandlerTimeout),
-			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, interceptor.KeyRequired),
-			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName, interceptor.KeyOptional),
-			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyIgnored),
-			interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_ListPaymentIntents_FullMethodName, interceptor.KeyIgnored),
-			// Their only effect is the intent they write through the store.
-			interceptor.WithTransactional(
-				paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName,
-				paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName,
-			),
-			interceptor.WithObserver(observer{m.metrics}),
-			interceptor.WithObserver(idemtracing.Observer{}),
-			interceptor.WithLogger(m.Logger),
-		))
+	interceptors = append(interceptors, rpclog.Interceptor(m.Logger), strictcodec.Reject,
+		auth.UnaryServerInterceptor(m.creds.Authn, "/"+string(paymentsService)+"/"))
+	if !m.Config.WithoutIdempotency {
+		interceptors = append(interceptors, m.idempotency())
 	}
-	if m.tracing, err = startTracing(ctx, m.Logger); err != nil {
-		m.db.records.Close()
+	if m.tracing, err = traceexport.Start(ctx, m.Logger); err != nil {
 		return err
 	}
-	m.grpc = grpc.NewServer(grpc.Creds(m.grpcCredentials()), grpc.ConnectionTimeout(handshakeTimeout), grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(interceptors...), m.tracing.serverOption())
-	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.intents, nil))
+	m.grpc = grpc.NewServer(grpc.Creds(m.grpcCredentials()), grpc.ConnectionTimeout(handshakeTimeout),
+		grpc.ForceServerCodecV2(strictcodec.New(paymentsService)),
+		grpc.ChainUnaryInterceptor(interceptors...), m.tracing.ServerOption())
+	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.Intents(), nil))
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
-	if err := registerReflection(m.grpc); err != nil {
-		m.db.records.Close()
+	if err := grpcreflect.Register(m.grpc, embedded.Descriptors); err != nil {
 		return err
 	}
 	for name := range m.grpc.GetServiceInfo() { // each service answers too, not only the server
 		m.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
-	if m.prom != nil {
-		m.prom.grpc.InitializeMetrics(m.grpc)
-		m.serveMetrics(metricsListener)
-	}
+	return nil
+}
 
-	m.logCredentials()
-	m.Logger.Info("paymentsd listening", "addr", m.listener.Addr().String(), "db", m.db.desc,
-		"lease", m.Config.Lease.String(), "ttl", m.Config.TTL.String(), "tls", m.tls != nil)
+// idempotency is the idempotency interceptor, with paymentsd's methods'
+// key policies.
+func (m *Main) idempotency() grpc.UnaryServerInterceptor {
+	return interceptor.MustUnaryServerInterceptor(m.db.Records(), // fixed options, tested
+		interceptor.WithScope(auth.Scope),
+		interceptor.WithLease(m.Config.Lease),
+		interceptor.WithTTL(m.Config.TTL),
+		interceptor.WithInFlightWait(m.Config.InFlightWait),
+		interceptor.WithHandlerTimeout(m.Config.HandlerTimeout),
+		interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, interceptor.KeyRequired),
+		interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName, interceptor.KeyOptional),
+		interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyIgnored),
+		interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_ListPaymentIntents_FullMethodName, interceptor.KeyIgnored),
+		// Their only effect is the intent they write through the store.
+		interceptor.WithTransactional(
+			paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName,
+			paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName,
+		),
+		interceptor.WithObserver(rpclog.Observer{Metrics: m.metrics}),
+		interceptor.WithObserver(tracing.Observer{}),
+		interceptor.WithLogger(m.Logger),
+	)
+}
+
+// serve starts serving: gRPC, the metrics, the sweeper, the health and
+// credential watchers, the HTTP face and the admin socket.
+func (m *Main) serve(ctx context.Context) {
+	if m.prom != nil {
+		m.prom.GRPC.InitializeMetrics(m.grpc)
+		m.serveMetrics(m.metricsListener)
+	}
+	m.creds.Log()
+	m.Logger.Info("paymentsd listening", "addr", m.listener.Addr().String(), "db", m.db.String(),
+		"lease", m.Config.Lease.String(), "ttl", m.Config.TTL.String(), "tls", m.creds.TLS != nil)
 
 	ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
 	m.wg.Go(func() {
@@ -330,12 +383,22 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			m.Logger.Error("serve", "err", err)
 		}
 	})
-	m.wg.Go(func() { storage.RunSweeper(ctx, m.db.records, m.Config.SweepInterval, m.swept) })
-	m.wg.Go(func() { m.watchHealth(ctx) })
-	m.watchCredentials(ctx)
+	m.wg.Go(func() { storage.RunSweeper(ctx, m.db.Records(), m.Config.SweepInterval, m.swept) })
+	m.wg.Go(func() { storehealth.Watch(ctx, m.health, m.db.Check, m.Logger, storehealth.Interval) })
+	context.AfterFunc(ctx, func() { signal.Stop(m.hup) })
+	m.creds.Watch(ctx, &m.wg, m.hup, m.prom.Reloaded)
 	m.serveHTTP()
 	m.admin = m.serveAdmin() // nil for PostgreSQL
-	return nil
+}
+
+// grpcCredentials are the gRPC server's: TLS with ALPN h2 when
+// --tls-cert is set, plaintext otherwise, and the HTTP face's in-memory
+// connection let in either way.
+func (m *Main) grpcCredentials() credentials.TransportCredentials {
+	if m.creds.TLS == nil {
+		return httpapi.ServerCredentials(nil)
+	}
+	return httpapi.ServerCredentials(credentials.NewTLS(m.creds.TLS.Config(m.creds.ClientAuth(), "h2")))
 }
 
 // handshakeTimeout bounds a new gRPC connection's handshake (TLS and the
@@ -343,53 +406,17 @@ func (m *Main) Run(ctx context.Context) (err error) {
 // that connects and says nothing holds nothing for long.
 const handshakeTimeout = 10 * time.Second
 
-// healthInterval is how often the store's health is looked at, and a
-// store whose commits failed is probed.
-const healthInterval = time.Second
-
-// watchHealth reports the store's health on grpc.health.v1, for every
-// service and the server as a whole: NOT_SERVING while the data file is
-// damaged or its commits fail, or the database does not answer, so that a
-// load balancer drains the instance, and SERVING again once a probe
-// succeeds.
-func (m *Main) watchHealth(ctx context.Context) {
-	t := time.NewTicker(healthInterval)
-	defer t.Stop()
-	var last error
-	for {
-		err := m.db.check(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if (err == nil) != (last == nil) {
-			if err != nil {
-				m.Logger.Error("store unhealthy: reporting NOT_SERVING", "err", err)
-				m.health.Shutdown() // every service NOT_SERVING
-			} else {
-				m.Logger.Info("store healthy again: reporting SERVING")
-				m.health.Resume()
-			}
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // serveMetrics serves /metrics on lis, and /healthz: 200 while the store
 // serves, 503 otherwise, as grpc.health.v1 reports it.
 func (m *Main) serveMetrics(lis net.Listener) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.prom.handler())
-	mux.HandleFunc("/healthz", m.healthz)
+	mux.Handle("/metrics", m.prom.Handler())
+	mux.HandleFunc("/healthz", storehealth.Handler(m.health))
 	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	m.Logger.Info("metrics listening", "addr", lis.Addr().String(), "tls", m.tls != nil)
-	if m.tls != nil {
+	m.Logger.Info("metrics listening", "addr", lis.Addr().String(), "tls", m.creds.TLS != nil)
+	if m.creds.TLS != nil {
 		// Scrapers are not asked for a client certificate.
-		lis = tls.NewListener(lis, m.tls.Config(tlsreload.NoClientCert, "h2", "http/1.1"))
+		lis = tls.NewListener(lis, m.creds.TLS.Config(tlsreload.NoClientCert, "h2", "http/1.1"))
 	}
 	m.wg.Go(func() {
 		if err := m.http.Serve(lis); err != http.ErrServerClosed {
@@ -433,12 +460,7 @@ func (m *Main) Close() error {
 		m.http.Close()
 	}
 	m.wg.Wait()
-	m.Logger.LogAttrs(context.Background(), slog.LevelInfo, "closed", m.db.closedAttrs()...)
-	m.tracing.shutdown(m.Logger) // every call has ended: its span is buffered
-	return m.db.records.Close()
+	m.Logger.LogAttrs(context.Background(), slog.LevelInfo, "closed", m.db.ClosedAttrs()...)
+	m.tracing.Shutdown(m.Logger) // every call has ended: its span is buffered
+	return m.db.Close()
 }
-
-// benchWithoutIdempotency leaves the idempotency interceptor out. Only the
-// benchmark build (tag benchbaseline) sets it, to measure what the
-// interceptor costs; no flag of the real binary can.
-var benchWithoutIdempotency = false

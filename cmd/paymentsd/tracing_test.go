@@ -22,27 +22,6 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-func TestTracingEnabled(t *testing.T) {
-	for _, c := range []struct {
-		env  map[string]string
-		want bool
-	}{
-		{map[string]string{}, false},
-		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}, true},
-		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4317"}, true},
-		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", "OTEL_SDK_DISABLED": "true"}, false},
-		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", "OTEL_TRACES_EXPORTER": "none"}, false},
-		{map[string]string{"OTEL_SERVICE_NAME": "paymentsd-eu"}, false},
-	} {
-		if got := tracingEnabled(func(k string) string { return c.env[k] }); got != c.want {
-			t.Errorf("tracingEnabled(%v) = %v, want %v", c.env, got, c.want)
-		}
-	}
-	if _, ok := (*tracing)(nil).serverOption().(grpc.EmptyServerOption); !ok {
-		t.Error("tracing off installs a server option; want none")
-	}
-}
-
 // collector is a fake OTLP/gRPC collector that keeps what it is sent.
 type collector struct {
 	collectortracepb.UnimplementedTraceServiceServer

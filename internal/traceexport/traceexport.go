@@ -1,4 +1,7 @@
-package main
+// Package traceexport exports a gRPC server's spans over OTLP/gRPC when
+// the standard OpenTelemetry environment asks for it, and costs nothing
+// per call when it does not.
+package traceexport
 
 import (
 	"context"
@@ -20,20 +23,20 @@ import (
 	"google.golang.org/grpc"
 )
 
-// tracingShutdownTimeout bounds the flush of the last spans at Close, so
+// shutdownTimeout bounds the flush of the last spans at Close, so
 // that a collector that is down cannot hold up shutdown.
-const tracingShutdownTimeout = 5 * time.Second
+const shutdownTimeout = 5 * time.Second
 
-// tracing exports the server's spans over OTLP/gRPC. A nil *tracing is
+// Exporter exports the server's spans over OTLP/gRPC. A nil *Exporter is
 // tracing off, and all its methods work on it.
-type tracing struct {
+type Exporter struct {
 	provider *sdktrace.TracerProvider
 }
 
-// tracingEnabled reports whether the standard OpenTelemetry environment
+// Enabled reports whether the standard OpenTelemetry environment
 // asks for spans to be exported: an OTLP endpoint is set, and the SDK and
 // the traces exporter are not turned off.
-func tracingEnabled(getenv func(string) string) bool {
+func Enabled(getenv func(string) string) bool {
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") ||
 		strings.EqualFold(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")), "none") {
 		return false
@@ -41,15 +44,15 @@ func tracingEnabled(getenv func(string) string) bool {
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// startTracing starts exporting spans if the environment asks for it (see
-// tracingEnabled), and returns nil otherwise: then nothing is dialed and no
+// Start starts exporting spans if the environment asks for it (see
+// Enabled), and returns nil otherwise: then nothing is dialed and no
 // stats handler is installed, so tracing off costs nothing per call. The
 // exporter reads the rest of the standard OTEL_EXPORTER_OTLP_* variables
 // (headers, TLS, compression, timeout), the batch processor OTEL_BSP_*, the
 // sampler OTEL_TRACES_SAMPLER, and the resource OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES over the default service.name, paymentsd.
-func startTracing(ctx context.Context, logger *slog.Logger) (*tracing, error) {
-	if !tracingEnabled(os.Getenv) {
+func Start(ctx context.Context, logger *slog.Logger) (*Exporter, error) {
+	if !Enabled(os.Getenv) {
 		return nil, nil
 	}
 	res, err := resource.New(ctx,
@@ -71,17 +74,17 @@ func startTracing(ctx context.Context, logger *slog.Logger) (*tracing, error) {
 	}
 	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
 	logger.Info("tracing: exporting spans over OTLP/gRPC")
-	return &tracing{provider: provider}, nil
+	return &Exporter{provider: provider}, nil
 }
 
-// serverOption is the stats handler that starts a span for each call, or,
+// ServerOption is the stats handler that starts a span for each call, or,
 // with tracing off, no option at all. The provider and propagator are
 // passed rather than made global, so that two Mains in one process (as in
 // the tests) each trace to their own. Incoming calls continue a W3C
 // traceparent; metrics stay with Prometheus, so otelgrpc's are no-ops.
 // Health checks, which load balancers send every few seconds, get no
 // spans: they would drown the calls.
-func (t *tracing) serverOption() grpc.ServerOption {
+func (t *Exporter) ServerOption() grpc.ServerOption {
 	if t == nil {
 		return grpc.EmptyServerOption{}
 	}
@@ -93,14 +96,14 @@ func (t *tracing) serverOption() grpc.ServerOption {
 	))
 }
 
-// shutdown exports the spans still buffered and stops the exporter. Its
+// Shutdown exports the spans still buffered and stops the exporter. Its
 // failure (the collector is down) is logged, not returned: the data is
 // safe, and an exit status is no place for lost spans.
-func (t *tracing) shutdown(logger *slog.Logger) {
+func (t *Exporter) Shutdown(logger *slog.Logger) {
 	if t == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := t.provider.Shutdown(ctx); err != nil {
 		logger.Warn("tracing: flushing the last spans failed", "err", err)

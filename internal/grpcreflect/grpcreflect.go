@@ -1,4 +1,6 @@
-package main
+// Package grpcreflect serves gRPC server reflection from descriptors that
+// keep the protos' comments.
+package grpcreflect
 
 import (
 	"fmt"
@@ -12,19 +14,17 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
-
-	embedded "github.com/paymentsd/paymentsd"
 )
 
-// registerReflection serves server reflection (v1 and v1alpha, for older
-// clients) from descriptors that keep the protos' comments, so that
-// `grpcurl describe` shows each field's documentation. The descriptors
-// compiled into the generated code leave comments out; paymentsd.Descriptors
-// keeps them. Files it does not hold (well-known types, grpc's own) come
-// from the global registry.
-func registerReflection(s *grpc.Server) error {
+// Register serves server reflection (v1 and v1alpha, for older clients)
+// on s from descriptors, a serialized FileDescriptorSet in dependency order
+// that keeps the protos' comments, so that `grpcurl describe` shows each
+// field's documentation. The descriptors compiled into the generated code
+// leave comments out; paymentsd.Descriptors keeps them. Files it does not
+// hold (well-known types, grpc's own) come from the global registry.
+func Register(s *grpc.Server, descriptors []byte) error {
 	var set descriptorpb.FileDescriptorSet
-	if err := proto.Unmarshal(embedded.Descriptors, &set); err != nil {
+	if err := proto.Unmarshal(descriptors, &set); err != nil {
 		return fmt.Errorf("reflection descriptors: %w", err)
 	}
 	files := withFallback{new(protoregistry.Files)}

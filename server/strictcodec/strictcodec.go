@@ -1,4 +1,7 @@
-package main
+// Package strictcodec answers INVALID_ARGUMENT, not INTERNAL, for a
+// request that does not decode. It knows gRPC and protobuf, nothing of
+// payments or idempotency.
+package strictcodec
 
 import (
 	"context"
@@ -16,14 +19,14 @@ import (
 
 // A request that does not decode (bytes that are not a message, a string
 // that is not UTF-8) is the caller's fault, but grpc-go answers INTERNAL for
-// any codec error. requestCodec answers INVALID_ARGUMENT instead: for the
+// any codec error. Codec answers INVALID_ARGUMENT instead: for the
 // request types of the unary methods it is given, it empties a message that
 // does not decode and marks it with the error, in an unknown field of the
-// highest number, and lets the call reach rejectUndecodable, an
-// interceptor. The mark lives and dies with the message, so nothing is
-// left behind by a call that ends before its interceptors run. Other
-// messages (streams of reflection and health) fail in the codec as usual.
-type requestCodec struct {
+// highest number, and lets the call reach Reject, an interceptor. The mark
+// lives and dies with the message, so nothing is left behind by a call
+// that ends before its interceptors run. Other messages (streams of
+// reflection and health) fail in the codec as usual.
+type Codec struct {
 	encoding.CodecV2
 	requests map[protoreflect.FullName]bool
 }
@@ -32,9 +35,11 @@ type requestCodec struct {
 // is told its request is invalid, as it would be for any unknown field.
 const undecodableField = protowire.MaxValidNumber
 
-// newRequestCodec serves the unary methods of the named services.
-func newRequestCodec(services ...protoreflect.FullName) *requestCodec {
-	c := &requestCodec{CodecV2: encoding.GetCodecV2("proto"), requests: map[protoreflect.FullName]bool{}}
+// New serves the unary methods of the named services, which must be
+// compiled into the binary (it panics otherwise). Pass it to
+// grpc.ForceServerCodecV2, and put Reject among the interceptors.
+func New(services ...protoreflect.FullName) *Codec {
+	c := &Codec{CodecV2: encoding.GetCodecV2("proto"), requests: map[protoreflect.FullName]bool{}}
 	for _, name := range services {
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
 		if err != nil {
@@ -50,7 +55,8 @@ func newRequestCodec(services ...protoreflect.FullName) *requestCodec {
 	return c
 }
 
-func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+// Unmarshal decodes data into v, or marks v as undecodable.
+func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.CodecV2.Unmarshal(data, v)
 	if m, ok := v.(proto.Message); err != nil && ok && c.requests[m.ProtoReflect().Descriptor().FullName()] {
 		proto.Reset(m)
@@ -61,9 +67,10 @@ func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return err
 }
 
-// rejectUndecodable answers INVALID_ARGUMENT for a request that did not
-// decode, before the other interceptors but the log see it: no key is used up.
-func rejectUndecodable(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// Reject answers INVALID_ARGUMENT for a request that did not decode. Put it
+// before the interceptors that act on a request (the idempotency
+// interceptor: no key is used up), after those that only observe.
+func Reject(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if m, ok := req.(proto.Message); ok {
 		if unknown := m.ProtoReflect().GetUnknown(); len(unknown) > 0 {
 			if num, typ, n := protowire.ConsumeTag(unknown); num == undecodableField && typ == protowire.BytesType {

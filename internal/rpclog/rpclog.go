@@ -1,4 +1,6 @@
-package main
+// Package rpclog writes paymentsd's log line of each call, with what the
+// idempotency interceptor decided for it.
+package rpclog
 
 import (
 	"context"
@@ -13,33 +15,39 @@ import (
 	"github.com/paymentsd/paymentsd/metrics"
 )
 
-// rpcOutcomeKey holds an *interceptor.Observation in which the observer
-// carries the interceptor's decision out to logRPC, which sits outside it.
+// rpcOutcomeKey holds an *interceptor.Observation in which Observer
+// carries the interceptor's decision out to Interceptor, which sits
+// outside it.
 type rpcOutcomeKey struct{}
 
-// observer hands what the interceptor did to the log line and, when they
-// are on, the metrics.
-type observer struct{ metrics *metrics.Metrics }
+// Observer hands what the interceptor did to the log line and, when
+// Metrics is not nil, the metrics. Give it to the idempotency interceptor
+// with interceptor.WithObserver.
+type Observer struct{ Metrics *metrics.Metrics }
 
-func (o observer) Claimed(ctx context.Context, obs interceptor.Observation) {
-	if o.metrics != nil {
-		o.metrics.Claimed(ctx, obs)
+// Claimed counts a claim.
+func (o Observer) Claimed(ctx context.Context, obs interceptor.Observation) {
+	if o.Metrics != nil {
+		o.Metrics.Claimed(ctx, obs)
 	}
 }
 
-func (o observer) Finished(ctx context.Context, obs interceptor.Observation) {
+// Finished hands obs to the log line, and counts it.
+func (o Observer) Finished(ctx context.Context, obs interceptor.Observation) {
 	if slot, ok := ctx.Value(rpcOutcomeKey{}).(*interceptor.Observation); ok {
 		*slot = obs
 	}
-	if o.metrics != nil {
-		o.metrics.Finished(ctx, obs)
+	if o.Metrics != nil {
+		o.Metrics.Finished(ctx, obs)
 	}
 }
 
-// logRPC writes one line per call: method, idempotency outcome and attempt,
-// status code, duration and, for a storage failure, its cause. It logs no
-// metadata and no principal, so neither a credential nor a key's owner.
-func logRPC(logger *slog.Logger) grpc.UnaryServerInterceptor {
+// Interceptor writes one line per call: method, idempotency outcome and
+// attempt (when Observer saw them), status code, duration and, for a
+// storage failure, its cause. It logs no metadata and no principal, so
+// neither a credential nor a key's owner. Put it outside the idempotency
+// interceptor.
+func Interceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		slot := &interceptor.Observation{}

@@ -1,0 +1,46 @@
+// Package backend names what paymentsd keeps its data in: the idempotency
+// records and the payment intents, in one database, so that an intent and
+// its record commit together. boltintents and pgintents each open one.
+//
+// It is a package of its own, and not part of server, because server knows
+// nothing of idempotency keys (it must not import the interceptor's store
+// contract), and not part of an intent package, because the daemon names
+// it without knowing which of the two it runs on; both intent packages
+// import it, and it imports neither, so there is no cycle.
+package backend
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/server"
+)
+
+// Records is what the daemon needs of an idempotency store: the
+// interceptor's TxStore and the store's upkeep (sweeping, a record read
+// for the operator, counting for the metrics).
+type Records interface {
+	storage.TxStore
+	storage.Upkeep
+}
+
+// Backend is where paymentsd keeps its data.
+type Backend interface {
+	// Records are the idempotency records, under the interceptor.
+	Records() Records
+	// Intents are the payment intents, written through Records' units of
+	// work.
+	Intents() server.IntentStore
+	// String names the database for the log, never with a password.
+	String() string
+	// Check reports the database's health, probing it when that is how to
+	// know: nil while it serves.
+	Check(ctx context.Context) error
+	// CountRecords counts the idempotency records stored, for the metrics.
+	CountRecords() (float64, error)
+	// ClosedAttrs are logged when the daemon closes it.
+	ClosedAttrs() []slog.Attr
+	// Close closes the database.
+	Close() error
+}

@@ -1,0 +1,62 @@
+package boltintents
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/paymentsd/paymentsd/backend"
+	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/server"
+)
+
+// Backend is a backend.Backend in a bbolt file: the records of a
+// boltstore.DB and the intents beside them.
+type Backend struct {
+	db      *boltstore.DB
+	intents *Store
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Open opens (creating it if needed) the bbolt file at path, with its
+// intents' buckets.
+func Open(ctx context.Context, path string) (*Backend, error) {
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		return nil, err
+	}
+	intents, err := New(ctx, db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Backend{db: db, intents: intents}, nil
+}
+
+// Records returns the *boltstore.DB, which the admin socket serves too.
+func (b *Backend) Records() backend.Records    { return b.db }
+func (b *Backend) Intents() server.IntentStore { return b.intents }
+func (b *Backend) String() string              { return b.db.Path() }
+func (b *Backend) Close() error                { return b.db.Close() }
+
+// Check reports the file's health. A file found damaged stays so; one
+// whose commits failed (a full disk, an I/O error) is probed with a
+// commit, which reports it healthy again once one succeeds.
+func (b *Backend) Check(ctx context.Context) error {
+	err := b.db.Health()
+	if err != nil && !errors.Is(err, boltstore.ErrDamaged) {
+		err = b.db.Probe(ctx)
+	}
+	return err
+}
+
+func (b *Backend) CountRecords() (float64, error) {
+	n, err := b.db.CountRecords(context.Background())
+	return float64(n), err
+}
+
+// ClosedAttrs are the commits made, for the log.
+func (b *Backend) ClosedAttrs() []slog.Attr {
+	return []slog.Attr{slog.Uint64("commits", b.db.Commits())}
+}

@@ -1,0 +1,180 @@
+// Package credfiles loads paymentsd's credential files, the API keys and
+// the TLS certificate, key and client CAs, and reads them again when they
+// change on disk or on a signal, keeping the last good ones in use when
+// new ones do not load.
+package credfiles
+
+import (
+	"context"
+	"crypto/x509"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/internal/filewatch"
+	"github.com/paymentsd/paymentsd/tlsreload"
+)
+
+// Poll is how often the files are looked at for a change.
+const Poll = 250 * time.Millisecond
+
+// Config names the files, as the flags do.
+type Config struct {
+	APIKeys       string // --api-keys; empty is dev mode, any token accepted
+	PrincipalFrom string // --principal-from
+	TLSCert       string // empty serves plaintext
+	TLSKey        string
+	TLSClientCA   string // empty asks for no client certificate
+}
+
+// ConfigError is a credential file that cannot be used at start: a bad
+// configuration, which paymentsd exits 2 for, as for a bad flag.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Credentials are the ones in use.
+type Credentials struct {
+	// Authn authenticates callers with the keys in use.
+	Authn *auth.Authenticator
+	// TLS serves the certificate in use; nil without Config.TLSCert.
+	TLS *tlsreload.Server
+
+	config             Config
+	logger             *slog.Logger
+	keysFile, tlsFiles *filewatch.Watcher // nil when not configured
+	// reloading serialises reloads: a watcher's and a signal's, each
+	// reading then storing, could otherwise store the older file last.
+	reloading sync.Mutex
+}
+
+// Load reads the files for the first time. Their watchers take their first
+// look before, so that a change while the server starts is acted on once
+// Watch runs, neither missed nor fatal.
+func Load(c Config, logger *slog.Logger) (*Credentials, error) {
+	cr := &Credentials{config: c, logger: logger}
+	if c.APIKeys != "" {
+		cr.keysFile = filewatch.New(c.APIKeys)
+	}
+	if c.TLSCert != "" {
+		cr.tlsFiles = filewatch.New(cr.tlsFilesConfig().Paths()...)
+	}
+	keys := auth.Dev()
+	if c.APIKeys != "" {
+		var err error
+		if keys, err = auth.LoadFile(c.APIKeys); err != nil {
+			return nil, &ConfigError{err}
+		}
+	}
+	source, err := auth.ParseSource(c.PrincipalFrom)
+	if err != nil { // the flags are checked first
+		return nil, &ConfigError{err}
+	}
+	cr.Authn = auth.NewAuthenticator(source, keys)
+	if c.TLSCert != "" {
+		if cr.TLS, err = tlsreload.Load(cr.tlsFilesConfig()); err != nil {
+			return nil, &ConfigError{err}
+		}
+		if c.TLSClientCA != "" {
+			cr.Authn.SetChainCheck(cr.TLS.StillTrusted)
+		}
+	}
+	return cr, nil
+}
+
+func (cr *Credentials) tlsFilesConfig() tlsreload.Files {
+	return tlsreload.Files{Cert: cr.config.TLSCert, Key: cr.config.TLSKey, ClientCA: cr.config.TLSClientCA}
+}
+
+// ClientAuth is whether the gRPC and HTTP listeners require client
+// certificates.
+func (cr *Credentials) ClientAuth() tlsreload.ClientAuth {
+	return tlsreload.ClientAuth(cr.config.TLSClientCA != "")
+}
+
+// Log says how callers are authenticated, for the start.
+func (cr *Credentials) Log() {
+	keys := cr.Authn.Keys()
+	switch {
+	case cr.Authn.Source() == auth.FromCert:
+		cr.logger.Info("principals from client certificates")
+	case keys.IsDev():
+		cr.logger.Warn("dev mode: any bearer token is accepted as a principal of its own; pass --api-keys in production",
+			"principal_from", cr.Authn.Source().String())
+	default:
+		cr.logger.Info("api keys loaded", "file", cr.config.APIKeys, "principals", keys.Principals(),
+			"principal_from", cr.Authn.Source().String())
+	}
+	if cr.TLS != nil {
+		cr.logCertificate("tls certificate loaded", cr.TLS.Leaf())
+	}
+}
+
+func (cr *Credentials) logCertificate(msg string, leaf *x509.Certificate, attrs ...any) {
+	cr.logger.Info(msg, append(attrs, "cert", cr.config.TLSCert, "serial", leaf.SerialNumber.Text(16),
+		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "client_ca", cr.config.TLSClientCA != "")...)
+}
+
+// Watch reads the files again, in goroutines of wg until ctx ends, when
+// they change on disk (written in place, renamed over, or a symbolic link
+// moved) and when hup receives (SIGHUP). Each reload is reported to
+// reloaded ("api_keys" or "tls", and its error); what does not load is
+// logged, and the previous keys or certificate stay in use.
+func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan os.Signal, reloaded func(file string, err error)) {
+	if cr.keysFile != nil {
+		wg.Go(func() { cr.keysFile.Run(ctx, Poll, func() { cr.reloadKeys("file changed", reloaded) }) })
+	}
+	if cr.tlsFiles != nil {
+		wg.Go(func() { cr.tlsFiles.Run(ctx, Poll, func() { cr.reloadTLS("file changed", reloaded) }) })
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if cr.keysFile == nil && cr.tlsFiles == nil {
+					cr.logger.Info("SIGHUP: no credential file to read again")
+				}
+				if cr.keysFile != nil {
+					cr.reloadKeys("SIGHUP", reloaded)
+				}
+				if cr.tlsFiles != nil {
+					cr.reloadTLS("SIGHUP", reloaded)
+				}
+			}
+		}
+	})
+}
+
+// reloadKeys reads the API keys again; a token removed is refused from
+// the next request on.
+func (cr *Credentials) reloadKeys(why string, reloaded func(string, error)) {
+	cr.reloading.Lock()
+	defer cr.reloading.Unlock()
+	keys, err := auth.LoadFile(cr.config.APIKeys)
+	reloaded("api_keys", err)
+	if err != nil {
+		cr.logger.Error("api keys not reloaded: the previous keys stay in use", "trigger", why, "err", err)
+		return
+	}
+	cr.Authn.SetKeys(keys)
+	cr.logger.Info("api keys reloaded", "trigger", why, "file", cr.config.APIKeys, "principals", keys.Principals())
+}
+
+// reloadTLS reads the TLS files again: new connections get the new
+// certificate (and client CAs), connections made keep theirs.
+func (cr *Credentials) reloadTLS(why string, reloaded func(string, error)) {
+	cr.reloading.Lock()
+	defer cr.reloading.Unlock()
+	err := cr.TLS.Reload()
+	reloaded("tls", err)
+	if err != nil {
+		cr.logger.Error("tls files not reloaded: the previous certificate stays in use", "trigger", why, "err", err)
+		return
+	}
+	cr.logCertificate("tls certificate reloaded", cr.TLS.Leaf(), "trigger", why)
+}

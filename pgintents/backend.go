@@ -1,0 +1,64 @@
+package pgintents
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/paymentsd/paymentsd/backend"
+	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/server"
+)
+
+// Timeout bounds connecting and migrating in Open, and each health probe
+// and count of Backend: a database that does not answer must not hang
+// the start or the health watcher.
+const Timeout = 10 * time.Second
+
+// Backend is a backend.Backend in PostgreSQL: the records of a pgstore.DB
+// and the intents beside them.
+type Backend struct {
+	db      *pgstore.DB
+	intents *Store
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Open connects to the database at url and brings its schema up to date,
+// within Timeout.
+func Open(ctx context.Context, url string, opts *pgstore.Options) (*Backend, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	db, err := pgstore.Open(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	intents, err := New(ctx, db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Backend{db: db, intents: intents}, nil
+}
+
+func (b *Backend) Records() backend.Records    { return b.db }
+func (b *Backend) Intents() server.IntentStore { return b.intents }
+func (b *Backend) String() string              { return b.db.String() }
+func (b *Backend) Close() error                { return b.db.Close() }
+
+// ClosedAttrs is nothing: the database keeps its own statistics.
+func (b *Backend) ClosedAttrs() []slog.Attr { return nil }
+
+// Check probes the database.
+func (b *Backend) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	return b.db.Probe(ctx)
+}
+
+func (b *Backend) CountRecords() (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	n, err := b.db.CountRecords(ctx)
+	return float64(n), err
+}
