@@ -36,10 +36,6 @@ func parseDB(db string) (pgURL string, err error) {
 	return "", nil
 }
 
-// postgresTimeout bounds the subcommands' connecting to PostgreSQL, as it
-// bounds the server's.
-const postgresTimeout = pgintents.Timeout
-
 // openBackend opens the database that --db names. It returns a nil
 // Backend with its error, never a nil pointer in one.
 func openBackend(ctx context.Context, c Config, log *slog.Logger) (backend.Backend, error) {
