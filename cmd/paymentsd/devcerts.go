@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/paymentsd/paymentsd/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/devcerts"
 )
 
@@ -21,25 +22,25 @@ Keys are unencrypted, mode 0600. For development only: never for production.
 Existing files are never overwritten; the command fails and writes nothing.`
 
 // runDevCerts is paymentsd dev-certs DIR.
-func runDevCerts(_ context.Context, sio *stdio, args []string) int {
-	fs := newFlagSet(sio, "dev-certs", "DIR", devCertsAbout)
+func runDevCerts(_ context.Context, sio *cli.Stdio, args []string) int {
+	fs := cli.NewFlagSet(sio, "paymentsd dev-certs", "DIR", devCertsAbout)
 	operands, code, err := parseArgs(fs, args)
 	if err != nil {
 		return code
 	}
 	if len(operands) != 1 || operands[0] == "" {
-		return usageError(fs, "give one DIR")
+		return cli.UsageError(fs, "give one DIR")
 	}
 	dir := operands[0]
 	paths, err := devcerts.Dev(dir)
 	if err != nil {
-		return fail(sio, "dev-certs", err)
+		return cli.Fail(sio, "paymentsd dev-certs", err)
 	}
 	for _, p := range paths {
-		fmt.Fprintln(sio.out, p)
+		fmt.Fprintln(sio.Out, p)
 	}
 	f := func(name string) string { return shellQuote(filepath.Join(dir, name)) }
-	fmt.Fprintf(sio.out, `
+	fmt.Fprintf(sio.Out, `
 These certificates are for development only: never use them in production.
 
 Serve with TLS, client certificates required:
@@ -56,7 +57,7 @@ Call it as client-a:
   curl --cacert %[3]s --cert %[4]s --key %[5]s \
     -H 'Authorization: Bearer merchant-demo' https://localhost:8080/v1/payment_intents
 `, f("server.pem"), f("server-key.pem"), f("ca.pem"), f("client-a.pem"), f("client-a-key.pem"))
-	return exitOK
+	return cli.ExitOK
 }
 
 // shellQuote quotes s for a POSIX shell if it needs it, so that the printed
