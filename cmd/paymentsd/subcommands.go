@@ -21,7 +21,7 @@ var program = cli.Program{
 		{Name: "check", Args: "[--db DB]", Summary: "check the bbolt data file's structure: exit 0 when sound, 1 with the findings", Run: runCheck},
 		{Name: "hash-token", Args: "PRINCIPAL < token", Summary: `print the --api-keys line "PRINCIPAL sha256:<hex>" of the token on standard input`, Run: runHashToken},
 		{Name: "dev-certs", Args: "DIR", Summary: "write a development CA, server and client certificates into DIR to try TLS and mutual TLS (never for production)", Run: runDevCerts},
-		{Name: "version", Summary: "the module version and the revision it was built from (also --version)", Run: runVersion},
+		{Name: "version", Summary: "the module version and the revision it was built from (also --version)", Run: cli.Version("paymentsd")},
 	},
 	Help: "this list, and the server's flags (also -h)",
 	Notes: config.EnvHelp + "\n\nRun paymentsd SUBCOMMAND -h for its flags. Exit codes: 0 done; 1 the answer is no (no record\n" +

@@ -124,3 +124,15 @@ func TestProgram_Run(t *testing.T) {
 		t.Errorf("nope: code %d, printed\n%s", code, errOut)
 	}
 }
+
+func TestVersion(t *testing.T) {
+	var out, errOut bytes.Buffer
+	sio := &cli.Stdio{Out: &out, Err: &errOut}
+	if code := cli.Version("prog")(context.Background(), sio, nil); code != cli.ExitOK || !strings.HasPrefix(out.String(), "prog ") || !strings.Contains(out.String(), "\ngo:        go") {
+		t.Errorf("code %d, printed\n%s", code, out.String())
+	}
+	if code := cli.Version("prog")(context.Background(), sio, []string{"x"}); code != cli.ExitUsage ||
+		errOut.String() != "prog version: takes no arguments, got [\"x\"]\nusage: prog version\n" {
+		t.Errorf("an argument: code %d, printed %q", code, errOut.String())
+	}
+}
