@@ -104,7 +104,7 @@ type Main struct {
 	http            *http.Server     // serves the metrics
 	stop            context.CancelFunc
 	wg              sync.WaitGroup
-	api             *httpAPI               // the HTTP/JSON API; nil without --http-listen
+	api             *httpapi.Face          // the HTTP/JSON API; nil without --http-listen
 	tracing         *traceexport.Exporter  // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
 	creds           *credfiles.Credentials // the API keys and the TLS files in use
 	hup             chan os.Signal         // SIGHUP: read the credential files again
@@ -173,7 +173,9 @@ func (m *Main) listen() (err error) {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
-	m.api, err = listenHTTP(m.Config.HTTPListen)
+	if m.Config.HTTPListen != "" {
+		m.api, err = httpapi.Listen(m.Config.HTTPListen)
+	}
 	return err
 }
 
@@ -185,7 +187,9 @@ func (m *Main) abort() {
 			lis.Close()
 		}
 	}
-	m.api.closeListener()
+	if m.api != nil {
+		m.api.Close()
+	}
 	if m.db != nil {
 		m.db.Close()
 	}
