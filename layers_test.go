@@ -18,7 +18,7 @@ var floors = [][]string{
 	// The ground: no idempotency, no payments.
 	{"", "bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
 		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
-		"internal/grpcreflect", "internal/storehealth", "internal/traceexport", "server/strictcodec",
+		"internal/grpcreflect", "internal/storehealth", "internal/cli", "internal/traceexport", "server/strictcodec",
 		"internal/testkit/testclock", "internal/testkit/faultproxy", "internal/testkit/rawgrpc",
 		"internal/testkit/grpctest"},
 	// Contracts: the idempotency wire and store contracts, credentials,
@@ -30,7 +30,7 @@ var floors = [][]string{
 	// Adapters: what the daemon needs of a database, observers, a running
 	// bbolt store's admin socket, the HTTP face, the conformance suites and
 	// the kits that open real stores.
-	{"backend", "interceptor/tracing", "metrics", "boltstore/boltadmin", "httpapi",
+	{"backend", "interceptor/tracing", "metrics", "internal/config", "boltstore/boltadmin", "httpapi",
 		"interceptor/storage/storagetest", "intenttest", "internal/testkit/bolttest"},
 	// The daemon's parts: its databases (intents beside their records), its
 	// metrics and log, what operators are shown of a record.

@@ -76,6 +76,24 @@ func LoadFile(path string) (*Keys, error) {
 	return ParseKeys(data, path)
 }
 
+// PrincipalOfToken returns the principal of token: the one the API keys
+// file at path lists for it, or dev mode's when path is empty, as a server
+// given that file would name it.
+func PrincipalOfToken(token, path string) (string, error) {
+	keys := Dev()
+	if path != "" {
+		var err error
+		if keys, err = LoadFile(path); err != nil {
+			return "", err
+		}
+	}
+	p, ok := keys.Authenticate(token)
+	if !ok {
+		return "", fmt.Errorf("the token is not listed in %s", path)
+	}
+	return p, nil
+}
+
 // ParseKeys reads API keys from data, the content of the file name: one
 // "<principal> sha256:<hex>" per line, the hex being the SHA-256 of the
 // token (`printf %s "$TOKEN" | sha256sum`). Blank lines and lines starting

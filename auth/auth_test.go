@@ -118,3 +118,20 @@ func TestPrincipals_CountsEachPrincipalOnce(t *testing.T) {
 		t.Errorf("Dev().Principals() = %d, want 0", got)
 	}
 }
+
+func TestPrincipalOfToken_FileOrDevMode(t *testing.T) {
+	keys := writeKeys(t, "alice "+hash("a-secret")+"\n")
+	if p, err := auth.PrincipalOfToken("a-secret", keys); err != nil || p != "alice" {
+		t.Errorf("a listed token: %q, %v; want alice", p, err)
+	}
+	if _, err := auth.PrincipalOfToken("m-secret", keys); err == nil || err.Error() != "the token is not listed in "+keys {
+		t.Errorf("an unlisted token: %v", err)
+	}
+	dev, _ := auth.Dev().Authenticate("m-secret")
+	if p, err := auth.PrincipalOfToken("m-secret", ""); err != nil || p != dev || !auth.ValidDevPrincipal(p) {
+		t.Errorf("dev mode: %q, %v; want %q", p, err, dev)
+	}
+	if _, err := auth.PrincipalOfToken("a-secret", filepath.Join(t.TempDir(), "missing")); err == nil || !strings.HasPrefix(err.Error(), "api keys: ") {
+		t.Errorf("a missing file: %v", err)
+	}
+}

@@ -15,7 +15,9 @@
 package bearer
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -80,4 +82,20 @@ func checkBytes(what, v string) error {
 
 func refuse(format string, args ...any) error {
 	return status.Error(codes.Unauthenticated, fmt.Sprintf(format, args...))
+}
+
+// ReadToken reads the token a command is given on its standard input, r:
+// its first line, without the line break that echo or a terminal adds, by
+// ParseToken's rule, so that the same bytes name the same principal there
+// as in a call.
+func ReadToken(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return "", fmt.Errorf("read the token: %w", err)
+	}
+	token, err := ParseToken(strings.TrimRight(line, "\r\n"))
+	if err != nil {
+		return "", fmt.Errorf("the token on standard input: %s", status.Convert(err).Message())
+	}
+	return token, nil
 }

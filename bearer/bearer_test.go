@@ -1,6 +1,8 @@
 package bearer_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -59,5 +61,35 @@ func TestParseToken_SameRuleAsParse(t *testing.T) {
 		if got != want || (err == nil) != (wantErr == nil) {
 			t.Errorf("ParseToken(%q) = %q, %v; Parse of Bearer and it = %q, %v", s, got, err, want, wantErr)
 		}
+	}
+}
+
+// errReader fails every read.
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
+
+func TestReadToken_FirstLine_ParseTokensRule(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, token, err string
+	}{
+		{"line break", "tok\n", "tok", ""},
+		{"CRLF", "tok\r\n", "tok", ""},
+		{"no line break", "tok", "tok", ""},
+		{"first line only", "tok\nmore\n", "tok", ""},
+		{"spaces trimmed", " tok \n", "tok", ""},
+		{"empty", "", "", "the token on standard input: the token is empty"},
+		{"a space", "a b\n", "", "the token on standard input: the bearer token has a space in it; a token is one word"},
+		{"control", "a\x01\n", "", "the token on standard input: token has a control character (0x01) at byte 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			token, err := bearer.ReadToken(strings.NewReader(tc.in))
+			if token != tc.token || (err == nil) != (tc.err == "") || (err != nil && err.Error() != tc.err) {
+				t.Errorf("ReadToken(%q) = %q, %v; want %q, %q", tc.in, token, err, tc.token, tc.err)
+			}
+		})
+	}
+	if _, err := bearer.ReadToken(errReader{}); err == nil || err.Error() != "read the token: disk on fire" {
+		t.Errorf("a failed read: %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
+	"github.com/paymentsd/paymentsd/internal/cli"
+	"github.com/paymentsd/paymentsd/internal/config"
 )
 
 const backupAbout = `Writes a consistent copy of the bbolt data file to FILE (mode 0600), from
@@ -15,27 +17,27 @@ name, checked, and only then linked as FILE, so FILE is never a partial
 copy; an existing FILE is never overwritten. For PostgreSQL, use pg_dump.`
 
 // runBackup is paymentsd backup FILE.
-func runBackup(ctx context.Context, sio *stdio, args []string) int {
-	fs := newFlagSet(sio, "backup", "FILE [--db DB]", backupAbout)
+func runBackup(ctx context.Context, sio *cli.Stdio, args []string) int {
+	fs := cli.NewFlagSet(sio, "paymentsd backup", "FILE [--db DB]", backupAbout)
 	db := fs.String("db", defaultDB(), "the bbolt data file to copy")
 	operands, code, err := parseArgs(fs, args)
-	switch pgURL, dbErr := parseDB(*db); {
+	switch pgURL, dbErr := config.ParseDB(*db); {
 	case err != nil:
 		return code
 	case len(operands) != 1:
-		return usageError(fs, "give one FILE to write the copy to")
+		return cli.UsageError(fs, "give one FILE to write the copy to")
 	case *db == "":
-		return usageError(fs, noDB)
+		return cli.UsageError(fs, config.NoDB)
 	case dbErr != nil:
-		return usageError(fs, "%v", dbErr)
+		return cli.UsageError(fs, "%v", dbErr)
 	case pgURL != "":
-		return usageError(fs, "backup copies a bbolt file; back PostgreSQL up with pg_dump")
+		return cli.UsageError(fs, "backup copies a bbolt file; back PostgreSQL up with pg_dump")
 	}
 	dest := operands[0]
 	n, via, err := boltadmin.Backup(ctx, *db, dest)
 	if err != nil {
-		return fail(sio, "backup", err)
+		return cli.Fail(sio, "paymentsd backup", err)
 	}
-	fmt.Fprintf(sio.out, "%s: %d bytes, a consistent copy of %s (%s), checked sound\n", dest, n, *db, via)
-	return exitOK
+	fmt.Fprintf(sio.Out, "%s: %d bytes, a consistent copy of %s (%s), checked sound\n", dest, n, *db, via)
+	return cli.ExitOK
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
+	"github.com/paymentsd/paymentsd/internal/cli"
+	"github.com/paymentsd/paymentsd/internal/config"
 )
 
 const checkAbout = `Checks the bbolt data file's structure (page links, freelist, key order),
@@ -19,35 +21,35 @@ in one of its write transactions: writes wait for the check, reads do not.
 PostgreSQL checks its own data.`
 
 // runCheck is paymentsd check.
-func runCheck(ctx context.Context, sio *stdio, args []string) int {
-	fs := newFlagSet(sio, "check", "[--db DB]", checkAbout)
+func runCheck(ctx context.Context, sio *cli.Stdio, args []string) int {
+	fs := cli.NewFlagSet(sio, "paymentsd check", "[--db DB]", checkAbout)
 	db := fs.String("db", defaultDB(), "the bbolt data file to check")
 	operands, code, err := parseArgs(fs, args)
-	switch pgURL, dbErr := parseDB(*db); {
+	switch pgURL, dbErr := config.ParseDB(*db); {
 	case err != nil:
 		return code
 	case len(operands) > 0:
-		return usageError(fs, "unexpected arguments %q", operands)
+		return cli.UsageError(fs, "unexpected arguments %q", operands)
 	case *db == "":
-		return usageError(fs, noDB)
+		return cli.UsageError(fs, config.NoDB)
 	case dbErr != nil:
-		return usageError(fs, "%v", dbErr)
+		return cli.UsageError(fs, "%v", dbErr)
 	case pgURL != "":
-		return usageError(fs, "check is for bbolt files; PostgreSQL checks its own")
+		return cli.UsageError(fs, "check is for bbolt files; PostgreSQL checks its own")
 	}
 	via, err := boltadmin.Check(ctx, *db)
 	var stuck *boltadmin.CannotCommitError
 	switch {
 	case err == nil:
-		fmt.Fprintf(sio.out, "%s: sound (%s)\n", *db, via)
-		return exitOK
+		fmt.Fprintf(sio.Out, "%s: sound (%s)\n", *db, via)
+		return cli.ExitOK
 	case errors.As(err, &stuck):
-		fmt.Fprintf(sio.out, "%s: sound (%s), but the server holding it cannot commit to it:\n%v\n", *db, via, stuck)
-		return exitNo
+		fmt.Fprintf(sio.Out, "%s: sound (%s), but the server holding it cannot commit to it:\n%v\n", *db, via, stuck)
+		return cli.ExitNo
 	case errors.Is(err, boltstore.ErrDamaged):
-		fmt.Fprintf(sio.out, "%s: damaged\n%v\nRestore it from a backup, or move it aside to start empty.\n", *db, err)
-		return exitNo
+		fmt.Fprintf(sio.Out, "%s: damaged\n%v\nRestore it from a backup, or move it aside to start empty.\n", *db, err)
+		return cli.ExitNo
 	default:
-		return fail(sio, "check", err)
+		return cli.Fail(sio, "paymentsd check", err)
 	}
 }

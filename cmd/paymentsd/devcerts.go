@@ -3,9 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"strings"
 
+	"github.com/paymentsd/paymentsd/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/devcerts"
 )
 
@@ -21,49 +20,23 @@ Keys are unencrypted, mode 0600. For development only: never for production.
 Existing files are never overwritten; the command fails and writes nothing.`
 
 // runDevCerts is paymentsd dev-certs DIR.
-func runDevCerts(_ context.Context, sio *stdio, args []string) int {
-	fs := newFlagSet(sio, "dev-certs", "DIR", devCertsAbout)
+func runDevCerts(_ context.Context, sio *cli.Stdio, args []string) int {
+	fs := cli.NewFlagSet(sio, "paymentsd dev-certs", "DIR", devCertsAbout)
 	operands, code, err := parseArgs(fs, args)
 	if err != nil {
 		return code
 	}
 	if len(operands) != 1 || operands[0] == "" {
-		return usageError(fs, "give one DIR")
+		return cli.UsageError(fs, "give one DIR")
 	}
 	dir := operands[0]
 	paths, err := devcerts.Dev(dir)
 	if err != nil {
-		return fail(sio, "dev-certs", err)
+		return cli.Fail(sio, "paymentsd dev-certs", err)
 	}
 	for _, p := range paths {
-		fmt.Fprintln(sio.out, p)
+		fmt.Fprintln(sio.Out, p)
 	}
-	f := func(name string) string { return shellQuote(filepath.Join(dir, name)) }
-	fmt.Fprintf(sio.out, `
-These certificates are for development only: never use them in production.
-
-Serve with TLS, client certificates required:
-
-  paymentsd --tls-cert %s --tls-key %s --tls-client-ca %s
-
-Call it as client-a:
-
-  grpcurl -cacert %[3]s -cert %[4]s -key %[5]s \
-    localhost:50051 grpc.health.v1.Health/Check
-  grpcurl -cacert %[3]s -cert %[4]s -key %[5]s \
-    -H 'authorization: Bearer merchant-demo' -d '{"page_size":10}' \
-    localhost:50051 payments.v1.PaymentIntentService/ListPaymentIntents
-  curl --cacert %[3]s --cert %[4]s --key %[5]s \
-    -H 'Authorization: Bearer merchant-demo' https://localhost:8080/v1/payment_intents
-`, f("server.pem"), f("server-key.pem"), f("ca.pem"), f("client-a.pem"), f("client-a-key.pem"))
-	return exitOK
-}
-
-// shellQuote quotes s for a POSIX shell if it needs it, so that the printed
-// commands paste as they are whatever DIR is.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:@%+=,") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	fmt.Fprint(sio.Out, devcerts.Instructions(dir))
+	return cli.ExitOK
 }

@@ -12,13 +12,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/paymentsd/paymentsd/internal/cli"
 )
 
 // devCerts runs paymentsd dev-certs args in process.
 func devCerts(t *testing.T, args ...string) run {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := runDevCerts(context.Background(), &stdio{in: strings.NewReader(""), out: &out, err: &errOut}, args)
+	code := runDevCerts(context.Background(), &cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &errOut}, args)
 	return run{stdout: out.String(), stderr: errOut.String(), code: code}
 }
 

@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -40,6 +39,8 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/tracing"
+	"github.com/paymentsd/paymentsd/internal/cli"
+	"github.com/paymentsd/paymentsd/internal/config"
 	"github.com/paymentsd/paymentsd/internal/credfiles"
 	"github.com/paymentsd/paymentsd/internal/grpcreflect"
 	"github.com/paymentsd/paymentsd/internal/prom"
@@ -53,7 +54,7 @@ import (
 )
 
 func main() {
-	if code, ok := runSubcommand(os.Args[1:]); ok { // record, backup, check, ...: see subcommands.go
+	if code, ok := program.Run(&cli.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:]); ok { // record, backup, ...
 		os.Exit(code)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -87,34 +88,10 @@ func main() {
 	}
 }
 
-// Config is paymentsd's configuration, one field per flag.
-type Config struct {
-	Listen         string
-	DB             string // a bbolt file's path, or a postgres:// URL
-	DBPool         int    // PostgreSQL connections
-	Lease          time.Duration
-	TTL            time.Duration
-	APIKeysPath    string
-	SweepInterval  time.Duration
-	ShutdownGrace  time.Duration
-	InFlightWait   time.Duration
-	HandlerTimeout time.Duration
-	MetricsListen  string
-	HTTPListen     string
-	TLSCert        string
-	TLSKey         string
-	TLSClientCA    string
-	PrincipalFrom  string
-	// WithoutIdempotency leaves the idempotency interceptor out, to
-	// measure what it costs. No flag sets it: the benchmark build does
-	// (tag benchbaseline, see baseline.go).
-	WithoutIdempotency bool
-}
-
 // Main is the program: ParseFlags, then Run, then Close. Tests run it in
 // the same way as main does.
 type Main struct {
-	Config Config
+	Config config.Config
 	Logger *slog.Logger
 
 	db              backend.Backend
@@ -127,7 +104,7 @@ type Main struct {
 	http            *http.Server     // serves the metrics
 	stop            context.CancelFunc
 	wg              sync.WaitGroup
-	api             *httpAPI               // the HTTP/JSON API; nil without --http-listen
+	api             *httpapi.Face          // the HTTP/JSON API; nil without --http-listen
 	tracing         *traceexport.Exporter  // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
 	creds           *credfiles.Credentials // the API keys and the TLS files in use
 	hup             chan os.Signal         // SIGHUP: read the credential files again
@@ -136,100 +113,13 @@ type Main struct {
 
 // NewMain returns a Main with the default configuration, logging to w.
 func NewMain(w io.Writer) *Main {
-	return &Main{
-		Config: Config{
-			Listen:         "localhost:50051",
-			DB:             filepath.Join("data", "paymentsd.db"),
-			DBPool:         20,
-			Lease:          interceptor.DefaultLease,
-			TTL:            interceptor.DefaultTTL,
-			SweepInterval:  time.Minute,
-			ShutdownGrace:  30 * time.Second,
-			HandlerTimeout: interceptor.DefaultHandlerTimeout,
-			HTTPListen:     "localhost:8080",
-			PrincipalFrom:  "bearer",
-
-			WithoutIdempotency: benchBaseline,
-		},
-		Logger: slog.New(slog.NewJSONHandler(w, nil)),
-	}
+	c := config.Default()
+	c.WithoutIdempotency = benchBaseline
+	return &Main{Config: c, Logger: slog.New(slog.NewJSONHandler(w, nil))}
 }
 
-// ParseFlags reads the command line into m.Config.
-func (m *Main) ParseFlags(args []string) error {
-	c := &m.Config
-	fs := flag.NewFlagSet("paymentsd", flag.ContinueOnError)
-	m.defineFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage of paymentsd:\n")
-		fs.PrintDefaults()
-		fmt.Fprintf(fs.Output(), "\n%s\n", envHelp)
-	}
-	if err := defaultsFromEnv(fs, nil); err != nil {
-		return err
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	switch _, dbErr := parseDB(c.DB); {
-	case c.DB == "":
-		return errors.New(noDB)
-	case dbErr != nil:
-		return dbErr
-	case c.Listen == "":
-		return errors.New("--listen must name an address (host:port)")
-	case c.Lease <= 0 || c.TTL <= c.Lease:
-		return fmt.Errorf("need 0 < --lease < --ttl, got %v and %v", c.Lease, c.TTL)
-	case c.SweepInterval <= 0:
-		return fmt.Errorf("--sweep-interval must be positive, got %v", c.SweepInterval)
-	case c.InFlightWait < 0:
-		return fmt.Errorf("--in-flight-wait must not be negative, got %v", c.InFlightWait)
-	case c.HandlerTimeout <= 0:
-		return fmt.Errorf("--handler-timeout must be positive, got %v", c.HandlerTimeout)
-	case c.ShutdownGrace < 0:
-		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
-	case c.DBPool < 1:
-		return fmt.Errorf("--db-pool must be at least 1, got %d", c.DBPool)
-	case (c.TLSCert == "") != (c.TLSKey == ""):
-		return errors.New("--tls-cert and --tls-key go together: give both or neither")
-	case c.TLSClientCA != "" && c.TLSCert == "":
-		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first")
-	}
-	source, err := auth.ParseSource(c.PrincipalFrom)
-	switch {
-	case err != nil:
-		return fmt.Errorf("--principal-from: %w", err)
-	case source != auth.FromBearer && c.TLSClientCA == "":
-		return fmt.Errorf("--principal-from %s needs --tls-client-ca: principals from certificates need certificates verified", source)
-	case source == auth.FromCert && c.APIKeysPath != "":
-		return errors.New("--api-keys has no use with --principal-from cert, which reads no token: drop it, or use --principal-from either")
-	}
-	return nil
-}
-
-// defineFlags defines the server's flags on fs, into m.Config.
-func (m *Main) defineFlags(fs *flag.FlagSet) {
-	c := &m.Config
-	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address")
-	fs.StringVar(&c.DB, "db", c.DB, "where the data lives: a bbolt file (created 0600, its directory 0700), or a PostgreSQL database as a postgres:// or postgresql:// URL (the libpq environment variables, PGPASSWORD and the like, fill in what it leaves out)")
-	fs.IntVar(&c.DBPool, "db-pool", c.DBPool, "PostgreSQL connections of this process; each call in progress under the idempotency interceptor holds one")
-	fs.DurationVar(&c.Lease, "lease", c.Lease, "how long a claimed idempotency key waits for its handler before a retry may take it over")
-	fs.DurationVar(&c.TTL, "ttl", c.TTL, "how long an idempotency record lives; after it the key runs fresh")
-	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
-	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired idempotency records are deleted")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for calls in progress")
-	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "address to serve Prometheus metrics on, at /metrics; empty serves none")
-	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "address to serve the HTTP/JSON API on (the same calls, records and rules as gRPC); empty serves none")
-	fs.DurationVar(&c.HandlerTimeout, "handler-timeout", c.HandlerTimeout, "how long a claimed request may run; it runs to its end even if its caller has gone, so that the retry finds its result")
-	fs.DurationVar(&c.InFlightWait, "in-flight-wait", c.InFlightWait, "how long a duplicate of a request in flight waits for its result instead of getting ABORTED; 0 answers at once")
-	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain: serve TLS on the gRPC, HTTP and metrics listeners; read again when it changes or on SIGHUP")
-	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert; group and others may not write it")
-	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CAs: require client certificates they sign on the gRPC and HTTP listeners (mutual TLS)")
-	fs.StringVar(&c.PrincipalFrom, "principal-from", c.PrincipalFrom, "where a caller's principal, which owns its intents and idempotency keys, comes from: bearer (the token, as --api-keys lists it), cert (the client certificate's URI SAN, else its first DNS SAN) or either (the token when one is sent, else the certificate)")
-}
+// ParseFlags reads the environment and the command line into m.Config.
+func (m *Main) ParseFlags(args []string) error { return m.Config.Parse(args) }
 
 // Run binds its addresses, opens the data file, starts serving and
 // returns; the server runs until Close. Addresses come first, so that a
@@ -283,7 +173,9 @@ func (m *Main) listen() (err error) {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
-	m.api, err = listenHTTP(m.Config.HTTPListen)
+	if m.Config.HTTPListen != "" {
+		m.api, err = httpapi.Listen(m.Config.HTTPListen)
+	}
 	return err
 }
 
@@ -295,7 +187,9 @@ func (m *Main) abort() {
 			lis.Close()
 		}
 	}
-	m.api.closeListener()
+	if m.api != nil {
+		m.api.Close()
+	}
 	if m.db != nil {
 		m.db.Close()
 	}

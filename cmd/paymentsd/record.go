@@ -1,22 +1,21 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
-
-	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/bearer"
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/internal/cli"
+	"github.com/paymentsd/paymentsd/internal/config"
+	"github.com/paymentsd/paymentsd/internal/envflags"
 	"github.com/paymentsd/paymentsd/recordview"
 )
 
@@ -36,47 +35,50 @@ is damaged, 2 for a principal or key that names none, 3 when the lookup
 failed.`
 
 // runRecord is paymentsd record: support's "what happened to key X?".
-func runRecord(ctx context.Context, sio *stdio, args []string) int {
+func runRecord(ctx context.Context, sio *cli.Stdio, args []string) int {
 	q, code := parseRecordArgs(sio, args)
 	if q == nil {
 		return code
 	}
 	k := storage.RecordKey{Scope: q.principal, Key: q.key}
 	if q.tokenStdin {
-		var err error
-		if k.Scope, err = principalOfToken(sio.in, q.apiKeys); err != nil {
-			return fail(sio, "record", err)
+		token, err := bearer.ReadToken(sio.In)
+		if err == nil {
+			k.Scope, err = auth.PrincipalOfToken(token, q.apiKeys)
+		}
+		if err != nil {
+			return cli.Fail(sio, "paymentsd record", err)
 		}
 	}
 	lookup, db := recordview.LookupBolt, q.db
-	if pgURL, _ := parseDB(q.db); pgURL != "" {
+	if pgURL, _ := config.ParseDB(q.db); pgURL != "" {
 		lookup, db = recordview.LookupPostgres, pgURL
 	}
 	rec, err := lookup(ctx, db, k)
 	if errors.Is(err, boltstore.ErrDamaged) {
-		fmt.Fprintf(sio.err, "paymentsd record: %v\n", err)
-		return exitNo // as check answers a damaged file
+		fmt.Fprintf(sio.Err, "paymentsd record: %v\n", err)
+		return cli.ExitNo // as check answers a damaged file
 	}
 	if err != nil {
-		return fail(sio, "record", err)
+		return cli.Fail(sio, "paymentsd record", err)
 	}
 	if rec == nil {
 		msg := fmt.Sprintf("no record of key %q for principal %q: never used, or expired and swept (records live --ttl from their first use)", k.Key, k.Scope)
 		if !strings.HasPrefix(k.Scope, "dev:") {
 			msg += `; in dev mode a principal is "dev:" and its token's SHA-256: use --token-stdin`
 		}
-		fmt.Fprintf(sio.err, "paymentsd record: %s\n", msg)
-		return exitNo
+		fmt.Fprintf(sio.Err, "paymentsd record: %s\n", msg)
+		return cli.ExitNo
 	}
 	v := recordview.New(k, rec, time.Now())
 	if q.json {
-		enc := json.NewEncoder(sio.out)
+		enc := json.NewEncoder(sio.Out)
 		enc.SetIndent("", "  ")
 		enc.Encode(v)
 	} else {
-		v.WriteText(sio.out, time.Now())
+		v.WriteText(sio.Out, time.Now())
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // recordQuery is what paymentsd record was asked.
@@ -87,8 +89,8 @@ type recordQuery struct {
 
 // parseRecordArgs parses paymentsd record's arguments. It returns nil and
 // the exit code when they ask for no lookup: -h, or a usage error.
-func parseRecordArgs(sio *stdio, args []string) (*recordQuery, int) {
-	fs := newFlagSet(sio, "record", "(--principal P | --token-stdin [--api-keys FILE]) --key K [--db DB] [--json]", recordAbout)
+func parseRecordArgs(sio *cli.Stdio, args []string) (*recordQuery, int) {
+	fs := cli.NewFlagSet(sio, "paymentsd record", "(--principal P | --token-stdin [--api-keys FILE]) --key K [--db DB] [--json]", recordAbout)
 	q := new(recordQuery)
 	fs.StringVar(&q.db, "db", defaultDB(), "the bbolt data file, or a postgres:// URL, as given to the server")
 	fs.StringVar(&q.principal, "principal", "", `the principal the key belongs to: as listed in --api-keys, "dev:<hex>" in dev mode, or a client certificate's (spiffe://... or dns:<name>)`)
@@ -101,58 +103,23 @@ func parseRecordArgs(sio *stdio, args []string) (*recordQuery, int) {
 	case err != nil:
 		return nil, code
 	case len(operands) > 0:
-		return nil, usageError(fs, "unexpected arguments %q", operands)
+		return nil, cli.UsageError(fs, "unexpected arguments %q", operands)
 	case q.key == "":
-		return nil, usageError(fs, "--key is required")
+		return nil, cli.UsageError(fs, "--key is required")
 	case q.db == "":
-		return nil, usageError(fs, noDB)
+		return nil, cli.UsageError(fs, config.NoDB)
 	case (q.principal == "") == !q.tokenStdin:
-		return nil, usageError(fs, "give one of --principal and --token-stdin")
-	case given(fs, "api-keys") && !q.tokenStdin: // PAYMENTSD_API_KEYS, set for the server, is no mistake
-		return nil, usageError(fs, "--api-keys goes with --token-stdin")
+		return nil, cli.UsageError(fs, "give one of --principal and --token-stdin")
+	case envflags.Given(fs, "api-keys") && !q.tokenStdin: // PAYMENTSD_API_KEYS, set for the server, is no mistake
+		return nil, cli.UsageError(fs, "--api-keys goes with --token-stdin")
 	case q.principal != "" && !auth.ValidPrincipal(q.principal) && !auth.ValidDevPrincipal(q.principal) && !auth.ValidCertPrincipal(q.principal):
-		return nil, usageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex, or a client certificate's URI SAN (spiffe://...) or "dns:" and its DNS SAN (or use --token-stdin)`, q.principal)
+		return nil, cli.UsageError(fs, `--principal %q names no principal: one is 1 to 64 of A-Z a-z 0-9 . _ - as in --api-keys, or, in dev mode, "dev:" and its token's SHA-256 in hex, or a client certificate's URI SAN (spiffe://...) or "dns:" and its DNS SAN (or use --token-stdin)`, q.principal)
 	}
 	if err := wire.ValidateKey(q.key); err != nil {
-		return nil, usageError(fs, "--key %q is no idempotency key: %v", q.key, err)
+		return nil, cli.UsageError(fs, "--key %q is no idempotency key: %v", q.key, err)
 	}
-	if _, err := parseDB(q.db); err != nil {
-		return nil, usageError(fs, "%v", err)
+	if _, err := config.ParseDB(q.db); err != nil {
+		return nil, cli.UsageError(fs, "%v", err)
 	}
 	return q, 0
-}
-
-// principalOfToken reads a bearer token from r and returns its principal:
-// the one apiKeys lists for it, or dev mode's when apiKeys is empty.
-func principalOfToken(r io.Reader, apiKeys string) (string, error) {
-	token, err := readToken(r)
-	if err != nil {
-		return "", err
-	}
-	keys := auth.Dev()
-	if apiKeys != "" {
-		if keys, err = auth.LoadFile(apiKeys); err != nil {
-			return "", err
-		}
-	}
-	p, ok := keys.Authenticate(token)
-	if !ok {
-		return "", fmt.Errorf("the token is not listed in %s", apiKeys)
-	}
-	return p, nil
-}
-
-// readToken reads one token from r: its first line, without the line
-// break that echo or a terminal adds, read by the rule the server reads a
-// bearer token by, so that the same bytes name the same principal here.
-func readToken(r io.Reader) (string, error) {
-	line, err := bufio.NewReader(r).ReadString('\n')
-	if err != nil && err != io.EOF {
-		return "", fmt.Errorf("read the token: %w", err)
-	}
-	token, err := bearer.ParseToken(strings.TrimRight(line, "\r\n"))
-	if err != nil {
-		return "", fmt.Errorf("the token on standard input: %s", status.Convert(err).Message())
-	}
-	return token, nil
 }

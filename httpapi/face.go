@@ -1,0 +1,68 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/paymentsd/paymentsd/auth"
+)
+
+// Face is the API served on an address of its own, in front of a gRPC
+// server: bound first, so that a bad address is refused before anything
+// is opened, then served once the gRPC server is ready.
+type Face struct {
+	lis    net.Listener
+	conn   *grpc.ClientConn // to the gRPC server, in memory
+	server *http.Server     // nil until Start
+}
+
+// Listen binds addr for the API.
+func Listen(addr string) (*Face, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	return &Face{lis: lis}, nil
+}
+
+// Addr is the address f is bound to.
+func (f *Face) Addr() net.Addr { return f.lis.Addr() }
+
+// Close closes the listener of a Face never started.
+func (f *Face) Close() error { return f.lis.Close() }
+
+// Start makes the API, its calls reaching srv through Dial (call it once
+// srv's services are registered), and returns serve, which serves it,
+// over TLS when tlsConfig is not nil, until Shutdown; serve returns
+// http.ErrServerClosed then.
+func (f *Face) Start(srv *grpc.Server, authn *auth.Authenticator, tlsConfig *tls.Config, logger *slog.Logger) (serve func() error) {
+	f.conn = Dial(srv)
+	f.server = NewServer(New(f.conn, authn), logger)
+	lis := f.lis
+	if tlsConfig != nil {
+		lis = tls.NewListener(lis, tlsConfig)
+	}
+	return func() error { return f.server.Serve(lis) }
+}
+
+// Shutdown stops a started Face: no new connections, calls in progress
+// finished (their gRPC calls are in progress too, so a graceful stop of
+// the gRPC server waits for them), and after grace the rest cut off.
+func (f *Face) Shutdown(grace time.Duration) {
+	if f.server == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := f.server.Shutdown(ctx); err != nil {
+		f.server.Close()
+	}
+	f.conn.Close()
+}

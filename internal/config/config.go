@@ -1,0 +1,191 @@
+// Package config is paymentsd's configuration: the server's flags, their
+// defaults, the PAYMENTSD_ variables that set them, and the checks a
+// configuration must pass before anything is bound or opened.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/envflags"
+)
+
+// Config is paymentsd's configuration, one field per flag.
+type Config struct {
+	Listen         string
+	DB             string // a bbolt file's path, or a postgres:// URL
+	DBPool         int    // PostgreSQL connections
+	Lease          time.Duration
+	TTL            time.Duration
+	APIKeysPath    string
+	SweepInterval  time.Duration
+	ShutdownGrace  time.Duration
+	InFlightWait   time.Duration
+	HandlerTimeout time.Duration
+	MetricsListen  string
+	HTTPListen     string
+	TLSCert        string
+	TLSKey         string
+	TLSClientCA    string
+	PrincipalFrom  string
+	// WithoutIdempotency leaves the idempotency interceptor out, to
+	// measure what it costs. No flag sets it: the benchmark build does.
+	WithoutIdempotency bool
+}
+
+// Default is the configuration of a server given no flags.
+func Default() Config {
+	return Config{
+		Listen:         "localhost:50051",
+		DB:             filepath.Join("data", "paymentsd.db"),
+		DBPool:         20,
+		Lease:          interceptor.DefaultLease,
+		TTL:            interceptor.DefaultTTL,
+		SweepInterval:  time.Minute,
+		ShutdownGrace:  30 * time.Second,
+		HandlerTimeout: interceptor.DefaultHandlerTimeout,
+		HTTPListen:     "localhost:8080",
+		PrincipalFrom:  "bearer",
+	}
+}
+
+// Parse reads the environment, then args (which win), into c, and checks
+// the result. It returns flag.ErrHelp after -h, the usage printed.
+func (c *Config) Parse(args []string) error {
+	fs := flag.NewFlagSet("paymentsd", flag.ContinueOnError)
+	c.DefineFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of paymentsd:\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\n%s\n", EnvHelp)
+	}
+	if err := env.Defaults(fs, nil); err != nil {
+		return err
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return c.Check()
+}
+
+// DefineFlags defines the server's flags on fs, into c, c's values their
+// defaults.
+func (c *Config) DefineFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address")
+	fs.StringVar(&c.DB, "db", c.DB, "where the data lives: a bbolt file (created 0600, its directory 0700), or a PostgreSQL database as a postgres:// or postgresql:// URL (the libpq environment variables, PGPASSWORD and the like, fill in what it leaves out)")
+	fs.IntVar(&c.DBPool, "db-pool", c.DBPool, "PostgreSQL connections of this process; each call in progress under the idempotency interceptor holds one")
+	fs.DurationVar(&c.Lease, "lease", c.Lease, "how long a claimed idempotency key waits for its handler before a retry may take it over")
+	fs.DurationVar(&c.TTL, "ttl", c.TTL, "how long an idempotency record lives; after it the key runs fresh")
+	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
+	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often expired idempotency records are deleted")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for calls in progress")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "address to serve Prometheus metrics on, at /metrics; empty serves none")
+	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "address to serve the HTTP/JSON API on (the same calls, records and rules as gRPC); empty serves none")
+	fs.DurationVar(&c.HandlerTimeout, "handler-timeout", c.HandlerTimeout, "how long a claimed request may run; it runs to its end even if its caller has gone, so that the retry finds its result")
+	fs.DurationVar(&c.InFlightWait, "in-flight-wait", c.InFlightWait, "how long a duplicate of a request in flight waits for its result instead of getting ABORTED; 0 answers at once")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain: serve TLS on the gRPC, HTTP and metrics listeners; read again when it changes or on SIGHUP")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert; group and others may not write it")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CAs: require client certificates they sign on the gRPC and HTTP listeners (mutual TLS)")
+	fs.StringVar(&c.PrincipalFrom, "principal-from", c.PrincipalFrom, "where a caller's principal, which owns its intents and idempotency keys, comes from: bearer (the token, as --api-keys lists it), cert (the client certificate's URI SAN, else its first DNS SAN) or either (the token when one is sent, else the certificate)")
+}
+
+// Check refuses a configuration the server cannot serve by, saying which
+// flag is wrong; the first refusal found is returned.
+func (c *Config) Check() error {
+	switch _, dbErr := ParseDB(c.DB); {
+	case c.DB == "":
+		return errors.New(NoDB)
+	case dbErr != nil:
+		return dbErr
+	case c.Listen == "":
+		return errors.New("--listen must name an address (host:port)")
+	case c.Lease <= 0 || c.TTL <= c.Lease:
+		return fmt.Errorf("need 0 < --lease < --ttl, got %v and %v", c.Lease, c.TTL)
+	case c.SweepInterval <= 0:
+		return fmt.Errorf("--sweep-interval must be positive, got %v", c.SweepInterval)
+	case c.InFlightWait < 0:
+		return fmt.Errorf("--in-flight-wait must not be negative, got %v", c.InFlightWait)
+	case c.HandlerTimeout <= 0:
+		return fmt.Errorf("--handler-timeout must be positive, got %v", c.HandlerTimeout)
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
+	case c.DBPool < 1:
+		return fmt.Errorf("--db-pool must be at least 1, got %d", c.DBPool)
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("--tls-cert and --tls-key go together: give both or neither")
+	case c.TLSClientCA != "" && c.TLSCert == "":
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first")
+	}
+	source, err := auth.ParseSource(c.PrincipalFrom)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--principal-from: %w", err)
+	case source != auth.FromBearer && c.TLSClientCA == "":
+		return fmt.Errorf("--principal-from %s needs --tls-client-ca: principals from certificates need certificates verified", source)
+	case source == auth.FromCert && c.APIKeysPath != "":
+		return errors.New("--api-keys has no use with --principal-from cert, which reads no token: drop it, or use --principal-from either")
+	}
+	return nil
+}
+
+// NoDB is the refusal of an empty --db.
+const NoDB = "--db must name a data file or a postgres:// URL"
+
+// badDB is the refusal of a --db that reads as a connection string
+// paymentsd does not take. It never repeats the value, which may hold a
+// password.
+const badDB = "--db must be a bbolt file's path, or a PostgreSQL URL starting postgres:// or postgresql://; " +
+	"other connection strings (key=value, other URL schemes) are not taken, rather than made a file of that name"
+
+// ParseDB classifies --db. A URL whose scheme is postgres or postgresql,
+// in any case, is PostgreSQL: it is returned with its scheme lower-cased,
+// as pgx matches it. A value that reads as another connection string
+// (with "://", "postgres:" or "=" in it) is refused: taken as a file, it
+// would start an empty store of its own, its name holding the password.
+// Anything else is a bbolt file's path, and pgURL is "".
+func ParseDB(db string) (pgURL string, err error) {
+	lower := strings.ToLower(db)
+	scheme, rest, isURL := strings.Cut(db, "://")
+	switch s := strings.ToLower(scheme); {
+	case isURL && (s == "postgres" || s == "postgresql"):
+		return s + "://" + rest, nil
+	case isURL || strings.HasPrefix(lower, "postgres:") || strings.HasPrefix(lower, "postgresql:") || strings.Contains(db, "="):
+		return "", errors.New(badDB)
+	}
+	return "", nil
+}
+
+// EnvHelp is what help says of the environment.
+const EnvHelp = `Every flag of the server can also be set in the environment as
+PAYMENTSD_<FLAG>, upper case with dashes as underscores (--api-keys is
+PAYMENTSD_API_KEYS, --tls-client-ca PAYMENTSD_TLS_CLIENT_CA); a flag given
+on the command line wins. The operator subcommands read the variables of
+the flags they share with the server (PAYMENTSD_DB, PAYMENTSD_API_KEYS).
+A variable set but empty is refused (unset it for the default), except
+PAYMENTSD_HTTP_LISTEN and PAYMENTSD_METRICS_LISTEN, where empty serves
+none; so is a PAYMENTSD_ variable within two edits of a setting's name.`
+
+// env is paymentsd's: an empty listen address serves none.
+var env = envflags.Env{Prefix: "PAYMENTSD_", EmptyMeansNone: map[string]bool{"http-listen": true, "metrics-listen": true}}
+
+// SharedDefaults sets those of fs's flags that the server has too from
+// the environment, before the command line, which wins: an operator
+// command finds the server's PAYMENTSD_DB, and is not refused a variable
+// that is the server's alone.
+func SharedDefaults(fs *flag.FlagSet) error {
+	names := map[string]bool{}
+	server := flag.NewFlagSet("", flag.ContinueOnError)
+	c := Default()
+	c.DefineFlags(server)
+	server.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
+	return env.Defaults(fs, names)
+}

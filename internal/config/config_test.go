@@ -1,0 +1,126 @@
+package config_test
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/config"
+)
+
+func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {
+	c := config.Default()
+	if err := c.Check(); err != nil {
+		t.Fatalf("the defaults are refused: %v", err)
+	}
+	want := config.Config{
+		Listen: "localhost:50051", DB: filepath.Join("data", "paymentsd.db"), DBPool: 20,
+		Lease: interceptor.DefaultLease, TTL: interceptor.DefaultTTL, SweepInterval: time.Minute,
+		ShutdownGrace: 30 * time.Second, HandlerTimeout: interceptor.DefaultHandlerTimeout,
+		HTTPListen: "localhost:8080", PrincipalFrom: "bearer",
+	}
+	if c != want {
+		t.Errorf("Default() = %+v, want %+v", c, want)
+	}
+}
+
+func TestCheck_RefusesEach_SayingWhich(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(c *config.Config)
+		want string
+	}{
+		{"no db", func(c *config.Config) { c.DB = "" }, "--db must name a data file or a postgres:// URL"},
+		{"key=value db", func(c *config.Config) { c.DB = "host=db password=x" }, "--db must be a bbolt file's path, or a PostgreSQL URL starting postgres:// or postgresql://; other connection strings (key=value, other URL schemes) are not taken, rather than made a file of that name"},
+		{"no listen", func(c *config.Config) { c.Listen = "" }, "--listen must name an address (host:port)"},
+		{"lease 0", func(c *config.Config) { c.Lease = 0 }, "need 0 < --lease < --ttl, got 0s and 24h0m0s"},
+		{"ttl not above lease", func(c *config.Config) { c.Lease, c.TTL = time.Hour, time.Hour }, "need 0 < --lease < --ttl, got 1h0m0s and 1h0m0s"},
+		{"sweep 0", func(c *config.Config) { c.SweepInterval = 0 }, "--sweep-interval must be positive, got 0s"},
+		{"in-flight-wait negative", func(c *config.Config) { c.InFlightWait = -time.Second }, "--in-flight-wait must not be negative, got -1s"},
+		{"handler timeout 0", func(c *config.Config) { c.HandlerTimeout = 0 }, "--handler-timeout must be positive, got 0s"},
+		{"grace negative", func(c *config.Config) { c.ShutdownGrace = -time.Second }, "--shutdown-grace must not be negative, got -1s"},
+		{"pool 0", func(c *config.Config) { c.DBPool = 0 }, "--db-pool must be at least 1, got 0"},
+		{"cert without key", func(c *config.Config) { c.TLSCert = "c.pem" }, "--tls-cert and --tls-key go together: give both or neither"},
+		{"key without cert", func(c *config.Config) { c.TLSKey = "k.pem" }, "--tls-cert and --tls-key go together: give both or neither"},
+		{"client CA without TLS", func(c *config.Config) { c.TLSClientCA = "ca.pem" }, "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first"},
+		{"principal-from unknown", func(c *config.Config) { c.PrincipalFrom = "header" }, `--principal-from: "header" is not one of bearer, cert, either`},
+		{"principal-from cert without CA", func(c *config.Config) { c.PrincipalFrom = "cert" }, "--principal-from cert needs --tls-client-ca: principals from certificates need certificates verified"},
+		{"api-keys with cert", func(c *config.Config) {
+			c.PrincipalFrom, c.TLSCert, c.TLSKey, c.TLSClientCA, c.APIKeysPath = "cert", "c", "k", "ca", "keys"
+		}, "--api-keys has no use with --principal-from cert, which reads no token: drop it, or use --principal-from either"},
+		{"db refused before the rest", func(c *config.Config) { c.DB, c.Listen = "", "" }, "--db must name a data file or a postgres:// URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Default()
+			tc.set(&c)
+			if err := c.Check(); err == nil || err.Error() != tc.want {
+				t.Errorf("Check() = %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseDB(t *testing.T) {
+	for db, want := range map[string]string{
+		"data/x.db": "", "POSTGRES://h/d": "postgres://h/d", "postgresql://u:p@h/d": "postgresql://u:p@h/d",
+	} {
+		if got, err := config.ParseDB(db); err != nil || got != want {
+			t.Errorf("ParseDB(%q) = %q, %v; want %q", db, got, err, want)
+		}
+	}
+	for _, db := range []string{"mysql://h/d", "postgres:h", "dbname=x"} {
+		if _, err := config.ParseDB(db); err == nil {
+			t.Errorf("ParseDB(%q) takes it", db)
+		}
+	}
+}
+
+func TestParse_EnvThenFlags_Checked(t *testing.T) {
+	t.Setenv("PAYMENTSD_LISTEN", "127.0.0.1:1")
+	t.Setenv("PAYMENTSD_DB_POOL", "3")
+	c := config.Default()
+	if err := c.Parse([]string{"--db-pool", "4"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:1" || c.DBPool != 4 {
+		t.Errorf("Listen %q, DBPool %d: want the variable's, then the flag's", c.Listen, c.DBPool)
+	}
+	c = config.Default()
+	if err := c.Parse([]string{"--lease", "0s"}); err == nil {
+		t.Error("Parse does not check")
+	}
+	if err := c.Parse([]string{"extra"}); err == nil || err.Error() != `unexpected arguments ["extra"]` {
+		t.Errorf("an operand: %v", err)
+	}
+	t.Setenv("PAYMENTSD_DB", "")
+	if err := c.Parse(nil); err == nil {
+		t.Error("an empty PAYMENTSD_DB is taken")
+	}
+}
+
+func TestParse_Help(t *testing.T) {
+	c := config.Default()
+	if err := c.Parse([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestSharedDefaults_OnlyTheServersFlags(t *testing.T) {
+	t.Setenv("PAYMENTSD_DB", "from-env.db")
+	t.Setenv("PAYMENTSD_TLS_CERT", "cert.pem") // the server's alone: not refused
+	fs := flag.NewFlagSet("paymentsd backup", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	db := fs.String("db", "default.db", "")
+	json := fs.Bool("json", false, "")
+	t.Setenv("PAYMENTSD_JSON", "true") // no server flag: not read
+	if err := config.SharedDefaults(fs); err != nil {
+		t.Fatal(err)
+	}
+	if *db != "from-env.db" || *json {
+		t.Errorf("db %q, json %t: want from-env.db, false", *db, *json)
+	}
+}
