@@ -40,7 +40,7 @@ func TestOf_KeepsAValidOneAndReplacesTheRest(t *testing.T) {
 			t.Errorf("Of(%q) = %q, want a new UUID", vs, got)
 		}
 	}
-	if requestid.New() == requestid.New() {
+	if a, b := requestid.New(), requestid.New(); a == b {
 		t.Error("two new ids are equal")
 	}
 }
