@@ -117,8 +117,8 @@ func (t *Exporter) HTTPHandler(h http.Handler) http.Handler {
 }
 
 // Version is the version spans carry as service.version: the main
-// module's, as the go command stamped it and paymentsd version prints it
-// ("(devel)" in a build from a checkout).
+// module's, as the go command stamped it and paymentsd version prints it,
+// so that a trace names the build that served it.
 func Version() string {
 	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
 		return info.Main.Version
