@@ -22,7 +22,8 @@ func Dial(srv *grpc.Server) *grpc.ClientConn {
 	lis := &memListener{conns: make(chan net.Conn), done: make(chan struct{})}
 	conn, err := grpc.NewClient("passthrough:///in-memory",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(lis.dial))
+		grpc.WithContextDialer(lis.dial),
+		grpc.WithChainUnaryInterceptor(outgoing))
 	if err != nil {
 		panic(err) // unreachable: the target and options are constants grpc-go accepts
 	}

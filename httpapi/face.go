@@ -18,9 +18,10 @@ import (
 // server: bound first, so that a bad address is refused before anything
 // is opened, then served once the gRPC server is ready.
 type Face struct {
-	lis    net.Listener
-	conn   *grpc.ClientConn // to the gRPC server, in memory
-	server *http.Server     // nil until Start
+	lis     net.Listener
+	conn    *grpc.ClientConn // to the gRPC server, in memory
+	server  *http.Server     // nil until Start
+	observe Observe
 }
 
 // Listen binds addr for the API.
@@ -35,6 +36,10 @@ func Listen(addr string) (*Face, error) {
 // Addr is the address f is bound to.
 func (f *Face) Addr() net.Addr { return f.lis.Addr() }
 
+// Observe sets how the API is observed beyond its log line; call it
+// before Start.
+func (f *Face) Observe(o Observe) { f.observe = o }
+
 // Close closes the listener of a Face never started.
 func (f *Face) Close() error { return f.lis.Close() }
 
@@ -44,7 +49,7 @@ func (f *Face) Close() error { return f.lis.Close() }
 // http.ErrServerClosed then.
 func (f *Face) Start(srv *grpc.Server, authn *auth.Authenticator, tlsConfig *tls.Config, logger *slog.Logger) (serve func() error) {
 	f.conn = Dial(srv)
-	f.server = NewServer(New(f.conn, authn), logger)
+	f.server = NewServer(Observed(New(f.conn, authn), logger, f.observe), logger)
 	lis := f.lis
 	if tlsConfig != nil {
 		lis = tls.NewListener(lis, tlsConfig)

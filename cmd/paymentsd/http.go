@@ -4,11 +4,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"net/http"
+
+	"github.com/paymentsd/paymentsd/httpapi"
 )
 
 // serveHTTP serves the HTTP/JSON API, if bound. Its calls reach m.grpc
 // through an in-memory connection, and so pass through every interceptor
-// of a gRPC call: no rule is implemented twice.
+// of a gRPC call: no rule is implemented twice. Each request is logged,
+// counted and traced before it reaches them, so that the face's own
+// refusals are seen too.
 func (m *Main) serveHTTP() {
 	if m.api == nil {
 		return
@@ -18,6 +22,11 @@ func (m *Main) serveHTTP() {
 	if m.creds.TLS != nil {
 		tlsConfig = m.creds.TLS.Config(m.creds.ClientAuth(), "h2", "http/1.1")
 	}
+	observe := httpapi.Observe{Trace: m.tracing.HTTPHandler}
+	if m.prom != nil {
+		observe.Metrics = m.prom.HTTP
+	}
+	m.api.Observe(observe)
 	serve := m.api.Start(m.grpc, m.creds.Authn, tlsConfig, m.Logger)
 	m.wg.Go(func() {
 		if err := serve(); !errors.Is(err, http.ErrServerClosed) {

@@ -1,6 +1,7 @@
 // Package prom is paymentsd's Prometheus registry: the gRPC server's
-// standard metrics (grpc_server_*), the idempotency interceptor's, the
-// credential reloads, and Go's and the process's.
+// standard metrics (grpc_server_*), the HTTP face's (http_server_*), the
+// idempotency interceptor's, the credential reloads, and Go's and the
+// process's.
 package prom
 
 import (
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/paymentsd/paymentsd/httpapi"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
@@ -22,7 +24,9 @@ type Prom struct {
 	// it with the server once its services are registered.
 	GRPC *grpcprom.ServerMetrics
 	// Idem are the idempotency interceptor's.
-	Idem    *metrics.Metrics
+	Idem *metrics.Metrics
+	// HTTP are the HTTP face's: give them to httpapi.Face.Observe.
+	HTTP    *httpapi.Metrics
 	reloads *prometheus.CounterVec
 }
 
@@ -45,6 +49,9 @@ func New(countRecords func() (float64, error)) (*Prom, error) {
 	p.registry.MustRegister(p.GRPC, p.reloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
+	if p.HTTP, err = httpapi.NewMetrics(p.registry); err != nil {
+		return nil, err
+	}
 	p.Idem, err = metrics.New(p.registry, metrics.WithLiveRecords(countRecords))
 	return p, err
 }

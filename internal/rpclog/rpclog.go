@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/internal/requestid"
 	"github.com/paymentsd/paymentsd/metrics"
 )
 
@@ -43,8 +45,10 @@ func (o Observer) Finished(ctx context.Context, obs interceptor.Observation) {
 }
 
 // Interceptor writes one line per call: method, idempotency outcome and
-// attempt (when Observer saw them), status code, duration and, for a
-// storage failure, its cause. It logs no metadata and no principal, so
+// attempt (when Observer saw them), status code, duration, for a storage
+// failure its cause, the x-request-id the call came with if valid (the
+// HTTP face sends its request's), and trace_id and span_id while a span
+// records the call. It logs no other metadata and no principal, so
 // neither a credential nor a key's owner. Put it outside the idempotency
 // interceptor.
 func Interceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
@@ -70,6 +74,13 @@ func Interceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 			attrs = append(attrs, slog.String("err", slot.Err.Error()))
 		case errors.As(err, &wrapped):
 			attrs = append(attrs, slog.String("err", err.Error()))
+		}
+		if id := requestid.FromIncoming(ctx); id != "" {
+			attrs = append(attrs, slog.String("request_id", id))
+		}
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			sc := span.SpanContext()
+			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 		}
 		logger.LogAttrs(ctx, slog.LevelInfo, "rpc", attrs...)
 		return resp, err

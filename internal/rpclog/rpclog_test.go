@@ -137,3 +137,22 @@ func TestInterceptor_LogsAWrappedCause(t *testing.T) {
 		}
 	}
 }
+
+// A call's valid x-request-id is logged, so that an HTTP request's line
+// and its call's are found together; an invalid one is not.
+func TestInterceptor_LogsTheRequestID(t *testing.T) {
+	c, log := serve(t, payments{})
+	for _, id := range []string{"req-1", "bad id"} {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", id)
+		if _, err := c.GetPaymentIntent(ctx, &paymentsv1.GetPaymentIntentRequest{Id: "pi_1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := log.lines(t)
+	if len(lines) != 2 || lines[0]["request_id"] != "req-1" || lines[1]["request_id"] != nil {
+		t.Errorf("lines %v, want request_id req-1, then none", lines)
+	}
+	if lines[0]["trace_id"] != nil {
+		t.Errorf("trace_id %v without a span", lines[0]["trace_id"])
+	}
+}

@@ -1,4 +1,4 @@
-// Package traceexport exports a gRPC server's spans over OTLP/gRPC when
+// Package traceexport exports a gRPC server's and its HTTP face's spans over OTLP/gRPC when
 // the standard OpenTelemetry environment asks for it, and costs nothing
 // per call when it does not.
 package traceexport
@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
@@ -50,14 +53,15 @@ func Enabled(getenv func(string) string) bool {
 // exporter reads the rest of the standard OTEL_EXPORTER_OTLP_* variables
 // (headers, TLS, compression, timeout), the batch processor OTEL_BSP_*, the
 // sampler OTEL_TRACES_SAMPLER, and the resource OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES over the default service.name, paymentsd.
+// OTEL_RESOURCE_ATTRIBUTES over the default service.name, paymentsd, and
+// service.version, Version.
 func Start(ctx context.Context, logger *slog.Logger) (*Exporter, error) {
 	if !Enabled(os.Getenv) {
 		return nil, nil
 	}
 	res, err := resource.New(ctx,
 		resource.WithTelemetrySDK(),
-		resource.WithAttributes(semconv.ServiceName("paymentsd")),
+		resource.WithAttributes(semconv.ServiceName("paymentsd"), semconv.ServiceVersion(Version())),
 		resource.WithFromEnv(), // last, so that it wins
 	)
 	if errors.Is(err, resource.ErrPartialResource) {
@@ -83,7 +87,8 @@ func Start(ctx context.Context, logger *slog.Logger) (*Exporter, error) {
 // the tests) each trace to their own. Incoming calls continue a W3C
 // traceparent; metrics stay with Prometheus, so otelgrpc's are no-ops.
 // Health checks, which load balancers send every few seconds, get no
-// spans: they would drown the calls.
+// spans: they would drown the calls; nor do reflection's streams, tools'
+// questions about the API.
 func (t *Exporter) ServerOption() grpc.ServerOption {
 	if t == nil {
 		return grpc.EmptyServerOption{}
@@ -92,8 +97,33 @@ func (t *Exporter) ServerOption() grpc.ServerOption {
 		otelgrpc.WithTracerProvider(t.provider),
 		otelgrpc.WithPropagators(propagation.TraceContext{}),
 		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
-		otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+		otelgrpc.WithFilter(filters.Not(filters.Any(filters.HealthCheck(), filters.ServicePrefix("grpc.reflection.")))),
 	))
+}
+
+// HTTPHandler wraps h, an HTTP server's handler, so that each request gets
+// a server span, continuing a W3C traceparent, and the spans of what it
+// calls with the request's context are its children; with tracing off it
+// is h. As for gRPC, metrics stay with Prometheus.
+func (t *Exporter) HTTPHandler(h http.Handler) http.Handler {
+	if t == nil {
+		return h
+	}
+	return otelhttp.NewHandler(h, "http",
+		otelhttp.WithTracerProvider(t.provider),
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
+	)
+}
+
+// Version is the version spans carry as service.version: the main
+// module's, as the go command stamped it and paymentsd version prints it,
+// so that a trace names the build that served it.
+func Version() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "unknown"
 }
 
 // Shutdown exports the spans still buffered and stops the exporter. Its

@@ -1,0 +1,167 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/felixge/httpsnoop"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/paymentsd/paymentsd"
+	"github.com/paymentsd/paymentsd/internal/requestid"
+)
+
+// Observe says how the HTTP face is observed beyond its log line, which is
+// always written.
+type Observe struct {
+	// Metrics counts requests and their durations; nil counts nothing.
+	Metrics *Metrics
+	// Trace starts each request's span (otelhttp's handler, say); nil
+	// traces nothing.
+	Trace func(http.Handler) http.Handler
+}
+
+// Metrics are the HTTP face's Prometheus metrics, kept by client_golang's
+// promhttp and labelled method, route (the template, never the path, so
+// that ids do not make series) and code.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// NewMetrics registers the metrics on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "http_server_requests_total",
+			Help: "HTTP/JSON API requests answered, the face's own refusals included, by method, route template (empty when none matched) and status code.",
+		}, []string{"method", "route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "http_server_request_duration_seconds",
+			Help:    "Time answering HTTP/JSON API requests, by method, route template and status code.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"method", "route", "code"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) instrument(next http.Handler) http.Handler {
+	if m == nil {
+		return next
+	}
+	route := promhttp.WithLabelFromCtx("route", func(ctx context.Context) string { return infoOf(ctx).route })
+	return promhttp.InstrumentHandlerCounter(m.requests,
+		promhttp.InstrumentHandlerDuration(m.duration, next, route), route)
+}
+
+// reqInfo is what the log line of a request says beyond its status and time,
+// gathered as the request goes: the gRPC call fills in the principal.
+type reqInfo struct {
+	route     string
+	requestID string
+	principal string // the hash; "" until known
+}
+
+type infoKey struct{}
+
+func infoOf(ctx context.Context) *reqInfo {
+	if i, ok := ctx.Value(infoKey{}).(*reqInfo); ok {
+		return i
+	}
+	return &reqInfo{}
+}
+
+// Observed wraps h, the API, so that every request, refused by the face or
+// answered by the server, is logged in one line, counted, traced, and
+// carries a request id: the one in X-Request-Id if valid, a new one
+// otherwise, answered in X-Request-Id and passed to the gRPC call.
+func Observed(h http.Handler, logger *slog.Logger, o Observe) http.Handler {
+	h = logged(o.Metrics.instrument(h), logger)
+	if o.Trace != nil {
+		h = o.Trace(h)
+	}
+	return h
+}
+
+// logged writes the request's log line once it is answered; inside the
+// span, so that the line carries its ids.
+func logged(next http.Handler, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := &reqInfo{route: routes.of(r), requestID: requestid.Of(r.Header.Values(requestid.Header))}
+		w.Header().Set(requestid.Header, i.requestID)
+		span := trace.SpanFromContext(r.Context())
+		if span.IsRecording() {
+			span.SetName(strings.TrimSpace(r.Method + " " + i.route))
+			span.SetAttributes(semconv.HTTPRoute(i.route), requestIDAttr.String(i.requestID))
+		}
+		ctx := context.WithValue(r.Context(), infoKey{}, i)
+		m := httpsnoop.CaptureMetrics(next, w, r.WithContext(ctx))
+		attrs := []slog.Attr{
+			slog.String("method", r.Method),
+			slog.String("route", i.route),
+			slog.Int("status", m.Code),
+			slog.Float64("duration_ms", float64(m.Duration.Microseconds())/1000),
+			slog.String("request_id", i.requestID),
+		}
+		if i.principal != "" {
+			attrs = append(attrs, slog.String("principal_hash", i.principal))
+		}
+		attrs = append(attrs, TraceAttrs(ctx)...)
+		logger.LogAttrs(ctx, slog.LevelInfo, "http", attrs...)
+	})
+}
+
+// requestIDAttr is the span attribute of the request id, so that a trace
+// is found from a log line or a client's report.
+const requestIDAttr = attribute.Key("http.request.header.x-request-id")
+
+// TraceAttrs are the trace_id and span_id of the span recording in ctx,
+// none without one.
+func TraceAttrs(ctx context.Context) []slog.Attr {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return nil
+	}
+	sc := span.SpanContext()
+	return []slog.Attr{slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String())}
+}
+
+// routeTable names the route template of a request, for logs and metric
+// labels: the templates of the OpenAPI document, which the gateway serves.
+type routeTable struct{ mux *http.ServeMux }
+
+var routes = newRouteTable(paymentsd.OpenAPI)
+
+// newRouteTable reads the paths of an OpenAPI document. Each template is
+// matched by any method, so that a 405 names its route too.
+func newRouteTable(doc []byte) routeTable {
+	var d struct {
+		Paths map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		panic(err) // the embedded document, checked by the tests
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/openapi.json", http.NotFound)
+	for path := range d.Paths {
+		mux.HandleFunc(path, http.NotFound)
+	}
+	return routeTable{mux}
+}
+
+func (t routeTable) of(r *http.Request) string {
+	_, pattern := t.mux.Handler(r)
+	return pattern
+}
