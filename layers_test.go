@@ -18,7 +18,8 @@ var floors = [][]string{
 	// The ground: no idempotency, no payments.
 	{"", "bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
 		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
-		"internal/grpcreflect", "internal/requestid", "internal/storehealth", "internal/cli", "internal/traceexport", "server/strictcodec",
+		"internal/grpcreflect", "internal/requestid", "internal/storehealth", "internal/cli", "internal/openapitidy",
+		"internal/traceexport", "server/strictcodec",
 		"internal/testkit/testclock", "internal/testkit/faultproxy", "internal/testkit/rawgrpc",
 		"internal/testkit/grpctest"},
 	// Contracts: the idempotency wire and store contracts, credentials,

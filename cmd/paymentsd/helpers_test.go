@@ -61,6 +61,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := pgtest.Run(m, &pgCluster)
+	if missing := undeclared(); len(missing) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: answers the OpenAPI document does not declare for their operation: %v\n", missing)
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -501,6 +505,7 @@ func httpCall(t *testing.T, method, url, body string, headers ...string) httpAns
 	if err != nil {
 		t.Fatal(err)
 	}
+	observe(method, url, resp.StatusCode)
 	return httpAnswer{resp.StatusCode, resp.Header, b}
 }
 

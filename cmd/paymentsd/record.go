@@ -63,22 +63,43 @@ func runRecord(ctx context.Context, sio *cli.Stdio, args []string) int {
 		return cli.Fail(sio, "paymentsd record", err)
 	}
 	if rec == nil {
-		msg := fmt.Sprintf("no record of key %q for principal %q: never used, or expired and swept (records live --ttl from their first use)", k.Key, k.Scope)
-		if !strings.HasPrefix(k.Scope, "dev:") {
-			msg += `; in dev mode a principal is "dev:" and its token's SHA-256: use --token-stdin`
-		}
-		fmt.Fprintf(sio.Err, "paymentsd record: %s\n", msg)
-		return cli.ExitNo
+		return noRecord(sio, k, q.json)
 	}
 	v := recordview.New(k, rec, time.Now())
 	if q.json {
-		enc := json.NewEncoder(sio.Out)
-		enc.SetIndent("", "  ")
-		enc.Encode(v)
+		writeJSON(sio, v)
 	} else {
 		v.WriteText(sio.Out, time.Now())
 	}
 	return cli.ExitOK
+}
+
+// noRecord says there is no record of k, with --json as a JSON object on
+// standard output, so that a script piping into jq reads an answer, not
+// nothing; exit 1 either way.
+func noRecord(sio *cli.Stdio, k storage.RecordKey, asJSON bool) int {
+	msg := fmt.Sprintf("no record of key %q for principal %q: never used, or expired and swept (records live --ttl from their first use)", k.Key, k.Scope)
+	if !strings.HasPrefix(k.Scope, "dev:") {
+		msg += `; in dev mode a principal is "dev:" and its token's SHA-256: use --token-stdin`
+	}
+	if !asJSON {
+		fmt.Fprintf(sio.Err, "paymentsd record: %s\n", msg)
+		return cli.ExitNo
+	}
+	writeJSON(sio, struct {
+		Principal string `json:"principal"`
+		Key       string `json:"key"`
+		Found     bool   `json:"found"`
+		Message   string `json:"message"`
+	}{k.Scope, k.Key, false, msg})
+	return cli.ExitNo
+}
+
+// writeJSON prints v indented, as record --json prints a record.
+func writeJSON(sio *cli.Stdio, v any) {
+	enc := json.NewEncoder(sio.Out)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
 }
 
 // recordQuery is what paymentsd record was asked.

@@ -24,7 +24,7 @@ var program = cli.Program{
 		{Name: "version", Summary: "the module version and the revision it was built from (also --version)", Run: cli.Version("paymentsd")},
 	},
 	Help: "this list, and the server's flags (also -h)",
-	Notes: config.EnvHelp + "\n\nRun paymentsd SUBCOMMAND -h for its flags. Exit codes: 0 done; 1 the answer is no (no record\n" +
+	Notes: config.EnvHelp + "\n\nRun paymentsd SUBCOMMAND -h for its usage. Exit codes: 0 done; 1 the answer is no (no record\n" +
 		"for the key, a damaged file); 2 bad command line; 3 the command failed, saying why.",
 	Flags: printServerFlags,
 }

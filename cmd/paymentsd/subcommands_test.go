@@ -12,6 +12,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,17 @@ func TestRecord_WhileRunning_ThenStopped(t *testing.T) {
 		if !strings.Contains(r.stderr, s) {
 			t.Errorf("no record: stderr does not say %q:\n%s", s, r.stderr)
 		}
+	}
+	// With --json, the same answer as a JSON object, so that | jq works.
+	r = paymentsd(t, "", "record", "--db", db, "--principal", token, "--key", "order-1", "--json")
+	r.want(t, 1)
+	var none struct {
+		Principal, Key, Message string
+		Found                   *bool
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &none); err != nil || none.Found == nil || *none.Found ||
+		none.Principal != token || none.Key != "order-1" || !strings.Contains(none.Message, "no record") || r.stderr != "" {
+		t.Errorf("no record, --json: %v; stdout:\n%s\nstderr:\n%s\nwant one object, found false, naming principal and key, and nothing on stderr", err, r.stdout, r.stderr)
 	}
 	if strings.Contains(d.stderr(), "order-1") || strings.Contains(d.stderr(), devPrincipal(token)) {
 		t.Errorf("the server's log names a key or principal asked about:\n%s", d.stderr())
@@ -368,5 +380,32 @@ func TestHashToken_PrincipalRuleIsLoadFiles(t *testing.T) {
 		if got := auth.ValidPrincipal(p); got != (err == nil) {
 			t.Errorf("principal %q: hash-token accepts it %t, LoadFile says %v", p, got, err)
 		}
+	}
+}
+
+// TestHelp_ListsEveryFlagOfEverySubcommand: paymentsd help shows, under
+// each subcommand's heading, every flag that its -h lists.
+func TestHelp_ListsEveryFlagOfEverySubcommand(t *testing.T) {
+	help := paymentsd(t, "", "help")
+	help.want(t, 0)
+	flagLine := regexp.MustCompile(`(?m)^  (-[a-z0-9-]+)`)
+	for _, c := range program.Commands {
+		usage := paymentsd(t, "", c.Name, "-h")
+		want := flagLine.FindAllString(usage.stderr, -1)
+		heading := "\nFlags of paymentsd " + c.Name + ":"
+		_, section, found := strings.Cut(help.stdout, heading)
+		if !found && len(want) > 0 {
+			t.Errorf("help has no %q, for %v", heading, want)
+			continue
+		}
+		section, _, _ = strings.Cut(section, "\nFlags of ")
+		for _, f := range want {
+			if !strings.Contains(section, "\n"+f+" ") && !strings.Contains(section, "\n"+f+"\n") {
+				t.Errorf("help lists no %s under %q:\n%s", strings.TrimSpace(f), heading, section)
+			}
+		}
+	}
+	if !strings.Contains(help.stdout, "Flags of the server") || !strings.Contains(help.stdout, "-tls-client-ca") {
+		t.Errorf("help lost the server's flags:\n%s", help.stdout)
 	}
 }

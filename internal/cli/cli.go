@@ -28,6 +28,10 @@ const (
 type Stdio struct {
 	In       io.Reader
 	Out, Err io.Writer
+	// flagSets, when not nil, collects the flag sets NewFlagSet makes, so
+	// that help can list the flags of commands that build theirs as they
+	// parse.
+	flagSets *[]*flag.FlagSet
 }
 
 // Command is one operator subcommand.
@@ -66,6 +70,7 @@ func (p *Program) Run(sio *Stdio, args []string) (code int, ok bool) {
 	}
 	if name == "help" {
 		p.printCommands(sio.Out)
+		p.printCommandFlags(sio.Out)
 		p.Flags(sio.Out)
 		return ExitOK, true
 	}
@@ -93,11 +98,35 @@ func (p *Program) printCommands(w io.Writer) {
 	fmt.Fprintln(w, "\n"+p.Notes)
 }
 
+// printCommandFlags lists every flag of every command: each is run with
+// -h, which parses nothing else and prints to nowhere, and the flag sets
+// it made are printed.
+func (p *Program) printCommandFlags(w io.Writer) {
+	for _, c := range p.Commands {
+		var sets []*flag.FlagSet
+		c.Run(context.Background(), &Stdio{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard, flagSets: &sets}, []string{"-h"})
+		for _, fs := range sets {
+			n := 0
+			fs.VisitAll(func(*flag.Flag) { n++ })
+			if n == 0 {
+				fmt.Fprintf(w, "\nFlags of %s: none\n", fs.Name())
+				continue
+			}
+			fmt.Fprintf(w, "\nFlags of %s:\n", fs.Name())
+			fs.SetOutput(w)
+			fs.PrintDefaults()
+		}
+	}
+}
+
 // NewFlagSet is a subcommand's flag set, named as the usage shows the
 // command ("paymentsd backup"), its usage written to sio.Err.
 func NewFlagSet(sio *Stdio, name, args, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(sio.Err)
+	if sio.flagSets != nil {
+		*sio.flagSets = append(*sio.flagSets, fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(sio.Err, "usage: %s %s\n\n%s\n\nFlags:\n", name, args, about)
 		fs.PrintDefaults()

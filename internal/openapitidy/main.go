@@ -1,0 +1,103 @@
+// Command openapitidy finishes, in place, the OpenAPI 2.0 document that
+// protoc-gen-openapiv2 writes, for what no option of the generator can say:
+// it drops the definitions that no operation refers to (the response
+// wrappers that response_body unwraps), and makes a body optional where it
+// has no properties, the path holding the whole request (a cancel's empty
+// body). make generate runs it; the order of the generator's keys is kept,
+// so that gen/ diffs stay readable.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: openapitidy FILE.swagger.json")
+		os.Exit(2)
+	}
+	if err := tidyFile(os.Args[1]); err != nil {
+		fmt.Fprintln(os.Stderr, "openapitidy:", err)
+		os.Exit(1)
+	}
+}
+
+func tidyFile(name string) error {
+	in, err := os.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	doc, err := parse(in)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	tidy(doc)
+	return os.WriteFile(name, doc.encode(), 0o644)
+}
+
+// tidy makes the document say what the server does.
+func tidy(doc *node) {
+	defs := doc.get("definitions")
+	optionalEmptyBodies(doc.get("paths"), defs)
+	dropUnused(doc, defs)
+}
+
+// optionalEmptyBodies marks not required each body parameter whose schema
+// has no properties: the server takes such a request without a body.
+func optionalEmptyBodies(paths, defs *node) {
+	for _, path := range paths.members() {
+		for _, op := range path.val.members() {
+			for _, p := range op.val.get("parameters").elems() {
+				if p.get("in").str() != "body" {
+					continue
+				}
+				schema := p.get("schema")
+				if ref := schema.get("$ref").str(); ref != "" {
+					schema = defs.get(defName(ref))
+				}
+				if len(schema.get("properties").members()) == 0 {
+					p.set("required", scalar("false"))
+				}
+			}
+		}
+	}
+}
+
+// dropUnused removes the definitions that nothing outside definitions
+// refers to, directly or through other definitions.
+func dropUnused(doc, defs *node) {
+	used := map[string]bool{}
+	var visit func(n *node)
+	visit = func(n *node) {
+		for _, m := range n.members() {
+			if m.key == "$ref" {
+				name := defName(m.val.str())
+				if !used[name] {
+					used[name] = true
+					visit(defs.get(name))
+				}
+				continue
+			}
+			visit(m.val)
+		}
+		for _, e := range n.elems() {
+			visit(e)
+		}
+	}
+	for _, m := range doc.members() {
+		if m.key != "definitions" {
+			visit(m.val)
+		}
+	}
+	defs.keep(func(key string) bool { return used[key] })
+}
+
+// defName is the definition a local $ref names.
+func defName(ref string) string {
+	const prefix = "#/definitions/"
+	if len(ref) > len(prefix) && ref[:len(prefix)] == prefix {
+		return ref[len(prefix):]
+	}
+	return ""
+}
