@@ -62,9 +62,10 @@ func TestProblemFromStatus_StatusCodeAndHeaders(t *testing.T) {
 			wantStatus: 409, wantError: "idempotency_key_in_use", wantHeader: map[string]string{"Retry-After": "1"},
 		},
 		{
-			name:       "missing key",
-			st:         withDetails(t, codes.InvalidArgument, "requires a key", info(wire.ReasonKeyMissing, nil)),
+			name:       "missing key: the header named, not the gRPC method",
+			st:         withDetails(t, codes.InvalidArgument, "/payments.v1.PaymentIntentService/CreatePaymentIntent requires an idempotency-key header", info(wire.ReasonKeyMissing, nil)),
 			wantStatus: 400, wantError: "idempotency_key_missing",
+			wantDetail: "this request requires an Idempotency-Key header: a key of your choosing, the same on every retry of the request",
 		},
 		{
 			name:       "invalid key",
