@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -162,6 +163,13 @@ func httpProblem(w http.ResponseWriter, status int, code, detail string) {
 func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
 		forwardHeaders(w.Header(), md.HeaderMD)
+	}
+	// The mux's own refusals (a malformed %-escape in the path) are not
+	// gRPC statuses, and would otherwise be answered 500.
+	var hse *runtime.HTTPStatusError
+	if errors.As(err, &hse) {
+		httpProblem(w, hse.HTTPStatus, snake(strings.ReplaceAll(http.StatusText(hse.HTTPStatus), " ", "")), hse.Err.Error())
+		return
 	}
 	p, h := problemFromStatus(status.Convert(err))
 	writeProblem(w, p, h)

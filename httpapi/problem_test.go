@@ -1,9 +1,15 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -165,5 +171,14 @@ func TestIsJSON(t *testing.T) {
 		if got := isJSON(ct); got != want {
 			t.Errorf("isJSON(%q) = %t, want %t", ct, got, want)
 		}
+	}
+}
+
+func TestHandleError_MuxStatusIsProblemWithItsStatus(t *testing.T) {
+	w := httptest.NewRecorder()
+	err := &runtime.HTTPStatusError{HTTPStatus: http.StatusBadRequest, Err: errors.New("malformed %-escape")}
+	handleError(context.Background(), nil, nil, w, httptest.NewRequest("GET", "/v1/payment_intents/x", nil), err)
+	if w.Code != 400 || w.Header().Get("Content-Type") != problemContentType || !strings.Contains(w.Body.String(), `"error":"bad_request"`) {
+		t.Errorf("%d %s %s; want a 400 bad_request problem", w.Code, w.Header().Get("Content-Type"), w.Body)
 	}
 }
