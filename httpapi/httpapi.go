@@ -53,6 +53,7 @@ func New(conn grpc.ClientConnInterface, authn *auth.Authenticator) http.Handler 
 		runtime.WithErrorHandler(handleError),
 		runtime.WithRoutingErrorHandler(handleRoutingError),
 		runtime.WithDisableHTTPMethodOverride(), // a POST is a POST
+		runtime.WithDisablePathLengthFallback(), // even form-typed: not a GET where only GET is routed, but 405 with its Allow
 		runtime.WithMetadata(forwardCaller),
 		runtime.WithMiddlewares(probe),
 	)

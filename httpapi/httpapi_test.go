@@ -227,6 +227,9 @@ func TestMethodNotAllowed_SaysAllow(t *testing.T) {
 			t.Errorf("%s %s: %d, Allow %q, %s; want 405, Allow %q, said in the detail", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), body, tc.allow)
 		}
 	}
+	if resp, body := do(t, "POST", ts.URL+"/v1/payment_intents/pi_x", "application/x-www-form-urlencoded", ""); resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET" {
+		t.Errorf("form-typed POST with no body where only GET is routed: %d, Allow %q, %s; want 405, Allow GET, not the GET answered", resp.StatusCode, resp.Header.Get("Allow"), body)
+	}
 	if resp, _ := do(t, "GET", ts.URL+"/v1/nothing", "", ""); resp.StatusCode != 404 || resp.Header.Get("Allow") != "" {
 		t.Errorf("no route: %d, Allow %q; want 404 and no Allow", resp.StatusCode, resp.Header.Get("Allow"))
 	}
