@@ -243,6 +243,9 @@ func TestContentType_TwoLinesRefusedNotTheFirstBelieved(t *testing.T) {
 			t.Errorf("Content-Type %q: %d %s; want 415 saying there are two lines", cts, resp.StatusCode, body)
 		}
 	}
+	if resp, body := do(t, "POST", ts.URL+"/v1/payment_intents", "application/json, application/json", `{"amount":"5"}`); resp.StatusCode != 415 {
+		t.Errorf("two types merged into one line: %d %s, want the same 415", resp.StatusCode, body)
+	}
 	if len(f.seen) != 0 {
 		t.Errorf("%d calls reached the server", len(f.seen))
 	}
