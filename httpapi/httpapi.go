@@ -53,7 +53,9 @@ func New(conn grpc.ClientConnInterface, authn *auth.Authenticator) http.Handler 
 		runtime.WithErrorHandler(handleError),
 		runtime.WithRoutingErrorHandler(handleRoutingError),
 		runtime.WithDisableHTTPMethodOverride(), // a POST is a POST
+		runtime.WithDisablePathLengthFallback(), // even form-typed: not a GET where only GET is routed, but 405 with its Allow
 		runtime.WithMetadata(forwardCaller),
+		runtime.WithMiddlewares(probe),
 	)
 	// Neither can fail: registering a client only adds routes, and the
 	// path is a constant the mux accepts.
@@ -99,9 +101,8 @@ func guard(next http.Handler, authn *auth.Authenticator) http.Handler {
 			httpProblem(w, http.StatusBadRequest, "invalid_body", "the body could not be read: "+err.Error())
 			return
 		}
-		if ct := r.Header.Get("Content-Type"); len(body) > 0 && !isJSON(ct) {
-			httpProblem(w, http.StatusUnsupportedMediaType, codeUnsupportedMedia,
-				fmt.Sprintf("Content-Type %q is not accepted: send the body as JSON, with Content-Type: application/json (curl: -H 'Content-Type: application/json', or --json)", ct))
+		if detail := notJSON(r.Header, body); detail != "" {
+			httpProblem(w, http.StatusUnsupportedMediaType, codeUnsupportedMedia, detail)
 			return
 		}
 		if err := decodeKeys(r.Header); err != nil {
@@ -170,6 +171,27 @@ func twoIntents(path string, body []byte) string {
 		return ""
 	}
 	return fmt.Sprintf("the path names intent %q and the body %q: send the id in the path alone", id, *named.ID)
+}
+
+// notJSON says why a request with headers h and body is not to be read as
+// JSON; "" if it is. Two Content-Type lines are refused rather than the
+// first believed: a proxy or a server behind one may read the other, and
+// the type of the body is then unknown, which is 415 as much as a type
+// that is not JSON. 415 and not 400 also because a proxy that merges the
+// lines into one, a, b, gets 415 for the type it cannot parse: merged or
+// not, the answer is the same. Without a body the type describes nothing
+// and is not read.
+func notJSON(h http.Header, body []byte) string {
+	cts := h.Values("Content-Type")
+	switch {
+	case len(body) == 0:
+		return ""
+	case len(cts) > 1:
+		return fmt.Sprintf("%d Content-Type header lines, %q: send one, Content-Type: application/json", len(cts), cts)
+	case len(cts) == 1 && !isJSON(cts[0]):
+		return fmt.Sprintf("Content-Type %q is not accepted: send the body as JSON, with Content-Type: application/json (curl: -H 'Content-Type: application/json', or --json)", cts[0])
+	}
+	return ""
 }
 
 // isJSON reports whether a body of Content-Type ct is to be read as JSON:

@@ -143,6 +143,8 @@ func TestErrors_AreProblemJSON(t *testing.T) {
 		{"cancel naming two intents", "POST", "/v1/payment_intents/pi_a/cancel", "application/json", `{"id":"pi_b"}`, nil, 400, "invalid_argument"},
 		{"no route", "GET", "/v2/nothing", "", "", nil, 404, "route_not_found"},
 		{"wrong method", "DELETE", "/v1/payment_intents/pi_x", "", "", nil, 405, "method_not_allowed"},
+		{"two Content-Type lines", "POST", "/v1/payment_intents", "", `{}`, []string{"Content-Type", "application/json", "Content-Type", "text/plain"}, 415, "unsupported_media_type"},
+		{"key with a comma", "POST", "/v1/payment_intents", "application/json", `{}`, []string{"Idempotency-Key", "a, b"}, 400, "idempotency_key_invalid"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := do(t, tc.method, ts.URL+tc.path, tc.ct, tc.body, tc.header...)
@@ -209,5 +211,80 @@ func TestOpenAPI_IsServedAndNamesTheContract(t *testing.T) {
 	}
 	if _, ok := doc.Paths["/v1/payment_intents/{id}"]["get"].Responses["404"]; !ok {
 		t.Error("get has no 404 response")
+	}
+}
+
+func TestMethodNotAllowed_SaysAllow(t *testing.T) {
+	ts, _ := newAPI(t)
+	for _, tc := range []struct{ method, path, allow string }{
+		{"DELETE", "/v1/payment_intents/pi_x", "GET"},
+		{"PUT", "/v1/payment_intents", "GET, POST"},
+		{"GET", "/v1/payment_intents/pi_x/cancel", "POST"},
+		{"POST", "/v1/openapi.json", "GET"},
+	} {
+		resp, body := do(t, tc.method, ts.URL+tc.path, "", "")
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != tc.allow || !strings.Contains(body, tc.allow) {
+			t.Errorf("%s %s: %d, Allow %q, %s; want 405, Allow %q, said in the detail", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), body, tc.allow)
+		}
+	}
+	if resp, body := do(t, "POST", ts.URL+"/v1/payment_intents/pi_x", "application/x-www-form-urlencoded", ""); resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET" {
+		t.Errorf("form-typed POST with no body where only GET is routed: %d, Allow %q, %s; want 405, Allow GET, not the GET answered", resp.StatusCode, resp.Header.Get("Allow"), body)
+	}
+	if resp, _ := do(t, "GET", ts.URL+"/v1/nothing", "", ""); resp.StatusCode != 404 || resp.Header.Get("Allow") != "" {
+		t.Errorf("no route: %d, Allow %q; want 404 and no Allow", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+}
+
+func TestContentType_TwoLinesRefusedNotTheFirstBelieved(t *testing.T) {
+	ts, f := newAPI(t)
+	for _, cts := range [][]string{{"application/json", "text/plain"}, {"application/json", "application/json"}} {
+		resp, body := do(t, "POST", ts.URL+"/v1/payment_intents", "", `{"amount":"5"}`, "Content-Type", cts[0], "Content-Type", cts[1])
+		if resp.StatusCode != 415 || !strings.Contains(body, "2 Content-Type header lines") {
+			t.Errorf("Content-Type %q: %d %s; want 415 saying there are two lines", cts, resp.StatusCode, body)
+		}
+	}
+	if resp, body := do(t, "POST", ts.URL+"/v1/payment_intents", "application/json, application/json", `{"amount":"5"}`); resp.StatusCode != 415 {
+		t.Errorf("two types merged into one line: %d %s, want the same 415", resp.StatusCode, body)
+	}
+	if len(f.seen) != 0 {
+		t.Errorf("%d calls reached the server", len(f.seen))
+	}
+	if resp, body := do(t, "GET", ts.URL+"/v1/payment_intents/pi_x", "", "", "Content-Type", "a/b", "Content-Type", "c/d"); resp.StatusCode != 404 {
+		t.Errorf("a GET with no body and two types: %d %s, want the 404 of the call: with no body the type is not read", resp.StatusCode, body)
+	}
+}
+
+func TestIdempotencyKey_CommaRefusedInEveryForm(t *testing.T) {
+	ts, f := newAPI(t)
+	for _, key := range []string{"a,b", "a, b", `"a", "b"`, `"a, b"`, `"a,b"`} {
+		resp, body := do(t, "POST", ts.URL+"/v1/payment_intents", "application/json", `{}`, "Idempotency-Key", key)
+		if resp.StatusCode != 400 || !strings.Contains(body, `"error":"idempotency_key_invalid"`) || !strings.Contains(body, "comma") {
+			t.Errorf("Idempotency-Key %s: %d %s; want 400 idempotency_key_invalid saying why", key, resp.StatusCode, body)
+		}
+	}
+	if len(f.seen) != 0 {
+		t.Errorf("%d calls reached the server", len(f.seen))
+	}
+}
+
+func TestDecodeErrors_NameFieldsAsTheJSONDoes(t *testing.T) {
+	ts, _ := newAPI(t)
+	for _, tc := range []struct{ body, want string }{
+		{`{"amount":"5","expires_in_seconds":"soon"}`, `field \"expires_in_seconds\": want a whole number from -2147483648 to 2147483647`},
+		{`{"expiresInSeconds":true}`, `field \"expiresInSeconds\": want a whole number`},
+		{`{"amount":5}`, `field \"amount\": want a string of UTF-8 text`},
+		{"{\"chain\":\"evm:\xff\"}", `field \"chain\": want a string of UTF-8 text`},
+		{`{"amount":"5","tip":"1"}`, `unknown field \"tip\"`},
+		{`{"amount":"5","amount":"6"}`, `field \"amount\" is sent twice`},
+		{`{"amount":"5"} {}`, `the body is not valid JSON (at byte 16)`},
+		{`[1]`, `the body is not a JSON object`},
+	} {
+		resp, body := do(t, "POST", ts.URL+"/v1/payment_intents", "application/json", tc.body, "Idempotency-Key", "k")
+		if resp.StatusCode != 400 || !strings.Contains(body, tc.want) {
+			t.Errorf("body %s: %d %s; want 400 saying %s", tc.body, resp.StatusCode, body, tc.want)
+		}
+		if strings.Contains(body, "proto") || strings.Contains(body, "ExpiresInSeconds") {
+			t.Errorf("body %s: %s names protobuf's words", tc.body, body)
+		}
 	}
 }

@@ -52,7 +52,10 @@ func (jsonMarshaler) Unmarshal(data []byte, v any) error {
 	if !ok {
 		return fmt.Errorf("httpapi: cannot decode into %T, not a proto message", v)
 	}
-	return unmarshalOptions.Unmarshal(data, m)
+	if err := unmarshalOptions.Unmarshal(data, m); err != nil {
+		return decodeError(data, m.ProtoReflect().Descriptor())
+	}
+	return nil
 }
 
 // NewDecoder reads the whole body, which the handler has already limited

@@ -17,7 +17,20 @@ const keyHeader = "Idempotency-Key"
 // (RFC 8941); most clients send the key bare, order-1001. Both name the same
 // key: a value that starts with a double quote is read as a string, any
 // other is the key itself.
+//
+// A value holding a comma is refused, in either form, although
+// wire.ValidateKey allows a comma in a key sent over gRPC. HTTP lets a
+// proxy merge two header lines into one, joined by a comma, so a comma is
+// ambiguous: outside quotes, a, b is two keys (bare) or a list of two
+// strings ("a", "b"); inside quotes it is no safer, since the refused line
+// "a and the bare key b" merge into "a, b", a well-formed string naming a
+// third key. Refusing every comma makes a merged header a refusal, never a
+// key that no single line named; a gRPC key holding a comma cannot be
+// sent over HTTP, and is refused there, not read as another key.
 func readKey(v string) (string, error) {
+	if strings.Contains(v, ",") {
+		return "", errors.New("it holds a comma, which HTTP uses to join header lines: send one key, with no comma")
+	}
 	if !strings.HasPrefix(v, `"`) {
 		return v, nil
 	}

@@ -22,6 +22,10 @@ func TestReadKey_BareAndStructuredStringNameTheSameKey(t *testing.T) {
 		{in: `"a\b"`, wantErr: true},
 		{in: `"a\`, wantErr: true},
 		{in: `"`, wantErr: true},
+		{in: `a,b`, wantErr: true},      // two keys joined by a proxy, or one with a comma: either way ambiguous
+		{in: `a, b`, wantErr: true},     // two bare lines merged
+		{in: `"a", "b"`, wantErr: true}, // a list of two strings
+		{in: `"a, b"`, wantErr: true},   // the refused "a and the key b" merged
 	} {
 		got, err := readKey(tc.in)
 		if (err != nil) != tc.wantErr || got != tc.want {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -72,6 +73,11 @@ func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
 				continue
 			}
 			httpStatus, p.Error, p.Title = k.status, k.code, k.title
+			if d.GetReason() == wire.ReasonKeyMissing {
+				// The server's words name the gRPC method; an HTTP
+				// client knows its route and needs the header's name.
+				p.Detail = "this request requires an Idempotency-Key header: a key of your choosing, the same on every retry of the request"
+			}
 			if d.GetReason() == wire.ReasonKeyReused && d.GetMetadata()["stored_scheme"] == "" {
 				// The seed's wording, in the header's HTTP spelling.
 				m := d.GetMetadata()
@@ -126,8 +132,8 @@ func writeProblem(w http.ResponseWriter, p *paymentsv1.Problem, h http.Header) {
 	}
 	body, err := marshalCompact(problemJSON, p)
 	if err != nil { // unreachable: a Problem always encodes
-		http.Error(w, p.Detail, int(p.Status))
-		return
+		body = []byte(fmt.Sprintf(`{"type":"%sinternal","title":"Internal Server Error","status":500,"error":"internal"}`, problemType))
+		p.Status = http.StatusInternalServerError
 	}
 	for k, v := range h {
 		w.Header()[k] = v
@@ -158,15 +164,28 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 	if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
 		forwardHeaders(w.Header(), md.HeaderMD)
 	}
+	// The mux's own refusals (a malformed %-escape in the path) are not
+	// gRPC statuses, and would otherwise be answered 500.
+	var hse *runtime.HTTPStatusError
+	if errors.As(err, &hse) {
+		httpProblem(w, hse.HTTPStatus, snake(strings.ReplaceAll(http.StatusText(hse.HTTPStatus), " ", "")), hse.Err.Error())
+		return
+	}
 	p, h := problemFromStatus(status.Convert(err))
 	writeProblem(w, p, h)
 }
 
-// handleRoutingError answers a path or method the API does not have.
-func handleRoutingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+// handleRoutingError answers a path or method the API does not have; a
+// 405 says in Allow which methods the path takes (RFC 9110 requires it).
+func handleRoutingError(_ context.Context, mux *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	if isProbe(r) {
+		return
+	}
 	switch httpStatus {
 	case http.StatusMethodNotAllowed:
-		httpProblem(w, httpStatus, codeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+		allow := allowed(mux, r)
+		w.Header().Set("Allow", allow)
+		httpProblem(w, httpStatus, codeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; it takes %s", r.Method, r.URL.Path, allow))
 	case http.StatusNotFound:
 		httpProblem(w, httpStatus, codeRouteNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	default:

@@ -1,9 +1,15 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -62,9 +68,10 @@ func TestProblemFromStatus_StatusCodeAndHeaders(t *testing.T) {
 			wantStatus: 409, wantError: "idempotency_key_in_use", wantHeader: map[string]string{"Retry-After": "1"},
 		},
 		{
-			name:       "missing key",
-			st:         withDetails(t, codes.InvalidArgument, "requires a key", info(wire.ReasonKeyMissing, nil)),
+			name:       "missing key: the header named, not the gRPC method",
+			st:         withDetails(t, codes.InvalidArgument, "/payments.v1.PaymentIntentService/CreatePaymentIntent requires an idempotency-key header", info(wire.ReasonKeyMissing, nil)),
 			wantStatus: 400, wantError: "idempotency_key_missing",
+			wantDetail: "this request requires an Idempotency-Key header: a key of your choosing, the same on every retry of the request",
 		},
 		{
 			name:       "invalid key",
@@ -164,5 +171,14 @@ func TestIsJSON(t *testing.T) {
 		if got := isJSON(ct); got != want {
 			t.Errorf("isJSON(%q) = %t, want %t", ct, got, want)
 		}
+	}
+}
+
+func TestHandleError_MuxStatusIsProblemWithItsStatus(t *testing.T) {
+	w := httptest.NewRecorder()
+	err := &runtime.HTTPStatusError{HTTPStatus: http.StatusBadRequest, Err: errors.New("malformed %-escape")}
+	handleError(context.Background(), nil, nil, w, httptest.NewRequest("GET", "/v1/payment_intents/x", nil), err)
+	if w.Code != 400 || w.Header().Get("Content-Type") != problemContentType || !strings.Contains(w.Body.String(), `"error":"bad_request"`) {
+		t.Errorf("%d %s %s; want a 400 bad_request problem", w.Code, w.Header().Get("Content-Type"), w.Body)
 	}
 }

@@ -322,6 +322,9 @@ func badHTTPInput(t *testing.T, base, token, key, id string) {
 			"unterminated quoted key": withKey("Idempotency-Key", `"`+key),
 			"bad escape in key":       withKey("Idempotency-Key", `"a\x"`),
 			"key with parameters":     withKey("Idempotency-Key", `"`+key+`";x=1`),
+			"two keys merged":         withKey("Idempotency-Key", key+", "+key+"2"),
+			"two quoted keys merged":  withKey("Idempotency-Key", `"`+key+`", "`+key+`2"`),
+			"comma in a quoted key":   withKey("Idempotency-Key", `"`+key+`,2"`),
 		} {
 			cases = append(cases, badCase{name + "/" + what, routes[name], h, http.StatusBadRequest, "idempotency_key_invalid", ""})
 		}
@@ -330,6 +333,7 @@ func badHTTPInput(t *testing.T, base, token, key, id string) {
 		badCase{"Create/no key", create, authz, http.StatusBadRequest, "idempotency_key_missing", ""},
 		badCase{"Create/over 1 MiB", withBody(`{"chain":"` + strings.Repeat("9", 1<<20) + `"}`), withKey("Idempotency-Key", key), http.StatusRequestEntityTooLarge, "request_too_large", ""},
 		badCase{"Create/form content type", create, withKey("Idempotency-Key", key, "Content-Type", "application/x-www-form-urlencoded"), http.StatusUnsupportedMediaType, "unsupported_media_type", ""},
+		badCase{"Create/two content types", create, withKey("Idempotency-Key", key, "Content-Type", "application/json", "Content-Type", "text/plain"), http.StatusUnsupportedMediaType, "unsupported_media_type", ""},
 		badCase{"Create/text content type", create, withKey("Idempotency-Key", key, "Content-Type", "text/plain"), http.StatusUnsupportedMediaType, "unsupported_media_type", ""},
 		badCase{"Create/not JSON", withBody("amount=5"), withKey("Idempotency-Key", key), http.StatusBadRequest, "invalid_argument", ""},
 		badCase{"Create/unknown JSON field", withBody(`{"amount":"5","tip":"1"}`), withKey("Idempotency-Key", key), http.StatusBadRequest, "invalid_argument", ""},

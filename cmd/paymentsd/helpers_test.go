@@ -489,9 +489,11 @@ func httpCall(t *testing.T, method, url, body string, headers ...string) httpAns
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	typed := false // the first Content-Type given replaces the default; a second is a second line
 	for i := 0; i < len(headers); i += 2 {
-		if http.CanonicalHeaderKey(headers[i]) == "Content-Type" {
+		if http.CanonicalHeaderKey(headers[i]) == "Content-Type" && !typed {
 			req.Header.Set(headers[i], headers[i+1])
+			typed = true
 			continue
 		}
 		req.Header.Add(headers[i], headers[i+1])

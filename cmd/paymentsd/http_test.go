@@ -74,13 +74,20 @@ func TestHTTP_ErrorStatuses(t *testing.T) {
 		status                   int
 		code                     string
 		header, headerValue      string
+		detail                   string // "" to skip; a detail never speaks gRPC or protobuf
 	}{
-		{"no credential", "POST", "", seedBody, []string{"Idempotency-Key", "k"}, 401, "unauthenticated", "WWW-Authenticate", `Bearer realm="paymentsd"`},
-		{"not Bearer", "GET", "", "", []string{"Authorization", "Basic eDp5"}, 401, "unauthenticated", "WWW-Authenticate", `Bearer realm="paymentsd"`},
-		{"no key", "POST", "", seedBody, bearerHeader("t"), 400, "idempotency_key_missing", "", ""},
-		{"unknown intent", "GET", "/pi_000000000000000000000000", "", bearerHeader("t"), 404, "not_found", "", ""},
-		{"body over 1 MiB", "POST", "", `{"chain":"` + strings.Repeat("9", 1<<20) + `"}`, withHTTPKey("t", "k"), 413, "request_too_large", "", ""},
-		{"form body, as curl -d sends", "POST", "", seedBody, append(withHTTPKey("t", "k"), "Content-Type", "application/x-www-form-urlencoded"), 415, "unsupported_media_type", "", ""},
+		{"no credential", "POST", "", seedBody, []string{"Idempotency-Key", "k"}, 401, "unauthenticated", "WWW-Authenticate", `Bearer realm="paymentsd"`, ""},
+		{"not Bearer", "GET", "", "", []string{"Authorization", "Basic eDp5"}, 401, "unauthenticated", "WWW-Authenticate", `Bearer realm="paymentsd"`, ""},
+		{"unknown intent", "GET", "/pi_000000000000000000000000", "", bearerHeader("t"), 404, "not_found", "", "", ""},
+		{"body over 1 MiB", "POST", "", `{"chain":"` + strings.Repeat("9", 1<<20) + `"}`, withHTTPKey("t", "k"), 413, "request_too_large", "", "", ""},
+		{"form body, as curl -d sends", "POST", "", seedBody, append(withHTTPKey("t", "k"), "Content-Type", "application/x-www-form-urlencoded"), 415, "unsupported_media_type", "", "", ""},
+		{"405 says Allow", "DELETE", "/pi_000000000000000000000000", "", bearerHeader("t"), 405, "method_not_allowed", "Allow", "GET", "it takes GET"},
+		{"405 on the collection", "PUT", "", "", bearerHeader("t"), 405, "method_not_allowed", "Allow", "GET, POST", "it takes GET, POST"},
+		{"two Content-Type lines", "POST", "", seedBody, append(withHTTPKey("t", "two-types"), "Content-Type", "application/json", "Content-Type", "text/plain"), 415, "unsupported_media_type", "", "", "2 Content-Type header lines"},
+		{"two keys merged by a proxy", "POST", "", seedBody, withHTTPKey("t", "k1, k2"), 400, "idempotency_key_invalid", "", "", "comma"},
+		{"no key: the header named, not the gRPC method", "POST", "", seedBody, bearerHeader("t"), 400, "idempotency_key_missing", "", "", "requires an Idempotency-Key header"},
+		{"a field named as the JSON does", "POST", "", `{"expires_in_seconds":"soon"}`, withHTTPKey("t", "bad-json"), 400, "invalid_argument", "", "", `field "expires_in_seconds": want a whole number`},
+		{"unknown field", "POST", "", `{"tip":"1"}`, withHTTPKey("t", "bad-json"), 400, "invalid_argument", "", "", `unknown field "tip"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := httpCall(t, tc.method, url+tc.path, tc.body, tc.headers...)
@@ -93,6 +100,12 @@ func TestHTTP_ErrorStatuses(t *testing.T) {
 			}
 			if tc.header != "" && a.header.Get(tc.header) != tc.headerValue {
 				t.Errorf("%s: %q, want %q", tc.header, a.header.Get(tc.header), tc.headerValue)
+			}
+			if !strings.Contains(p.Detail, tc.detail) || strings.Contains(p.Detail, "payments.v1") || strings.Contains(p.Detail, "proto:") {
+				t.Errorf("detail %q: want it to say %q, and no gRPC method or protobuf words", p.Detail, tc.detail)
+			}
+			if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("Content-Type %q, want application/problem+json", ct)
 			}
 		})
 	}
