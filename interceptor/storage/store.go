@@ -244,6 +244,11 @@ type Record struct {
 	Expiry time.Time
 	// Result is set once the record is completed.
 	Result *Result
+	// Transactional says that a transactional method (the interceptor's
+	// WithTransactional, on a TxStore) stored it: its writes commit with
+	// its result, so a stored error kept none of them. Only such an error
+	// may be released (see Releaser).
+	Transactional bool
 }
 
 // Result is everything the handler sent back.
