@@ -247,7 +247,9 @@ type Record struct {
 	// Transactional says that a transactional method (the interceptor's
 	// WithTransactional, on a TxStore) stored it: its writes commit with
 	// its result, so a stored error kept none of them. Only such an error
-	// may be released (see Releaser).
+	// may be released (see Releaser). The interceptor sets it only on the
+	// completion of a claim that was not durable (ClaimInTx); a store may
+	// keep any other completion's false, the side that releases nothing.
 	Transactional bool
 }
 
