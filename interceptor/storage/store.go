@@ -1,8 +1,9 @@
 // Package storage is the contract between the idempotency interceptor and
 // the stores that keep its records: Store (an atomic claim, lease renewal,
 // completion), TxStore (a handler's writes committed with its record),
-// Watcher, Upkeep, the Record they keep, and Decide and CheckClaim, the
-// claim rules every store runs inside one transaction of its own. A store
+// Watcher, Upkeep, Releaser (an operator's release of a key), the Record
+// they keep, and Decide, CheckClaim and CheckRelease, the rules every
+// store runs inside one transaction of its own. A store
 // reports what went wrong with the errors below (ErrDamaged, ErrStopped,
 // ErrSuperseded, ErrConflict, ErrOutcomeUnknown), never with a gRPC status:
 // the interceptor alone decides what the caller is told.
