@@ -283,7 +283,17 @@ func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		// takes it over once the lease ends.
 		return nil, err
 	}
-	if err := i.complete(detached, rk, claim, tx, result, durable, obs); err != nil {
+	return i.deliver(ctx, detached, rk, claim, tx, result, resp, durable, obs)
+}
+
+// deliver stores result and answers with it. A transactional method's
+// error of a code given to WithoutStoring is not stored: its Tx is rolled
+// back, which discards its writes and frees the key, since its claim was
+// never durable.
+func (i *idempotency) deliver(ctx, detached context.Context, rk storage.RecordKey, claim *storage.Record, tx storage.Tx, result *storage.Result, resp any, durable bool, obs *Observation) (any, error) {
+	if !durable && result.Status != nil && i.opts.notStored[codes.Code(result.Status.Code)] {
+		tx.Rollback()
+	} else if err := i.complete(detached, rk, claim, tx, result, durable, obs); err != nil {
 		return nil, err
 	}
 	if err := sendMetadata(ctx, result.Header, result.Trailer); err != nil {
@@ -332,15 +342,19 @@ func (i *idempotency) complete(ctx context.Context, rk storage.RecordKey, claim 
 	ctx, cancel := context.WithTimeout(ctx, completeTimeout)
 	defer cancel()
 	start := time.Now()
+	done := claim.Completed(result)
+	// Only a claim that is not durable commits with the handler's writes:
+	// its stored error left nothing behind, so an operator may release it.
+	done.Transactional = !durable
 	var err error
 	if tx != nil {
 		writes := storage.KeepWrites
 		if result.Status != nil {
 			writes = storage.DropWrites // a handler that failed leaves no writes behind
 		}
-		err = tx.Commit(ctx, claim.Completed(result), writes)
+		err = tx.Commit(ctx, done, writes)
 	} else {
-		err = i.store.Complete(ctx, rk, claim.Completed(result))
+		err = i.store.Complete(ctx, rk, done)
 	}
 	obs.Store += time.Since(start)
 	switch {

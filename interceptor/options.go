@@ -103,6 +103,7 @@ type options struct {
 	exclude        []protoreflect.FullName
 	inFlightWait   time.Duration
 	transactional  map[string]bool
+	notStored      map[codes.Code]bool
 	logger         *slog.Logger
 	handlerTimeout time.Duration
 }
@@ -127,6 +128,7 @@ func evaluateOptions(opts []Option) *options {
 		now:            time.Now,
 		maxResult:      DefaultMaxResultSize,
 		transactional:  map[string]bool{},
+		notStored:      map[codes.Code]bool{},
 		logger:         slog.Default(),
 		handlerTimeout: DefaultHandlerTimeout,
 	}
@@ -202,6 +204,23 @@ func WithTransactional(fullMethods ...string) Option {
 	}
 }
 
+// WithoutStoring has transactional methods (WithTransactional, on a
+// TxStore) not store their errors of the given codes: the error is
+// returned, the handler's writes and its claim are rolled back, and the key
+// stays free, so that a retry with it runs afresh. For errors that say
+// nothing about the request itself, such as UNAVAILABLE from a downstream
+// service, which an operator would otherwise have to release key by key.
+// A method that is not transactional stores every result regardless: its
+// handler may have acted outside the store before it failed. By default
+// every result is stored.
+func WithoutStoring(cs ...codes.Code) Option {
+	return func(o *options) {
+		for _, c := range cs {
+			o.notStored[c] = true
+		}
+	}
+}
+
 // WithHandlerTimeout bounds how long a claimed handler runs. A handler's
 // context is not canceled when its caller goes away (a client deadline, a
 // dropped connection): once claimed, the request runs to its end and its
@@ -239,6 +258,9 @@ func (o *options) check() error {
 		if err := wire.ValidateMethod(m); err != nil {
 			return fmt.Errorf("interceptor: WithKeyPolicy: %w", err)
 		}
+	}
+	if o.notStored[codes.OK] {
+		return fmt.Errorf("interceptor: WithoutStoring(OK): a success is always stored")
 	}
 	for m := range o.transactional {
 		if err := wire.ValidateMethod(m); err != nil {

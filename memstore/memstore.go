@@ -134,3 +134,22 @@ func (s *Store) Reopen() *Store {
 	}
 	return n
 }
+
+var _ storage.Releaser = (*Store)(nil)
+
+// Release deletes key's record under the store's lock if
+// storage.CheckRelease allows it at now. A store in memory serves one
+// process, which reads it directly: nothing else remembers the record.
+func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Time) (*storage.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.records[key]
+	if err := storage.CheckRelease(r, now); err != nil {
+		return nil, err
+	}
+	delete(s.records, key)
+	return r, nil
+}

@@ -95,7 +95,7 @@ type DB struct {
 	pending map[storage.RecordKey]*storage.Record // this process's uncommitted claims
 	// completed holds completed records seen (see decideCompleted), and
 	// clockOffset is the database's clock minus this process's.
-	completed   map[storage.RecordKey]*storage.Record
+	completed   map[storage.RecordKey]completedRecord
 	clockOffset time.Duration
 }
 
@@ -149,7 +149,7 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 		opts:      o,
 		claimant:  storage.Claimant{ID: newProcessID()},
 		pending:   map[storage.RecordKey]*storage.Record{},
-		completed: map[storage.RecordKey]*storage.Record{},
+		completed: map[storage.RecordKey]completedRecord{},
 		name: fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.ConnConfig.User),
 			net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), url.PathEscape(cfg.ConnConfig.Database)),
 	}

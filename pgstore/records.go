@@ -82,6 +82,7 @@ func (db *DB) decideWithoutLock(ctx context.Context, req storage.ClaimRequest) (
 	if outcome, rec := db.decidePending(req); outcome != 0 {
 		return outcome, rec, nil, nil
 	}
+	readAt := time.Now()
 	stored, now, err := scanRecord(db.pool.QueryRow(ctx, selectRecord, req.Key.Scope, req.Key.Key))
 	if err != nil {
 		return 0, nil, nil, err
@@ -90,7 +91,7 @@ func (db *DB) decideWithoutLock(ctx context.Context, req storage.ClaimRequest) (
 		req.Now = now
 	}
 	if outcome, rec := storage.Decide(stored, req, db.claimant); !outcome.Claimed() {
-		db.remember(req.Key, rec)
+		db.remember(req.Key, rec, readAt)
 		return outcome, rec, nil, nil
 	}
 	return storage.OutcomeInFlight, inFlightGuess(req, db.opts.LockTimeout), nil, nil
@@ -128,7 +129,7 @@ func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable st
 	}
 	outcome, rec = storage.Decide(stored, req, db.claimant)
 	if !outcome.Claimed() {
-		db.remember(req.Key, rec)
+		db.remember(req.Key, rec, claimedAt)
 		return outcome, rec, nil, nil
 	}
 	t.claim, t.prior, t.lease, t.claimedAt = rec, stored, req.Lease, claimedAt
@@ -239,10 +240,10 @@ func queueInsert(b *pgx.Batch, k storage.RecordKey, r *storage.Record, lease tim
 		leaseExpiry = &r.LeaseExpiry
 	}
 	b.Queue(`INSERT INTO idempotency_records
-			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, lease_expire_time, expire_time, result)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, lease_expire_time, expire_time, result, transactional)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		k.Scope, k.Key, r.Fingerprint[:], r.Scheme, int16(r.State), int64(r.Attempt), r.Token[:], r.Owner,
-		lease.Microseconds(), leaseExpiry, r.Expiry, res)
+		lease.Microseconds(), leaseExpiry, r.Expiry, res, r.Transactional)
 	return nil
 }
 
@@ -341,7 +342,7 @@ func isLockTimeout(err error) bool {
 
 // selectRecord reads the record of a key, if any, and the database's clock.
 const selectRecord = `SELECT clock_timestamp(), r.fingerprint, r.fingerprint_scheme, r.state, r.attempt,
-		r.claim_token, r.owner, r.lease_expire_time, r.expire_time, r.result
+		r.claim_token, r.owner, r.lease_expire_time, r.expire_time, r.result, r.transactional
 	FROM (VALUES (1)) AS one LEFT JOIN idempotency_records r ON r.scope = $1 AND r.key = $2`
 
 // scanRecord reads a row of selectRecord: the record (nil when none) and
@@ -357,15 +358,17 @@ func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
 		state                   *int16
 		attempt                 *int64
 		leaseExpiry, expiry     *time.Time
+		transactional           *bool
 	)
-	err := row.Scan(&now, &fingerprint, &scheme, &state, &attempt, &token, &owner, &leaseExpiry, &expiry, &res)
+	err := row.Scan(&now, &fingerprint, &scheme, &state, &attempt, &token, &owner, &leaseExpiry, &expiry, &res, &transactional)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	if state == nil {
 		return nil, now, nil
 	}
-	rec := &storage.Record{Scheme: *scheme, State: storage.State(*state), Attempt: uint64(*attempt), Owner: *owner, Expiry: *expiry}
+	rec := &storage.Record{Scheme: *scheme, State: storage.State(*state), Attempt: uint64(*attempt), Owner: *owner, Expiry: *expiry,
+		Transactional: *transactional}
 	if len(fingerprint) != len(rec.Fingerprint) || len(token) != len(rec.Token) {
 		return nil, time.Time{}, fmt.Errorf("pgstore: %w: a record has a malformed fingerprint or claim token", storage.ErrDamaged)
 	}

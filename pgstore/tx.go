@@ -42,6 +42,9 @@ type Tx struct {
 	lease     time.Duration
 	durable   bool
 	claimedAt time.Time
+	// committing is when Commit began, before it sent anything: what the
+	// completed record it keeps in memory is trusted from (see remember).
+	committing time.Time
 
 	mu     sync.Mutex    // one statement at a time: a connection is not safe for concurrent use
 	conn   *pgxpool.Conn // in a transaction, holding the key's lock; nil for a durable claim until its first statement
@@ -100,6 +103,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 		t.rollbackLocked()
 		return fmt.Errorf("pgstore: the handler's storage failed, so its result was not stored: %w", t.failed)
 	}
+	t.committing = time.Now() // before the commit is sent: see remember
 	notify := t.durable || time.Since(t.claimedAt) >= t.db.opts.LockTimeout
 	if t.durable {
 		return t.commitDurableLocked(ctx, done, bool(keepWrites), notify)
@@ -130,7 +134,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 	}
 	t.conn.Release()
 	t.conn = nil
-	t.db.remember(t.key, done)
+	t.db.remember(t.key, done, t.committing)
 	return nil
 }
 
@@ -147,7 +151,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, keep
 		t.rollbackLocked()
 		_, err := t.db.pool.Exec(ctx, stmt, args...)
 		if err == nil {
-			t.db.remember(t.key, done)
+			t.db.remember(t.key, done, t.committing)
 		}
 		return superseded(commitOutcome(err))
 	}
@@ -162,7 +166,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, keep
 	}
 	t.conn.Release()
 	t.conn = nil
-	t.db.remember(t.key, done)
+	t.db.remember(t.key, done, t.committing)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package recordview
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
@@ -36,4 +37,28 @@ func LookupPostgres(ctx context.Context, url string, k storage.RecordKey) (*stor
 	}
 	defer pg.Close()
 	return pg.Get(ctx, k)
+}
+
+// ReleaseBolt releases k in the bbolt data file at path on operator's
+// behalf (see storage.Releaser): in the file when no server holds it,
+// logging to log, otherwise through the server, which logs it. via says
+// which.
+func ReleaseBolt(ctx context.Context, path string, k storage.RecordKey, operator string, log *slog.Logger) (rec *storage.Record, via string, err error) {
+	return boltadmin.Release(ctx, path, k, operator, log)
+}
+
+// ReleasePostgres releases k in the PostgreSQL database at url on
+// operator's behalf, logging to log. It waits, as pgstore's Release does,
+// until no replica answers from the released record.
+func ReleasePostgres(ctx context.Context, url string, k storage.RecordKey, operator string, log *slog.Logger) (rec *storage.Record, via string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, postgresTimeout)
+	defer cancel()
+	pg, err := pgstore.Open(ctx, url, &pgstore.Options{MaxConns: 2, NoMigrate: true})
+	if err != nil {
+		return nil, "", err
+	}
+	defer pg.Close()
+	rec, err = pg.Release(ctx, k, time.Now())
+	boltadmin.LogRelease(ctx, log, operator, k, rec, err)
+	return rec, "in the database; logged here", err
 }

@@ -146,7 +146,7 @@ func TestView_JSONNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"attempt", "code", "completed", "details", "expiry", "fingerprint", "fingerprint_scheme", "intent_id",
-		"key", "lease_expiry", "message", "owner", "principal", "response_type", "state"}
+		"key", "lease_expiry", "message", "owner", "principal", "response_type", "state", "transactional"}
 	got := make([]string, 0, len(fields))
 	for name := range fields {
 		got = append(got, name)
@@ -227,5 +227,22 @@ func wantLookup(t *testing.T, lookup lookupFunc, db, id string) {
 	other := storage.RecordKey{Scope: key.Scope, Key: "order-2"}
 	if rec, err := lookup(ctx, db, other); rec != nil || err != nil {
 		t.Errorf("lookup of a key never used = %v, %v; want nil, nil", rec, err)
+	}
+}
+
+func TestView_Transactional_InTextAndJSON(t *testing.T) {
+	done := inFlight().Completed(created(t, "pi_1"))
+	done.Transactional = true
+	v := recordview.New(key, done, now)
+	if !v.Transactional || !strings.Contains(text(v, now), "transactional:      yes") {
+		t.Errorf("a transactional method's record: %+v\n%s", v, text(v, now))
+	}
+	b, _ := json.Marshal(v)
+	if !strings.Contains(string(b), `"transactional":true`) {
+		t.Errorf("JSON %s lacks transactional true", b)
+	}
+	done.Transactional = false
+	if got := text(recordview.New(key, done, now), now); !strings.Contains(got, "transactional:      no\n") {
+		t.Errorf("another method's record:\n%s", got)
 	}
 }

@@ -23,6 +23,9 @@ func (v *View) WriteText(w io.Writer, now time.Time) {
 		line("lease expires", "%s", when(*v.LeaseExpiry, now))
 	}
 	line("record expires", "%s", when(v.Expiry, now))
+	if v.Completed {
+		line("transactional", "%s", yesNo(v.Transactional))
+	}
 	if v.Code != nil {
 		line("code", "%s", *v.Code)
 		if *v.Message != "" {
@@ -65,4 +68,13 @@ func when(t, now time.Time) string {
 		return fmt.Sprintf("%s (in %s)", t.Format(time.RFC3339), d)
 	}
 	return fmt.Sprintf("%s (%s ago)", t.Format(time.RFC3339), -d)
+}
+
+// yesNo is whether a record was stored by a transactional method, for a
+// person: its consequence for a release is in the docs.
+func yesNo(b bool) string {
+	if b {
+		return "yes (its writes commit with its result)"
+	}
+	return "no"
 }

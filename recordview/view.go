@@ -28,11 +28,14 @@ type View struct {
 	LeaseExpiry       *time.Time `json:"lease_expiry"` // of a claim in flight
 	Expiry            time.Time  `json:"expiry"`
 	Completed         bool       `json:"completed"`
-	Code              *string    `json:"code"` // OK, INVALID_ARGUMENT, ...
-	Message           *string    `json:"message"`
-	Details           []string   `json:"details"`       // the error's detail types
-	ResponseType      *string    `json:"response_type"` // of a stored response
-	IntentID          *string    `json:"intent_id"`     // of a stored create or cancel
+	// Transactional: a transactional method stored it, so that a stored
+	// error of it may be released (paymentsd release).
+	Transactional bool     `json:"transactional"`
+	Code          *string  `json:"code"` // OK, INVALID_ARGUMENT, ...
+	Message       *string  `json:"message"`
+	Details       []string `json:"details"`       // the error's detail types
+	ResponseType  *string  `json:"response_type"` // of a stored response
+	IntentID      *string  `json:"intent_id"`     // of a stored create or cancel
 }
 
 // The states of a View.
@@ -53,6 +56,7 @@ func New(k storage.RecordKey, rec *storage.Record, now time.Time) *View {
 		Owner:             rec.Owner,
 		Expiry:            rec.Expiry.UTC(),
 		Completed:         rec.State == storage.StateCompleted,
+		Transactional:     rec.Transactional,
 		Details:           []string{},
 	}
 	switch {

@@ -56,9 +56,18 @@ func Dial(dbPath string) (*Client, error) {
 
 // get asks for path and returns the answer when its status is want.
 func (c *Client) get(ctx context.Context, path string, want int) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://paymentsd"+path, nil)
+	return c.do(ctx, http.MethodGet, path, nil, want)
+}
+
+// do sends a request, a form when body is not nil, and returns the answer
+// when its status is want.
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, want int) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://paymentsd"+path, body)
 	if err != nil {
 		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	resp, err := c.http.Do(req)
 	switch {
@@ -90,6 +99,11 @@ func (c *Client) Get(ctx context.Context, k storage.RecordKey) (*storage.Record,
 	if err != nil {
 		return nil, err
 	}
+	return c.readRecord(resp)
+}
+
+// readRecord reads the record an answer carries.
+func (c *Client) readRecord(resp *http.Response) (*storage.Record, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {

@@ -40,13 +40,14 @@ type handler struct {
 }
 
 // newHandler returns the admin socket's HTTP handler, which logs each
-// request without its scope or key.
+// request without its scope or key (a release adds its own line).
 func newHandler(db *boltstore.DB, log *slog.Logger) http.Handler {
 	h := &handler{db: db, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /record", h.record)
 	mux.HandleFunc("GET /backup", h.backup)
 	mux.HandleFunc("GET /check", h.check)
+	mux.HandleFunc("POST /release", h.release)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
@@ -72,6 +73,11 @@ func (h *handler) record(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no record", http.StatusNotFound)
 		return
 	}
+	h.writeRecord(w, rec)
+}
+
+// writeRecord answers with rec's binary encoding.
+func (h *handler) writeRecord(w http.ResponseWriter, rec *storage.Record) {
 	b, err := rec.MarshalBinary()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

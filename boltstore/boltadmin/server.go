@@ -1,7 +1,8 @@
 // Package boltadmin lets an operator's tools read a bbolt data file that a
 // running server holds: the server answers on an admin socket beside the
 // file, and Open gives the tools the same Source whether the file is held
-// or not. Backup and Check are the cores of paymentsd backup and check.
+// or not. Backup, Check and Release are the cores of paymentsd backup,
+// check and release.
 //
 // The admin socket is needed because no other process can open a served
 // file, not even to read: the server holds bbolt's exclusive lock for as
@@ -12,6 +13,7 @@
 //	GET /record?scope=S&key=K  the record, storage.Record's binary encoding; 404 when none, 422 when damaged
 //	GET /backup                a consistent copy of the file, Content-Length bytes
 //	GET /check                 checkAnswer as JSON
+//	POST /release              form scope, key, operator: the released record; 409 with X-Refusal when refused (logged either way)
 //
 // PostgreSQL needs none: the tools ask the database.
 package boltadmin
@@ -41,7 +43,8 @@ type Server struct {
 
 // Serve serves db's admin socket until Close. Each request is logged to
 // log (nil: nowhere), without its scope or key, which, like request
-// metadata, never reach a log.
+// metadata, never reach a log; a release adds its own line (LogRelease),
+// which names the key and the operator.
 func Serve(db *boltstore.DB, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -36,19 +36,13 @@ failed.`
 
 // runRecord is paymentsd record: support's "what happened to key X?".
 func runRecord(ctx context.Context, sio *cli.Stdio, args []string) int {
-	q, code := parseRecordArgs(sio, args)
+	q, code := parseRecordArgs(sio, "paymentsd record", recordAbout, args)
 	if q == nil {
 		return code
 	}
-	k := storage.RecordKey{Scope: q.principal, Key: q.key}
-	if q.tokenStdin {
-		token, err := bearer.ReadToken(sio.In)
-		if err == nil {
-			k.Scope, err = auth.PrincipalOfToken(token, q.apiKeys)
-		}
-		if err != nil {
-			return cli.Fail(sio, "paymentsd record", err)
-		}
+	k, err := q.recordKey(sio)
+	if err != nil {
+		return cli.Fail(sio, "paymentsd record", err)
 	}
 	lookup, db := recordview.LookupBolt, q.db
 	if pgURL, _ := config.ParseDB(q.db); pgURL != "" {
@@ -102,16 +96,31 @@ func writeJSON(sio *cli.Stdio, v any) {
 	enc.Encode(v)
 }
 
-// recordQuery is what paymentsd record was asked.
+// recordQuery is what paymentsd record (or release) was asked.
 type recordQuery struct {
 	db, principal, apiKeys, key string
 	tokenStdin, json            bool
 }
 
-// parseRecordArgs parses paymentsd record's arguments. It returns nil and
-// the exit code when they ask for no lookup: -h, or a usage error.
-func parseRecordArgs(sio *cli.Stdio, args []string) (*recordQuery, int) {
-	fs := cli.NewFlagSet(sio, "paymentsd record", "(--principal P | --token-stdin [--api-keys FILE]) --key K [--db DB] [--json]", recordAbout)
+// recordKey is the key asked for, its principal read from the token on
+// standard input with --token-stdin.
+func (q *recordQuery) recordKey(sio *cli.Stdio) (storage.RecordKey, error) {
+	k := storage.RecordKey{Scope: q.principal, Key: q.key}
+	if !q.tokenStdin {
+		return k, nil
+	}
+	token, err := bearer.ReadToken(sio.In)
+	if err == nil {
+		k.Scope, err = auth.PrincipalOfToken(token, q.apiKeys)
+	}
+	return k, err
+}
+
+// parseRecordArgs parses the arguments of paymentsd record, or of release
+// (name), which asks for a key the same way. It returns nil and the exit
+// code when they ask for nothing: -h, or a usage error.
+func parseRecordArgs(sio *cli.Stdio, name, about string, args []string) (*recordQuery, int) {
+	fs := cli.NewFlagSet(sio, name, "(--principal P | --token-stdin [--api-keys FILE]) --key K [--db DB] [--json]", about)
 	q := new(recordQuery)
 	fs.StringVar(&q.db, "db", defaultDB(), "the bbolt data file, or a postgres:// URL, as given to the server")
 	fs.StringVar(&q.principal, "principal", "", `the principal the key belongs to: as listed in --api-keys, "dev:<hex>" in dev mode, or a client certificate's (spiffe://... or dns:<name>)`)

@@ -17,6 +17,7 @@ var program = cli.Program{
 	Main: "serve payments.v1.PaymentIntentService; the flags are below",
 	Commands: []cli.Command{
 		{Name: "record", Args: "--principal P --key K [--db DB] [--json]", Summary: "what happened to an idempotency key: state, attempt, fingerprint, result", Run: runRecord},
+		{Name: "release", Args: "--principal P --key K [--db DB] [--json]", Summary: "release a key whose stored result is a transactional method's error, so that it runs fresh; refuses any other", Run: runRelease},
 		{Name: "backup", Args: "FILE [--db DB]", Summary: "a consistent copy of the bbolt data file, while the server runs or not", Run: runBackup},
 		{Name: "check", Args: "[--db DB]", Summary: "check the bbolt data file's structure: exit 0 when sound, 1 with the findings", Run: runCheck},
 		{Name: "hash-token", Args: "PRINCIPAL < token", Summary: `print the --api-keys line "PRINCIPAL sha256:<hex>" of the token on standard input`, Run: runHashToken},
@@ -25,7 +26,7 @@ var program = cli.Program{
 	},
 	Help: "this list, and the server's flags (also -h)",
 	Notes: config.EnvHelp + "\n\nRun paymentsd SUBCOMMAND -h for its usage. Exit codes: 0 done; 1 the answer is no (no record\n" +
-		"for the key, a damaged file); 2 bad command line; 3 the command failed, saying why.",
+		"for the key, a release refused, a damaged file); 2 bad command line; 3 the command failed, saying why.",
 	Flags: printServerFlags,
 }
 

@@ -41,6 +41,7 @@ type recordJSON struct {
 	LeaseExpiry       *time.Time `json:"lease_expiry"`
 	Expiry            time.Time  `json:"expiry"`
 	Completed         bool       `json:"completed"`
+	Transactional     bool       `json:"transactional"`
 	Code              *string    `json:"code"`
 	Message           *string    `json:"message"`
 	Details           []string   `json:"details"`
@@ -341,6 +342,9 @@ func TestSubcommand_BadInput_UsageAndExit2(t *testing.T) {
 		{[]string{"record", "--db", db, "--key", "k", "--principal", "p", "--token-stdin"}, "give one of --principal and --token-stdin"},
 		{[]string{"record", "--db", db, "--key", "k", "--principal", "p", "--api-keys", "f"}, "--api-keys goes with --token-stdin"},
 		{[]string{"record", "--no-such-flag"}, "flag provided but not defined"},
+		{[]string{"release", "--db", db, "--principal", "p"}, "--key is required"},
+		{[]string{"release", "--db", db, "--key", "k"}, "give one of --principal and --token-stdin"},
+		{[]string{"release", "--db", db, "--key", "k", "--principal", "a b"}, `--principal "a b" names no principal`},
 		{[]string{"record", "--db", db, "--key", "k", "--principal", "a b"}, `--principal "a b" names no principal`},
 		{[]string{"record", "--db", db, "--key", "k", "--principal", "dev:abc"}, `--principal "dev:abc" names no principal`},
 		{[]string{"record", "--db", db, "--key", `"k1"`, "--principal", "p"}, "over HTTP delimits a key"},

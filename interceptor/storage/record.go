@@ -23,6 +23,7 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 		ClaimToken:        r.Token[:],
 		Owner:             r.Owner,
 		ExpireTime:        timestamppb.New(r.Expiry),
+		Transactional:     r.Transactional,
 	}
 	if !r.LeaseExpiry.IsZero() {
 		pb.LeaseExpireTime = timestamppb.New(r.LeaseExpiry)
@@ -53,7 +54,7 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	}
 	*r = Record{
 		Scheme: pb.FingerprintScheme, State: state, Attempt: pb.Attempt, Owner: pb.Owner,
-		Expiry: pb.ExpireTime.AsTime(),
+		Expiry: pb.ExpireTime.AsTime(), Transactional: pb.Transactional,
 	}
 	copy(r.Fingerprint[:], pb.Fingerprint)
 	copy(r.Token[:], pb.ClaimToken)

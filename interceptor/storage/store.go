@@ -1,8 +1,9 @@
 // Package storage is the contract between the idempotency interceptor and
 // the stores that keep its records: Store (an atomic claim, lease renewal,
 // completion), TxStore (a handler's writes committed with its record),
-// Watcher, Upkeep, the Record they keep, and Decide and CheckClaim, the
-// claim rules every store runs inside one transaction of its own. A store
+// Watcher, Upkeep, Releaser (an operator's release of a key), the Record
+// they keep, and Decide, CheckClaim and CheckRelease, the rules every
+// store runs inside one transaction of its own. A store
 // reports what went wrong with the errors below (ErrDamaged, ErrStopped,
 // ErrSuperseded, ErrConflict, ErrOutcomeUnknown), never with a gRPC status:
 // the interceptor alone decides what the caller is told.
@@ -244,6 +245,13 @@ type Record struct {
 	Expiry time.Time
 	// Result is set once the record is completed.
 	Result *Result
+	// Transactional says that a transactional method (the interceptor's
+	// WithTransactional, on a TxStore) stored it: its writes commit with
+	// its result, so a stored error kept none of them. Only such an error
+	// may be released (see Releaser). The interceptor sets it only on the
+	// completion of a claim that was not durable (ClaimInTx); a store may
+	// keep any other completion's false, the side that releases nothing.
+	Transactional bool
 }
 
 // Result is everything the handler sent back.

@@ -105,8 +105,13 @@ type Record struct {
 	// requests meeting the old records are refused as mismatches rather than
 	// replayed on a comparison that means nothing.
 	FingerprintScheme string `protobuf:"bytes,9,opt,name=fingerprint_scheme,json=fingerprintScheme,proto3" json:"fingerprint_scheme,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Whether a transactional method stored it: one whose only effects are
+	// writes through the store's transaction, so that a stored error left
+	// nothing behind and its record may be released. Records written before
+	// the field existed read false, the side on which nothing is released.
+	Transactional bool `protobuf:"varint,10,opt,name=transactional,proto3" json:"transactional,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
@@ -200,6 +205,13 @@ func (x *Record) GetFingerprintScheme() string {
 		return x.FingerprintScheme
 	}
 	return ""
+}
+
+func (x *Record) GetTransactional() bool {
+	if x != nil {
+		return x.Transactional
+	}
+	return false
 }
 
 // Result is everything a handler sent back, replayed byte for byte.
@@ -431,7 +443,7 @@ var File_idempotency_v1_record_proto protoreflect.FileDescriptor
 
 const file_idempotency_v1_record_proto_rawDesc = "" +
 	"\n" +
-	"\x1bidempotency/v1/record.proto\x12\x0eidempotency.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x03\n" +
+	"\x1bidempotency/v1/record.proto\x12\x0eidempotency.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x03\n" +
 	"\x06Record\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\fR\vfingerprint\x12+\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.idempotency.v1.StateR\x05state\x12\x18\n" +
@@ -443,7 +455,9 @@ const file_idempotency_v1_record_proto_rawDesc = "" +
 	"expireTime\x12.\n" +
 	"\x06result\x18\a \x01(\v2\x16.idempotency.v1.ResultR\x06result\x12\x14\n" +
 	"\x05owner\x18\b \x01(\tR\x05owner\x12-\n" +
-	"\x12fingerprint_scheme\x18\t \x01(\tR\x11fingerprintScheme\"\xe9\x01\n" +
+	"\x12fingerprint_scheme\x18\t \x01(\tR\x11fingerprintScheme\x12$\n" +
+	"\rtransactional\x18\n" +
+	" \x01(\bR\rtransactional\"\xe9\x01\n" +
 	"\x06Result\x122\n" +
 	"\bresponse\x18\x01 \x01(\v2\x14.google.protobuf.AnyH\x00R\bresponse\x120\n" +
 	"\x06status\x18\x02 \x01(\v2\x16.idempotency.v1.StatusH\x00R\x06status\x125\n" +

@@ -12,7 +12,8 @@
 //	}
 //
 // A store that is also an storage.TxStore is tested for atomic
-// completion too; for any other store those tests are skipped.
+// completion too, and an storage.Releaser for releasing keys; for any
+// other store those tests are skipped.
 package storagetest
 
 import (
@@ -104,6 +105,10 @@ func RunTests(t *testing.T, open Opener) {
 		{"Rollback_Durable_StaysInFlight", testTxDurableRollback},
 		{"Rollback_DurableRenewed_StaysInFlightUntilTheRenewedLease", testTxDurableRenewedRollback},
 		{"Commit_AfterCommitOrRollback_IsRefused", testTxEnded},
+
+		// Releasing a key: run when the store is an storage.Releaser.
+		{"Release_TransactionalError_DeletesAndKeyRunsFresh", testReleaseTxError},
+		{"Release_SuccessNonTransactionalInFlightOrNone_IsRefused", testReleaseRefused},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })

@@ -1,0 +1,56 @@
+package boltstore
+
+import (
+	"context"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+)
+
+var _ storage.Releaser = (*DB)(nil)
+
+// Release deletes k's record, with its expiry index entry, if
+// storage.CheckRelease allows it at now: the check and the delete in one
+// write of the group commit. The completed record this process keeps
+// decoded is forgotten before Release returns, and this process is the only
+// one using the file, so no replay of the released result follows it.
+func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (*storage.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	key := recordKey(k)
+	var released *storage.Record
+	err := db.update(ctx, func(tx *bolt.Tx) error {
+		released = nil // in case the write runs again
+		stored, err := getRecord(tx, key)
+		if err != nil {
+			return err
+		}
+		if db.overlay.pendingClaim(key) {
+			return storage.ErrReleaseInFlight // a transactional claim, not yet stored
+		}
+		if err := storage.CheckRelease(stored, now); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketRecordExpiry).Delete(expiryKey(stored.Expiry, key)); err != nil {
+			return err
+		}
+		released = stored
+		return tx.Bucket(bucketRecords).Delete(key)
+	})
+	db.overlay.decoded.forget(key) // whether or not it committed: cheap, and never stale
+	if err != nil {
+		return nil, err
+	}
+	return released, nil
+}
+
+// pendingClaim reports whether a claim of key, not yet stored, is held in
+// this process's memory.
+func (o *overlay) pendingClaim(key []byte) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.pending[string(key)] != nil
+}

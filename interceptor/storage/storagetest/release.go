@@ -1,0 +1,123 @@
+package storagetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+)
+
+// asReleaser returns s as an storage.Releaser, or skips the test.
+func asReleaser(t *testing.T, s Store) storage.Releaser {
+	t.Helper()
+	r, ok := s.(storage.Releaser)
+	if !ok {
+		t.Skip("store is not an storage.Releaser")
+	}
+	return r
+}
+
+// storeResult stores result for req as a transactional method would when
+// transactional (through a claim that is not durable, on a TxStore), else
+// through Claim and Complete, and returns the completed record.
+func storeResult(t *testing.T, s Store, req storage.ClaimRequest, result *storage.Result, transactional bool) *storage.Record {
+	t.Helper()
+	if ts, ok := s.(storage.TxStore); ok && transactional {
+		rec, tx := claimTx(t, ts, req, storage.ClaimInTx, storage.OutcomeFresh)
+		done := rec.Completed(result)
+		done.Transactional = true
+		if err := tx.Commit(context.Background(), done, storage.DropWrites); err != nil {
+			t.Fatalf("Commit: %v", err)
+		}
+		return done
+	}
+	done := claim(t, s, req, storage.OutcomeFresh).Completed(result)
+	done.Transactional = transactional
+	if err := s.Complete(context.Background(), req.Key, done); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	return done
+}
+
+func testReleaseTxError(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	r := asReleaser(t, s)
+	req := request("k", "body", t0)
+	done := storeResult(t, s, req, errorResult(t), true)
+	claim(t, s, request("k", "body", t0.Add(time.Minute)), storage.OutcomeReplay) // kept in memory, if the store keeps any
+
+	other := req.Key
+	other.Scope = "scope-b"
+	if _, err := r.Release(context.Background(), other, t0.Add(time.Minute)); !errors.Is(err, storage.ErrNoRecord) {
+		t.Fatalf("Release of the key in another scope: %v, want ErrNoRecord", err)
+	}
+	got, err := r.Release(context.Background(), req.Key, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatalf("Release of a transactional method's stored error: %v", err)
+	}
+	if got == nil || got.Attempt != done.Attempt || got.Token != done.Token || !got.Transactional {
+		t.Fatalf("Release returned %+v, want the stored record %+v", got, done)
+	}
+	sameResult(t, got.Result, errorResult(t))
+	if rec, err := s.Get(context.Background(), req.Key); err != nil || rec != nil {
+		t.Fatalf("Get after Release = %+v, %v; want no record", rec, err)
+	}
+	if rec := claim(t, s, request("k", "body", t0.Add(2*time.Minute)), storage.OutcomeFresh); rec.Attempt != 1 {
+		t.Errorf("claim after Release: attempt %d, want 1", rec.Attempt)
+	}
+	if _, err := r.Release(context.Background(), req.Key, t0.Add(2*time.Minute)); !errors.Is(err, storage.ErrReleaseInFlight) {
+		t.Errorf("Release of the new claim in flight: %v, want ErrReleaseInFlight", err)
+	}
+	if n, err := s.Sweep(context.Background(), t0.Add(ttl+time.Hour)); err != nil || n != 1 {
+		t.Errorf("Sweep after Release = %d, %v; want 1, nil (the released record's index entry gone with it)", n, err)
+	}
+}
+
+func testReleaseRefused(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	r := asReleaser(t, s)
+	later := t0.Add(lease / 2) // the claim in flight still holds its lease
+	storeResult(t, s, request("success", "body", t0), sampleResult(t, "ok"), true)
+	storeResult(t, s, request("not-transactional", "body", t0), errorResult(t), false)
+	storeResult(t, s, request("expired", "body", t0), errorResult(t), true)
+	claim(t, s, request("in-flight", "body", t0), storage.OutcomeFresh)
+	for _, tc := range []struct {
+		key  string
+		at   time.Time
+		want error
+		then storage.Outcome
+	}{
+		{"never-used", later, storage.ErrNoRecord, storage.OutcomeFresh},
+		{"success", later, storage.ErrReleaseSuccess, storage.OutcomeReplay},
+		{"not-transactional", later, storage.ErrReleaseNotTransactional, storage.OutcomeReplay},
+		{"in-flight", later, storage.ErrReleaseInFlight, storage.OutcomeInFlight},
+		{"expired", t0.Add(ttl), storage.ErrNoRecord, storage.OutcomeReplay},
+	} {
+		rec, err := r.Release(context.Background(), storage.RecordKey{Scope: "scope-a", Key: tc.key}, tc.at)
+		if !errors.Is(err, tc.want) || rec != nil {
+			t.Errorf("Release(%s) = %+v, %v; want %v", tc.key, rec, err, tc.want)
+		}
+		claim(t, s, request(tc.key, "body", later), tc.then) // still there, as it was
+	}
+	testReleasePendingTx(t, s, r)
+}
+
+// testReleasePendingTx: a transactional claim not yet committed is not
+// released (a store may see it in flight, or not at all), and commits
+// afterwards as if nothing happened.
+func testReleasePendingTx(t *testing.T, s Store, r storage.Releaser) {
+	ts, ok := s.(storage.TxStore)
+	if !ok {
+		return
+	}
+	req := request("pending", "body", t0)
+	rec, tx := claimTx(t, ts, req, storage.ClaimInTx, storage.OutcomeFresh)
+	_, err := r.Release(context.Background(), req.Key, t0)
+	if !errors.Is(err, storage.ErrReleaseInFlight) && !errors.Is(err, storage.ErrNoRecord) {
+		t.Errorf("Release of a claim not yet committed: %v, want ErrReleaseInFlight or ErrNoRecord", err)
+	}
+	commit(t, tx, rec, sampleResult(t, "kept"))
+	sameResult(t, claim(t, s, request("pending", "body", t0.Add(time.Minute)), storage.OutcomeReplay).Result, sampleResult(t, "kept"))
+}

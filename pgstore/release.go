@@ -1,0 +1,60 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+)
+
+var _ storage.Releaser = (*DB)(nil)
+
+// Release deletes k's record if storage.CheckRelease allows it, at now
+// with CallerClock, else on the database's clock: in one transaction
+// holding the key's lock, so that no claim of the key runs meanwhile, and a
+// transactional claim not yet committed, which holds that lock, is refused
+// as in flight once LockTimeout has passed. It then waits completedTrust
+// before returning, so that no process sharing the database still answers
+// from the released record (see completedTrust): after Release returns,
+// the key's next claim, on any replica, runs fresh.
+func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (*storage.Record, error) {
+	var released *storage.Record
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID(k)); err != nil {
+			return err
+		}
+		stored, dbNow, err := scanRecord(tx.QueryRow(ctx, selectRecord, k.Scope, k.Key))
+		if err != nil {
+			return err
+		}
+		if !db.opts.CallerClock {
+			now = dbNow
+		}
+		if err := storage.CheckRelease(stored, now); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM idempotency_records
+			WHERE scope = $1 AND key = $2 AND state = 2 AND attempt = $3 AND claim_token = $4`,
+			k.Scope, k.Key, int64(stored.Attempt), stored.Token[:])
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return storage.ErrNoRecord // swept meanwhile
+		}
+		released = stored
+		return nil
+	})
+	if isLockTimeout(err) {
+		return nil, fmt.Errorf("%w: a claim of the key holds its lock", storage.ErrReleaseInFlight)
+	}
+	if err != nil {
+		return nil, err
+	}
+	db.forget(k)
+	time.Sleep(completedTrust) // not cut short by ctx: the delete has committed, and the caller is to hear so only once it holds
+	return released, nil
+}
