@@ -63,6 +63,9 @@ func New(c Config) *Console {
 	s.mux.Handle("POST /release", s.operatorOnly(s.pageRelease))
 	s.mux.Handle("POST /logout", s.operatorOnly(s.logout))
 	s.mux.HandleFunc("POST /login", s.login)
+	// Anything else is 401 too without a credential: nothing, not even
+	// which paths exist, answers anyone else.
+	s.mux.Handle("/", s.operatorOnly(func(w http.ResponseWriter, r *http.Request, _ operator) { http.NotFound(w, r) }))
 	return s
 }
 
@@ -75,8 +78,13 @@ func (s *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
 	h.Set("Referrer-Policy", "no-referrer")
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody) // a form is small
 	s.mux.ServeHTTP(w, r)
 }
+
+// maxBody bounds a request's body: the largest form, a release's, is a
+// principal, a key and a CSRF token.
+const maxBody = 16 << 10
 
 // operator is who makes a request: the name the operator key file gives
 // their credential, and their session when they came by cookie.

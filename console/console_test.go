@@ -206,6 +206,8 @@ func TestEveryRoute_WithoutAnOperatorKey_Is401(t *testing.T) {
 			{"POST", "/api/v1/release", release},
 			{"GET", "/" + query("order-1"), nil},
 			{"POST", "/release", release},
+			{"GET", "/no-such-page", nil},
+			{"PUT", "/api/v1/record", nil},
 		} {
 			a := f.call(t, c.method, c.path, token, c.form)
 			if a.status != http.StatusUnauthorized || strings.Contains(a.body, "order-1") {
@@ -215,6 +217,13 @@ func TestEveryRoute_WithoutAnOperatorKey_Is401(t *testing.T) {
 	}
 	if a := f.call(t, "GET", "/api/v1/record"+query("order-1"), operatorToken, nil); a.status != http.StatusOK {
 		t.Errorf("the record after the refusals: %d %s", a.status, a.body)
+	}
+	if a := f.call(t, "GET", "/no-such-page", operatorToken, nil); a.status != http.StatusNotFound {
+		t.Errorf("an operator's request of no page: %d %s", a.status, a.body)
+	}
+	big := url.Values{"principal": {principal}, "key": {"order-1"}, "pad": {strings.Repeat("x", 1<<20)}}
+	if a := f.call(t, "POST", "/api/v1/release", operatorToken, big); a.status != http.StatusBadRequest {
+		t.Errorf("a release with a body of a megabyte: %d %s", a.status, a.body)
 	}
 }
 
