@@ -36,6 +36,8 @@ var floors = [][]string{
 	// The daemon's parts: its databases (intents beside their records), its
 	// metrics and log, what operators are shown of a record.
 	{"boltintents", "pgintents", "internal/prom", "internal/rpclog", "recordview"},
+	// The operator console, which shows records as recordview does.
+	{"console"},
 	// Programs.
 	{"cmd/paymentsd", "bench"},
 }

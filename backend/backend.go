@@ -18,11 +18,13 @@ import (
 )
 
 // Records is what the daemon needs of an idempotency store: the
-// interceptor's TxStore and the store's upkeep (sweeping, a record read
-// for the operator, counting for the metrics).
+// interceptor's TxStore, the store's upkeep (sweeping, a record read for
+// the operator, counting for the metrics) and the operator's release of a
+// key, which the console offers.
 type Records interface {
 	storage.TxStore
 	storage.Upkeep
+	storage.Releaser
 }
 
 // Backend is where paymentsd keeps its data.

@@ -29,8 +29,9 @@ var refusals = map[string]error{
 	"not_transactional": storage.ErrReleaseNotTransactional,
 }
 
-// refusalName is the name of err's refusal, or "" when it is none.
-func refusalName(err error) string {
+// RefusalName is the name of err's refusal, or "" when it is none: the
+// name the admin socket and the console answer with.
+func RefusalName(err error) string {
 	for name, sentinel := range refusals {
 		if errors.Is(err, sentinel) {
 			return name
@@ -46,7 +47,7 @@ func refusalName(err error) string {
 func LogRelease(ctx context.Context, log *slog.Logger, operator string, k storage.RecordKey, released *storage.Record, err error) {
 	attrs := []slog.Attr{slog.String("operator", operator), slog.String("principal_hash", auth.PrincipalHash(k.Scope)),
 		slog.String("key", k.Key)}
-	switch name := refusalName(err); {
+	switch name := RefusalName(err); {
 	case err == nil:
 		c := code.Code_OK
 		if st := released.Result.Status; st != nil {
@@ -69,7 +70,7 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	k := storage.RecordKey{Scope: r.FormValue("scope"), Key: r.FormValue("key")}
 	rec, err := h.db.Release(r.Context(), k, time.Now())
 	LogRelease(r.Context(), h.log, r.FormValue("operator"), k, rec, err)
-	if name := refusalName(err); name != "" {
+	if name := RefusalName(err); name != "" {
 		w.Header().Set("X-Refusal", name)
 		http.Error(w, err.Error(), http.StatusConflict)
 		return

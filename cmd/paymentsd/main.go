@@ -109,6 +109,9 @@ type Main struct {
 	creds           *credfiles.Credentials // the API keys and the TLS files in use
 	hup             chan os.Signal         // SIGHUP: read the credential files again
 	admin           *boltadmin.Server      // the admin socket; nil for PostgreSQL
+	consoleListener net.Listener           // nil without --admin-listen
+	console         *http.Server           // the operator console; nil without --admin-listen
+	operators       *auth.Keys             // --admin-keys
 }
 
 // NewMain returns a Main with the default configuration, logging to w.
@@ -163,7 +166,7 @@ func (m *Main) loadCredentials() (err error) {
 	return err
 }
 
-// listen binds the gRPC, metrics and HTTP addresses.
+// listen binds the gRPC, metrics, HTTP and console addresses.
 func (m *Main) listen() (err error) {
 	if m.listener, err = net.Listen("tcp", m.Config.Listen); err != nil {
 		return err
@@ -174,15 +177,17 @@ func (m *Main) listen() (err error) {
 		}
 	}
 	if m.Config.HTTPListen != "" {
-		m.api, err = httpapi.Listen(m.Config.HTTPListen)
+		if m.api, err = httpapi.Listen(m.Config.HTTPListen); err != nil {
+			return err
+		}
 	}
-	return err
+	return m.listenConsole()
 }
 
 // abort undoes what a Run that failed did.
 func (m *Main) abort() {
 	signal.Stop(m.hup)
-	for _, lis := range []net.Listener{m.listener, m.metricsListener} {
+	for _, lis := range []net.Listener{m.listener, m.metricsListener, m.consoleListener} {
 		if lis != nil {
 			lis.Close()
 		}
@@ -261,7 +266,7 @@ func (m *Main) idempotency() grpc.UnaryServerInterceptor {
 }
 
 // serve starts serving: gRPC, the metrics, the sweeper, the health and
-// credential watchers, the HTTP face and the admin socket.
+// credential watchers, the HTTP face, the admin socket and the console.
 func (m *Main) serve(ctx context.Context) {
 	if m.prom != nil {
 		m.prom.GRPC.InitializeMetrics(m.grpc)
@@ -283,6 +288,7 @@ func (m *Main) serve(ctx context.Context) {
 	m.creds.Watch(ctx, &m.wg, m.hup, m.prom.Reloaded)
 	m.serveHTTP()
 	m.admin = m.serveAdmin() // nil for PostgreSQL
+	m.serveConsole()
 }
 
 // grpcCredentials are the gRPC server's: TLS with ALPN h2 when
@@ -348,8 +354,10 @@ func (m *Main) Close() error {
 	timer := time.AfterFunc(m.Config.ShutdownGrace, m.grpc.Stop)
 	defer timer.Stop()
 	httpStopped := m.shutdownHTTP() // beside gRPC's, within the same grace
+	consoleStopped := m.shutdownConsole()
 	m.grpc.GracefulStop()
 	httpStopped()
+	consoleStopped()
 	if m.http != nil {
 		m.http.Close()
 	}

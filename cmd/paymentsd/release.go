@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/config"
 	"github.com/paymentsd/paymentsd/recordview"
@@ -32,14 +31,6 @@ still answer from the released record (a second). Exit 0 when released, 1
 when refused or the file is damaged, 2 for a bad command line, 3 when the
 release failed.`
 
-// refusalText says why each refusal keeps the record, for the operator.
-var refusalText = map[error]string{
-	storage.ErrNoRecord:                "there is no live record of the key: never used, or expired; nothing to release",
-	storage.ErrReleaseInFlight:         "the key is in flight: its handler may still act; look again once it has completed",
-	storage.ErrReleaseSuccess:          "the stored result is a success: its effects stand, and a retry run afresh would do them again",
-	storage.ErrReleaseNotTransactional: "the stored error is of a method that is not transactional: its handler may have acted before it failed, so the key keeps its answer until it expires",
-}
-
 // runRelease is paymentsd release: support's "let this customer retry
 // with the same key".
 func runRelease(ctx context.Context, sio *cli.Stdio, args []string) int {
@@ -58,11 +49,9 @@ func runRelease(ctx context.Context, sio *cli.Stdio, args []string) int {
 	}
 	log := slog.New(slog.NewTextHandler(sio.Err, nil))
 	rec, via, err := release(ctx, db, k, operator(), log)
-	for sentinel, why := range refusalText {
-		if errors.Is(err, sentinel) {
-			fmt.Fprintf(sio.Err, "%s: refused: key %q of principal %q: %s\n", name, k.Key, k.Scope, why)
-			return cli.ExitNo
-		}
+	if why, ok := recordview.RefusalText(err); ok {
+		fmt.Fprintf(sio.Err, "%s: refused: key %q of principal %q: %s\n", name, k.Key, k.Scope, why)
+		return cli.ExitNo
 	}
 	if errors.Is(err, boltstore.ErrDamaged) {
 		fmt.Fprintf(sio.Err, "%s: %v\n", name, err)

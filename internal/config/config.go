@@ -34,6 +34,11 @@ type Config struct {
 	TLSKey         string
 	TLSClientCA    string
 	PrincipalFrom  string
+	// AdminListen serves the operator console; empty serves none.
+	AdminListen string
+	// AdminKeysPath is the operators' credentials, in the --api-keys
+	// format; the console needs it, as it answers no one else.
+	AdminKeysPath string
 	// WithoutIdempotency leaves the idempotency interceptor out, to
 	// measure what it costs. No flag sets it: the benchmark build does.
 	WithoutIdempotency bool
@@ -95,6 +100,8 @@ func (c *Config) DefineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain: serve TLS on the gRPC, HTTP and metrics listeners; read again when it changes or on SIGHUP")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert; group and others may not write it")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CAs: require client certificates they sign on the gRPC and HTTP listeners (mutual TLS)")
+	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen, "address to serve the operator console on (a web page and its JSON API to look keys up and release them; TLS with --tls-cert); empty, the default, serves none")
+	fs.StringVar(&c.AdminKeysPath, "admin-keys", c.AdminKeysPath, `with --admin-listen, required: file of operators' credentials, in the --api-keys format, the names being operators'`)
 	fs.StringVar(&c.PrincipalFrom, "principal-from", c.PrincipalFrom, "where a caller's principal, which owns its intents and idempotency keys, comes from: bearer (the token, as --api-keys lists it), cert (the client certificate's URI SAN, else its first DNS SAN) or either (the token when one is sent, else the certificate)")
 }
 
@@ -124,6 +131,12 @@ func (c *Config) Check() error {
 		return errors.New("--tls-cert and --tls-key go together: give both or neither")
 	case c.TLSClientCA != "" && c.TLSCert == "":
 		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first")
+	case c.AdminListen != "" && c.AdminKeysPath == "":
+		return errors.New("--admin-listen needs --admin-keys: the console answers operators only")
+	case c.AdminKeysPath != "" && c.AdminListen == "":
+		return errors.New("--admin-keys has no use without --admin-listen, which serves the console")
+	case c.AdminKeysPath != "" && filepath.Clean(c.AdminKeysPath) == filepath.Clean(c.APIKeysPath):
+		return errors.New("--admin-keys and --api-keys name the same file: a customer's token must not be an operator's")
 	}
 	source, err := auth.ParseSource(c.PrincipalFrom)
 	switch {
@@ -171,11 +184,11 @@ PAYMENTSD_API_KEYS, --tls-client-ca PAYMENTSD_TLS_CLIENT_CA); a flag given
 on the command line wins. The operator subcommands read the variables of
 the flags they share with the server (PAYMENTSD_DB, PAYMENTSD_API_KEYS).
 A variable set but empty is refused (unset it for the default), except
-PAYMENTSD_HTTP_LISTEN and PAYMENTSD_METRICS_LISTEN, where empty serves
-none; so is a PAYMENTSD_ variable within two edits of a setting's name.`
+PAYMENTSD_HTTP_LISTEN, PAYMENTSD_METRICS_LISTEN and PAYMENTSD_ADMIN_LISTEN,
+where empty serves none; so is a PAYMENTSD_ variable within two edits of a setting's name.`
 
 // env is paymentsd's: an empty listen address serves none.
-var env = envflags.Env{Prefix: "PAYMENTSD_", EmptyMeansNone: map[string]bool{"http-listen": true, "metrics-listen": true}}
+var env = envflags.Env{Prefix: "PAYMENTSD_", EmptyMeansNone: map[string]bool{"http-listen": true, "metrics-listen": true, "admin-listen": true}}
 
 // SharedDefaults sets those of fs's flags that the server has too from
 // the environment, before the command line, which wins: an operator

@@ -52,6 +52,11 @@ func TestCheck_RefusesEach_SayingWhich(t *testing.T) {
 		{"api-keys with cert", func(c *config.Config) {
 			c.PrincipalFrom, c.TLSCert, c.TLSKey, c.TLSClientCA, c.APIKeysPath = "cert", "c", "k", "ca", "keys"
 		}, "--api-keys has no use with --principal-from cert, which reads no token: drop it, or use --principal-from either"},
+		{"admin-listen without admin-keys", func(c *config.Config) { c.AdminListen = "localhost:8081" }, "--admin-listen needs --admin-keys: the console answers operators only"},
+		{"admin-keys without admin-listen", func(c *config.Config) { c.AdminKeysPath = "admin-keys" }, "--admin-keys has no use without --admin-listen, which serves the console"},
+		{"admin-keys the api-keys", func(c *config.Config) {
+			c.AdminListen, c.AdminKeysPath, c.APIKeysPath = "localhost:8081", "./keys", "keys"
+		}, "--admin-keys and --api-keys name the same file: a customer's token must not be an operator's"},
 		{"db refused before the rest", func(c *config.Config) { c.DB, c.Listen = "", "" }, "--db must name a data file or a postgres:// URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

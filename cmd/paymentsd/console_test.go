@@ -1,0 +1,95 @@
+package main
+
+import (
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/auth"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+)
+
+// consoleOperator's key is consoleToken in the files adminKeysFile writes.
+const (
+	consoleOperator = "carol"
+	consoleToken    = "operator-token-e2e"
+)
+
+// adminKeysFile writes an --admin-keys file naming consoleOperator.
+func adminKeysFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "admin-keys")
+	if err := os.WriteFile(path, []byte(auth.KeyLine(consoleOperator, consoleToken)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// consoleRecordURL is the console API's lookup of key of principal.
+func consoleRecordURL(base, principal, key string) string {
+	return base + "/api/v1/record?" + url.Values{"principal": {principal}, "key": {key}}.Encode()
+}
+
+// A create over gRPC is found through the console's JSON API with an
+// operator's key, the lookup logged with the operator's name; a wrong key
+// and a customer's token get 401. A stored validation error is released
+// through it, after which the key runs fresh with a corrected body; the
+// release of that success is refused.
+func TestConsole_LooksUpAndReleasesAGRPCCreate(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
+	base := "http://" + d.logAddr(t, "console listening")
+	principal := devPrincipal("tok-console")
+	if a := d.create(withCreds("tok-console", "order-1"), seedRequest("12.34")); status.Code(a.err) != codes.InvalidArgument {
+		t.Fatalf("a create of a bad amount: %v", a.err)
+	}
+	release := base + "/api/v1/release?" + url.Values{"principal": {principal}, "key": {"order-1"}}.Encode()
+	if a := httpCall(t, "POST", release, "", bearerHeader(consoleToken)...); a.status != 200 || !strings.Contains(string(a.body), `"code": "INVALID_ARGUMENT"`) {
+		t.Fatalf("release of the stored error: %d %s", a.status, a.body)
+	}
+	a := d.create(withCreds("tok-console", "order-1"), seedRequest("100000000"))
+	if a.err != nil || a.replayed() {
+		t.Fatalf("the key after its release: %v, replayed %v", a.err, a.replayed())
+	}
+	id := a.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
+	target := consoleRecordURL(base, principal, "order-1")
+	if got := httpCall(t, "GET", target, "", bearerHeader(consoleToken)...); got.status != 200 ||
+		!strings.Contains(string(got.body), `"state": "completed"`) || !strings.Contains(string(got.body), `"intent_id": "`+id+`"`) {
+		t.Errorf("lookup of intent %s: %d %s", id, got.status, got.body)
+	}
+	if a := httpCall(t, "POST", release, "", bearerHeader(consoleToken)...); a.status != 409 || !strings.Contains(string(a.body), `"refusal": "success"`) {
+		t.Errorf("release of the success: %d %s", a.status, a.body)
+	}
+	for _, token := range []string{"wrong-operator-token", "tok-console"} {
+		if a := httpCall(t, "GET", target, "", bearerHeader(token)...); a.status != 401 || strings.Contains(string(a.body), id) {
+			t.Errorf("lookup with %q: %d %s", token, a.status, a.body)
+		}
+	}
+	line := d.waitLogText(t, "console lookup", `"operator":"carol"`)
+	if !strings.Contains(line, auth.PrincipalHash(principal)) || strings.Contains(d.stderr(), consoleToken) {
+		t.Errorf("lookup's log line %s; log holds the operator's token: %v", line, strings.Contains(d.stderr(), consoleToken))
+	}
+	d.waitLogText(t, "idempotency key released", `"operator":"carol"`, `"code":"INVALID_ARGUMENT"`)
+}
+
+// With --tls-cert the console is served over TLS with the daemon's
+// certificate; --admin-listen without --admin-keys does not start.
+func TestConsole_TLS_AndItsFlags(t *testing.T) {
+	certs := newCertSet(t, "console")
+	d := startTLSDaemon(t, certs, "", "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
+	base := "https://" + d.logAddr(t, "console listening")
+	client := httpsClient(t, certs.clientTLS(t, ""))
+	if a := mustHTTPS(t, client, "GET", consoleRecordURL(base, "alice", "never-used"), "", bearerHeader(consoleToken)...); a.status != 404 {
+		t.Errorf("a lookup over TLS: %d %s", a.status, a.body)
+	}
+	if a := mustHTTPS(t, client, "GET", base+"/", ""); a.status != 401 || a.header.Get("Cache-Control") != "no-store" {
+		t.Errorf("the page without a key: %d %v", a.status, a.header)
+	}
+	if code, stderr, _ := runToExit(t, "--admin-listen", "127.0.0.1:0"); code != 2 || !strings.Contains(stderr, "--admin-listen needs --admin-keys") {
+		t.Errorf("--admin-listen alone: exit %d\n%s", code, stderr)
+	}
+}

@@ -1,0 +1,150 @@
+// Package console is the operator console: a small HTML page and its JSON
+// API through which support staff look an idempotency key up by principal
+// and key, and release a stored error that may be released, without a
+// shell on the host or a customer's token. Every request needs an
+// operator's credential (Config.Operators): a bearer token, or the session
+// cookie that logging in with one sets.
+package console
+
+import (
+	"context"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/bearer"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+)
+
+// Store is what the console needs of the daemon's idempotency store: a
+// record read, and the release that storage.Releaser guards.
+type Store interface {
+	Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error)
+	storage.Releaser
+}
+
+// Config is what a Console serves with.
+type Config struct {
+	Store Store
+	// Operators are the operators' credentials, in the --api-keys format
+	// (auth.LoadFile), the names being operators'. Dev mode is refused:
+	// any token would be an operator.
+	Operators *auth.Keys
+	Log       *slog.Logger
+	// TLS says the console is served over TLS, so that its cookie is
+	// marked Secure.
+	TLS bool
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// Console serves the page and the API.
+type Console struct {
+	c        Config
+	mux      *http.ServeMux
+	sessions *sessions
+}
+
+// New returns the console of c. It panics when c has no operators, or
+// accepts any token: a console open to anyone must not start.
+func New(c Config) *Console {
+	if c.Operators == nil || c.Operators.IsDev() || c.Store == nil || c.Log == nil {
+		panic("console: needs a store, a logger and a file of operator keys")
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	s := &Console{c: c, mux: http.NewServeMux(), sessions: newSessions()}
+	s.mux.Handle("GET /api/v1/record", s.operatorOnly(s.apiRecord))
+	s.mux.Handle("POST /api/v1/release", s.operatorOnly(s.apiRelease))
+	s.mux.Handle("GET /{$}", s.operatorOnly(s.page))
+	s.mux.Handle("POST /release", s.operatorOnly(s.pageRelease))
+	s.mux.Handle("POST /logout", s.operatorOnly(s.logout))
+	s.mux.HandleFunc("POST /login", s.login)
+	// Anything else is 401 too without a credential: nothing, not even
+	// which paths exist, answers anyone else.
+	s.mux.Handle("/", s.operatorOnly(func(w http.ResponseWriter, r *http.Request, _ operator) { http.NotFound(w, r) }))
+	return s
+}
+
+// ServeHTTP serves r. Every answer is kept out of caches and frames: it
+// names customers' keys.
+func (s *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+	h.Set("Referrer-Policy", "no-referrer")
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody) // a form is small
+	s.mux.ServeHTTP(w, r)
+}
+
+// maxBody bounds a request's body: the largest form, a release's, is a
+// principal, a key and a CSRF token.
+const maxBody = 16 << 10
+
+// operator is who makes a request: the name the operator key file gives
+// their credential, and their session when they came by cookie.
+type operator struct {
+	name    string
+	session *session // nil for a bearer token
+}
+
+// operatorFunc is a handler for an authenticated operator.
+type operatorFunc func(w http.ResponseWriter, r *http.Request, op operator)
+
+// operatorOnly runs h for an operator, and answers anyone else 401. A
+// POST by session cookie must also carry the session's CSRF token: a
+// cookie is sent by the browser whoever's page asks, a bearer token is not.
+func (s *Console) operatorOnly(h operatorFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op, ok := s.authenticate(r)
+		if !ok {
+			s.unauthorized(w, r)
+			return
+		}
+		if op.session != nil && r.Method == http.MethodPost &&
+			subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(op.session.csrf)) != 1 {
+			s.c.Log.Warn("console request refused: no CSRF token of the session", "operator", op.name, "path", r.URL.Path)
+			http.Error(w, "the form is stale or not this console's: reload the page", http.StatusForbidden)
+			return
+		}
+		h(w, r, op)
+	})
+}
+
+// authenticate finds the request's operator: by its Authorization header
+// when it has one (which then must name an operator), else by its session
+// cookie.
+func (s *Console) authenticate(r *http.Request) (operator, bool) {
+	if values := r.Header.Values("Authorization"); len(values) > 0 {
+		token, err := bearer.Parse(values)
+		if err != nil {
+			return operator{}, false
+		}
+		name, ok := s.c.Operators.Authenticate(token)
+		return operator{name: name}, ok
+	}
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return operator{}, false
+	}
+	sess := s.sessions.get(c.Value, s.c.Now())
+	if sess == nil {
+		return operator{}, false
+	}
+	return operator{name: sess.operator, session: sess}, true
+}
+
+// unauthorized answers 401: JSON for the API, the login form for the page.
+func (s *Console) unauthorized(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="paymentsd console"`)
+	if isAPI(r) {
+		writeJSON(w, http.StatusUnauthorized, apiError{Error: "an operator credential is required: Authorization: Bearer <operator key from --admin-keys>"})
+		return
+	}
+	s.render(w, http.StatusUnauthorized, pageData{Login: true})
+}

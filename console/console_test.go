@@ -1,0 +1,330 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/console"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+)
+
+const (
+	operatorToken = "op-secret-token-1"
+	principal     = "alice"
+)
+
+// logBuffer is the console's log, written by the server's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+type fixture struct {
+	url string
+	db  *boltstore.DB
+	log *logBuffer
+}
+
+// start serves a console over a bbolt file in t.TempDir(), with one
+// operator, "carol", whose key is operatorToken.
+func start(t *testing.T) *fixture {
+	t.Helper()
+	db, err := boltstore.Open(filepath.Join(t.TempDir(), "paymentsd.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	keys, err := auth.ParseKeys([]byte(auth.KeyLine("carol", operatorToken)+"\n"), "admin-keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := new(logBuffer)
+	c := console.New(console.Config{Store: db, Operators: keys, Log: slog.New(slog.NewJSONHandler(log, nil))})
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	return &fixture{url: srv.URL, db: db, log: log}
+}
+
+// store stores result for key as a completed record of principal.
+func (f *fixture) store(t *testing.T, key string, result *storage.Result, transactional bool) {
+	t.Helper()
+	ctx := context.Background()
+	k := storage.RecordKey{Scope: principal, Key: key}
+	_, rec, err := f.db.Claim(ctx, storage.ClaimRequest{Key: k, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := rec.Completed(result)
+	done.Transactional = transactional
+	if err := f.db.Complete(ctx, k, done); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func created(t *testing.T, id string) *storage.Result {
+	t.Helper()
+	resp, err := anypb.New(&paymentsv1.CreatePaymentIntentResponse{PaymentIntent: &paymentsv1.PaymentIntent{Id: id, Amount: "12.34"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &storage.Result{Response: resp}
+}
+
+func invalid() *storage.Result {
+	return &storage.Result{Status: &spb.Status{Code: int32(codes.InvalidArgument), Message: "amount must be positive"}}
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// call makes a request to the console with the operator token token
+// ("" for none) and a form, if any.
+func (f *fixture) call(t *testing.T, method, path, token string, form url.Values) answer {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, f.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if got := resp.Header.Get("Cache-Control"); got != "no-store" {
+		t.Errorf("%s %s: Cache-Control %q, want no-store", method, path, got)
+	}
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+func query(key string) string {
+	return "?" + url.Values{"principal": {principal}, "key": {key}}.Encode()
+}
+
+func decode(t *testing.T, a answer) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal([]byte(a.body), &v); err != nil {
+		t.Fatalf("body %q: %v", a.body, err)
+	}
+	return v
+}
+
+func TestAPIRecord_Found_ShowsTheRecordAndLogsTheOperator(t *testing.T) {
+	f := start(t)
+	f.store(t, "order-1", created(t, "pi_123"), true)
+	a := f.call(t, "GET", "/api/v1/record"+query("order-1"), operatorToken, nil)
+	if a.status != http.StatusOK {
+		t.Fatalf("status %d: %s", a.status, a.body)
+	}
+	v := decode(t, a)
+	rec := v["record"].(map[string]any)
+	resp, _ := v["response"].(map[string]any)
+	if v["found"] != true || rec["state"] != "completed" || rec["intent_id"] != "pi_123" || rec["code"] != "OK" ||
+		rec["transactional"] != true || v["intent_path"] != "/v1/payment_intents/pi_123" ||
+		resp["@type"] != "type.googleapis.com/payments.v1.CreatePaymentIntentResponse" {
+		t.Errorf("lookup answered %s", a.body)
+	}
+	log := f.log.String()
+	for _, want := range []string{`"msg":"console lookup"`, `"operator":"carol"`, `"principal_hash":"` + auth.PrincipalHash(principal) + `"`, `"key":"order-1"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %s:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, operatorToken) {
+		t.Errorf("the log holds the operator's token:\n%s", log)
+	}
+}
+
+func TestAPIRecord_Missing_Is404(t *testing.T) {
+	f := start(t)
+	a := f.call(t, "GET", "/api/v1/record"+query("never-used"), operatorToken, nil)
+	if v := decode(t, a); a.status != http.StatusNotFound || v["found"] != false || v["record"] != nil {
+		t.Errorf("a key never used: %d %s", a.status, a.body)
+	}
+	if a := f.call(t, "GET", "/api/v1/record?principal=a+b&key=k", operatorToken, nil); a.status != http.StatusBadRequest {
+		t.Errorf("a principal that names none: %d %s", a.status, a.body)
+	}
+}
+
+func TestEveryRoute_WithoutAnOperatorKey_Is401(t *testing.T) {
+	f := start(t)
+	f.store(t, "order-1", invalid(), true)
+	release := url.Values{"principal": {principal}, "key": {"order-1"}}
+	for _, token := range []string{"", "not-an-operator", "Bearer"} {
+		for _, c := range []struct {
+			method, path string
+			form         url.Values
+		}{
+			{"GET", "/api/v1/record" + query("order-1"), nil},
+			{"POST", "/api/v1/release", release},
+			{"GET", "/" + query("order-1"), nil},
+			{"POST", "/release", release},
+			{"GET", "/no-such-page", nil},
+			{"PUT", "/api/v1/record", nil},
+		} {
+			a := f.call(t, c.method, c.path, token, c.form)
+			if a.status != http.StatusUnauthorized || strings.Contains(a.body, "order-1") {
+				t.Errorf("%s %s with token %q: %d %s", c.method, c.path, token, a.status, a.body)
+			}
+		}
+	}
+	if a := f.call(t, "GET", "/api/v1/record"+query("order-1"), operatorToken, nil); a.status != http.StatusOK {
+		t.Errorf("the record after the refusals: %d %s", a.status, a.body)
+	}
+	if a := f.call(t, "GET", "/no-such-page", operatorToken, nil); a.status != http.StatusNotFound {
+		t.Errorf("an operator's request of no page: %d %s", a.status, a.body)
+	}
+	big := url.Values{"principal": {principal}, "key": {"order-1"}, "pad": {strings.Repeat("x", 1<<20)}}
+	if a := f.call(t, "POST", "/api/v1/release", operatorToken, big); a.status != http.StatusBadRequest {
+		t.Errorf("a release with a body of a megabyte: %d %s", a.status, a.body)
+	}
+}
+
+func TestAPIRelease_OfASuccess_IsRefused(t *testing.T) {
+	f := start(t)
+	f.store(t, "order-1", created(t, "pi_1"), true)
+	a := f.call(t, "POST", "/api/v1/release", operatorToken, url.Values{"principal": {principal}, "key": {"order-1"}})
+	if v := decode(t, a); a.status != http.StatusConflict || v["released"] != false || v["refusal"] != "success" ||
+		!strings.Contains(v["message"].(string), "its effects stand") {
+		t.Errorf("release of a success: %d %s", a.status, a.body)
+	}
+	if a := f.call(t, "GET", "/api/v1/record"+query("order-1"), operatorToken, nil); a.status != http.StatusOK {
+		t.Errorf("the success after the refusal: %d %s", a.status, a.body)
+	}
+	if log := f.log.String(); !strings.Contains(log, `"refusal":"success"`) || !strings.Contains(log, `"operator":"carol"`) {
+		t.Errorf("the refusal's log line:\n%s", log)
+	}
+}
+
+func TestAPIRelease_OfATransactionalError_Releases(t *testing.T) {
+	f := start(t)
+	f.store(t, "order-1", invalid(), true)
+	f.store(t, "order-2", invalid(), false)
+	a := f.call(t, "POST", "/api/v1/release", operatorToken, url.Values{"principal": {principal}, "key": {"order-1"}})
+	if v := decode(t, a); a.status != http.StatusOK || v["released"] != true || v["record"].(map[string]any)["code"] != "INVALID_ARGUMENT" {
+		t.Errorf("release of a transactional error: %d %s", a.status, a.body)
+	}
+	if a := f.call(t, "GET", "/api/v1/record"+query("order-1"), operatorToken, nil); a.status != http.StatusNotFound {
+		t.Errorf("the key after its release: %d %s", a.status, a.body)
+	}
+	a = f.call(t, "POST", "/api/v1/release"+query("order-2"), operatorToken, nil)
+	if v := decode(t, a); a.status != http.StatusConflict || v["refusal"] != "not_transactional" {
+		t.Errorf("release of another method's error: %d %s", a.status, a.body)
+	}
+	log := f.log.String()
+	for _, want := range []string{`"msg":"idempotency key released"`, `"code":"INVALID_ARGUMENT"`, `"principal_hash":"` + auth.PrincipalHash(principal) + `"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %s:\n%s", want, log)
+		}
+	}
+}
+
+func TestPage_ShowsTheRecordEscaped(t *testing.T) {
+	f := start(t)
+	f.store(t, "<b>order</b>", created(t, "pi_<script>"), true)
+	a := f.call(t, "GET", "/"+query("<b>order</b>"), operatorToken, nil)
+	if a.status != http.StatusOK || !strings.HasPrefix(a.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("page: %d %s", a.status, a.body)
+	}
+	for _, want := range []string{"state:              completed", "pi_&lt;script&gt;", "GET /v1/payment_intents/pi_&lt;script&gt;", "Release this key", `&#34;amount&#34;: &#34;12.34&#34;`} {
+		if !strings.Contains(a.body, want) {
+			t.Errorf("page lacks %q:\n%s", want, a.body)
+		}
+	}
+	if strings.Contains(a.body, "<script>") || strings.Contains(a.body, "<b>order") {
+		t.Errorf("page holds unescaped input:\n%s", a.body)
+	}
+	if a := f.call(t, "GET", "/"+query("nope"), operatorToken, nil); a.status != http.StatusNotFound || !strings.Contains(a.body, "no record of key") {
+		t.Errorf("page of a missing key: %d %s", a.status, a.body)
+	}
+}
+
+// A browser logs in with the form: the cookie it gets is out of scripts'
+// and other sites' reach, and its POSTs need the page's CSRF token.
+func TestLogin_SessionCookie_AndCSRF(t *testing.T) {
+	f := start(t)
+	f.store(t, "order-1", invalid(), true)
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	if resp, err := browser.PostForm(f.url+"/login", url.Values{"token": {"wrong"}}); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("login with a wrong key: %v %v", resp, err)
+	}
+	resp, err := browser.PostForm(f.url+"/login", url.Values{"token": {operatorToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cookie := resp.Request.Response.Header.Get("Set-Cookie") // the login's, before the redirect
+	if resp.StatusCode != http.StatusOK || !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") || strings.Contains(cookie, "Secure") {
+		t.Fatalf("login: %d, cookie %q", resp.StatusCode, cookie)
+	}
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(string(page))
+	if csrf == nil {
+		t.Fatalf("the page after login has no CSRF token:\n%s", page)
+	}
+	form := url.Values{"principal": {principal}, "key": {"order-1"}}
+	if resp, err := browser.PostForm(f.url+"/release", form); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a release without the CSRF token: %v %v", resp, err)
+	}
+	form.Set("csrf", csrf[1])
+	resp, err = browser.PostForm(f.url+"/release", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "was released") {
+		t.Errorf("a release with the CSRF token: %d\n%s", resp.StatusCode, body)
+	}
+	if resp, err := browser.PostForm(f.url+"/release", form); err != nil || resp.StatusCode != http.StatusConflict {
+		t.Errorf("a second release: %v %v", resp, err)
+	}
+}

@@ -1,0 +1,126 @@
+package console
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"html/template"
+	"net/http"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/recordview"
+)
+
+//go:embed page.html
+var templates embed.FS
+
+// pageTemplate is the one page; html/template escapes every value in it.
+var pageTemplate = template.Must(template.ParseFS(templates, "page.html"))
+
+// pageData is what the page shows.
+type pageData struct {
+	Login    bool   // the login form, for a request without a credential
+	Operator string // who is logged in
+	CSRF     string // the session's form token; empty for bearer requests
+	Error    string
+	// Principal and Key are the lookup asked for.
+	Principal, Key string
+	Lookup         *lookup
+	Response       string // the stored response, indented
+	Text           string // the record as paymentsd record prints it
+	Released       *recordview.View
+	Refusal        string
+}
+
+// page answers GET /: the lookup form, and the record asked for when the
+// query names one.
+func (s *Console) page(w http.ResponseWriter, r *http.Request, op operator) {
+	if r.FormValue("principal") == "" && r.FormValue("key") == "" {
+		s.render(w, http.StatusOK, s.pageOf(op))
+		return
+	}
+	d, k, ok := s.pageKey(w, r, op)
+	if !ok {
+		return
+	}
+	l, err := s.find(r, op, k)
+	if err != nil {
+		d.Error = "the lookup failed; the server's log says why"
+		s.render(w, http.StatusInternalServerError, d)
+		return
+	}
+	d.Lookup = l
+	status := http.StatusNotFound
+	if l.Found {
+		status = http.StatusOK
+		var b bytes.Buffer
+		l.Record.WriteText(&b, s.c.Now())
+		d.Text = b.String()
+		if l.Response != nil {
+			var indented bytes.Buffer
+			json.Indent(&indented, l.Response, "", "  ")
+			d.Response = indented.String()
+		}
+	}
+	s.render(w, status, d)
+}
+
+// pageRelease answers the page's release button, POST /release: the
+// record released, or the refusal saying why not.
+func (s *Console) pageRelease(w http.ResponseWriter, r *http.Request, op operator) {
+	d, k, ok := s.pageKey(w, r, op)
+	if !ok {
+		return
+	}
+	rec, err := s.release(r, op, k)
+	why, refused := recordview.RefusalText(err)
+	switch {
+	case refused:
+		d.Refusal = why
+		s.render(w, http.StatusConflict, d)
+	case err != nil:
+		d.Error = "the release failed; the server's log says why"
+		s.render(w, http.StatusInternalServerError, d)
+	default:
+		d.Released = recordview.New(k, rec, s.c.Now())
+		s.render(w, http.StatusOK, d)
+	}
+}
+
+// pageKey reads the principal and key r asks for, returning the page's
+// data with them; ok is false when they name none, which is answered.
+func (s *Console) pageKey(w http.ResponseWriter, r *http.Request, op operator) (d pageData, k storage.RecordKey, ok bool) {
+	d = s.pageOf(op)
+	k, err := recordKey(r)
+	d.Principal, d.Key = k.Scope, k.Key
+	if err != nil {
+		d.Error = err.Error()
+		s.render(w, http.StatusBadRequest, d)
+		return d, k, false
+	}
+	return d, k, true
+}
+
+// pageOf is the page's data for op, before any lookup.
+func (s *Console) pageOf(op operator) pageData {
+	d := pageData{Operator: op.name}
+	if op.session != nil {
+		d.CSRF = op.session.csrf
+	}
+	return d
+}
+
+// render answers the page of d with status. It is rendered in full
+// before anything is sent, so that a template error is a 500, not half a
+// page.
+func (s *Console) render(w http.ResponseWriter, status int, d pageData) {
+	var b bytes.Buffer
+	if err := pageTemplate.Execute(&b, d); err != nil {
+		s.c.Log.Error("console page", "err", err)
+		http.Error(w, "the page failed; the server's log says why", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(b.Bytes())
+}

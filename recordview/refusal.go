@@ -1,0 +1,27 @@
+package recordview
+
+import (
+	"errors"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+)
+
+// refusalText says why each refusal of a release keeps the record, for
+// the operator: paymentsd release and the console say it alike.
+var refusalText = map[error]string{
+	storage.ErrNoRecord:                "there is no live record of the key: never used, or expired; nothing to release",
+	storage.ErrReleaseInFlight:         "the key is in flight: its handler may still act; look again once it has completed",
+	storage.ErrReleaseSuccess:          "the stored result is a success: its effects stand, and a retry run afresh would do them again",
+	storage.ErrReleaseNotTransactional: "the stored error is of a method that is not transactional: its handler may have acted before it failed, so the key keeps its answer until it expires",
+}
+
+// RefusalText says why err, a refusal of storage.Releaser's Release,
+// keeps the record; ok is false when err is no refusal.
+func RefusalText(err error) (why string, ok bool) {
+	for sentinel, why := range refusalText {
+		if errors.Is(err, sentinel) {
+			return why, true
+		}
+	}
+	return "", false
+}
