@@ -103,6 +103,9 @@ func TestStart_ExportsTheCallsSpans(t *testing.T) {
 	if _, err := collectortracepb.NewTraceServiceClient(conn).Export(ctx, &collectortracepb.ExportTraceServiceRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	// A server span ends after the client has its answer: wait for the
+	// calls to end, as paymentsd's Close does, before the last flush.
+	s.GracefulStop()
 	e.Shutdown(logger)
 
 	col.mu.Lock()
