@@ -21,7 +21,7 @@ var floors = [][]string{
 		"internal/grpcreflect", "internal/requestid", "internal/storehealth", "internal/cli", "internal/openapitidy",
 		"internal/traceexport", "server/strictcodec",
 		"internal/testkit/testclock", "internal/testkit/faultproxy", "internal/testkit/rawgrpc",
-		"internal/testkit/grpctest"},
+		"internal/testkit/grpctest", "internal/testkit/logbuf"},
 	// Contracts: the idempotency wire and store contracts, credentials,
 	// TLS files.
 	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload", "internal/testkit/pgtest"},

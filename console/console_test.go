@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +25,7 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/internal/testkit/logbuf"
 )
 
 const (
@@ -34,28 +33,10 @@ const (
 	principal     = "alice"
 )
 
-// logBuffer is the console's log, written by the server's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type fixture struct {
 	url string
 	db  *boltstore.DB
-	log *logBuffer
+	log *logbuf.Buffer
 }
 
 // start serves a console over a bbolt file in t.TempDir(), with one
@@ -71,7 +52,7 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := new(logBuffer)
+	log := new(logbuf.Buffer)
 	c := console.New(console.Config{Store: db, Operators: keys, Log: slog.New(slog.NewJSONHandler(log, nil))})
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)

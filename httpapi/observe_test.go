@@ -1,14 +1,12 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,36 +20,12 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/httpapi"
+	"github.com/paymentsd/paymentsd/internal/testkit/logbuf"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(b.b.String()) {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // observedAPI serves the API as Face does, observed, and returns its log,
 // metrics and spans.
-func observedAPI(t *testing.T) (*httptest.Server, *fakeService, *lockedBuffer, *prometheus.Registry, *tracetest.SpanRecorder) {
+func observedAPI(t *testing.T) (*httptest.Server, *fakeService, *logbuf.Buffer, *prometheus.Registry, *tracetest.SpanRecorder) {
 	t.Helper()
 	f := &fakeService{}
 	srv := grpc.NewServer(grpc.Creds(httpapi.ServerCredentials(nil)))
@@ -67,7 +41,7 @@ func observedAPI(t *testing.T) (*httptest.Server, *fakeService, *lockedBuffer, *
 	trace := func(h http.Handler) http.Handler {
 		return otelhttp.NewHandler(h, "http", otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{}))
 	}
-	log := &lockedBuffer{}
+	log := &logbuf.Buffer{}
 	h := httpapi.Observed(httpapi.New(conn, auth.NewAuthenticator(auth.FromBearer, auth.Dev())),
 		slog.New(slog.NewJSONHandler(log, nil)), httpapi.Observe{Metrics: metrics, Trace: trace})
 	ts := httptest.NewServer(h)
@@ -93,12 +67,12 @@ func TestObserved_LogsAndCountsEveryRequest(t *testing.T) {
 		{"POST", "/v1/payment_intents", "", strings.Repeat("x", httpapi.MaxBodyBytes+1), "/v1/payment_intents", 413},
 		{"GET", "/v1/payment_intents/pi_1", "", "", "/v1/payment_intents/{id}", 404},
 	} {
-		before := len(log.lines(t))
+		before := len(log.Lines(t))
 		resp, _ := do(t, c.method, ts.URL+c.path, c.ct, c.body, "Authorization", "Bearer tok")
 		if resp.StatusCode != c.status {
 			t.Errorf("%s %s: %d, want %d", c.method, c.path, resp.StatusCode, c.status)
 		}
-		lines := log.lines(t)[before:]
+		lines := log.Lines(t)[before:]
 		if len(lines) != 1 {
 			t.Fatalf("%s %s: %d log lines, want 1: %v", c.method, c.path, len(lines), lines)
 		}
@@ -169,7 +143,7 @@ func TestObserved_PassesRequestIDAndSpanToTheCall(t *testing.T) {
 		if sc.TraceID().String() != parent[3:35] || ended[len(ended)-1].Name() != "POST /v1/payment_intents" {
 			t.Errorf("HTTP span %s in trace %s, want POST /v1/payment_intents continuing the traceparent", ended[len(ended)-1].Name(), sc.TraceID())
 		}
-		lines := log.lines(t)
+		lines := log.Lines(t)
 		l := lines[len(lines)-1]
 		if l["principal_hash"] != auth.PrincipalHash(md.Get(auth.ForwardedPrincipalHeader)[0]) || l["trace_id"] != sc.TraceID().String() || l["span_id"] != sc.SpanID().String() {
 			t.Errorf("log line %v, want the principal's hash and the HTTP span's ids", l)

@@ -1,7 +1,6 @@
 package credfiles_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,26 +14,9 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/internal/credfiles"
 	"github.com/paymentsd/paymentsd/internal/devcerts"
+	"github.com/paymentsd/paymentsd/internal/testkit/logbuf"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
-
-// syncBuffer is a log written by the watchers and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // reloads records what Watch reports.
 type reloads struct {
@@ -88,7 +70,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func TestLoad_DevMode(t *testing.T) {
-	var log syncBuffer
+	var log logbuf.Buffer
 	cr, err := credfiles.Load(credfiles.Config{PrincipalFrom: "bearer"}, slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +107,7 @@ func TestLoad_BadFileIsAConfigError(t *testing.T) {
 func TestWatch_KeysReloaded(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
 	writeKeys(t, keys, "alice")
-	var log syncBuffer
+	var log logbuf.Buffer
 	cr, err := credfiles.Load(credfiles.Config{APIKeys: keys, PrincipalFrom: "bearer"}, slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil {
 		t.Fatal(err)

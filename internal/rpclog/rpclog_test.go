@@ -1,14 +1,10 @@
 package rpclog_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -21,6 +17,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/rpclog"
 	"github.com/paymentsd/paymentsd/internal/testkit/grpctest"
+	"github.com/paymentsd/paymentsd/internal/testkit/logbuf"
 	"github.com/paymentsd/paymentsd/memstore"
 )
 
@@ -38,39 +35,12 @@ func (p payments) GetPaymentIntent(_ context.Context, req *paymentsv1.GetPayment
 	return &paymentsv1.GetPaymentIntentResponse{PaymentIntent: &paymentsv1.PaymentIntent{Id: req.Id}}, nil
 }
 
-// syncBuffer is a log written by the server's goroutines and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-// lines returns the log's lines, decoded.
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(b.b.String()) {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // serve runs the service behind Interceptor and the idempotency
 // interceptor, which takes a key of GetPaymentIntent here, and
 // returns a client of it and its log.
-func serve(t *testing.T, p payments) (paymentsv1.PaymentIntentServiceClient, *syncBuffer) {
+func serve(t *testing.T, p payments) (paymentsv1.PaymentIntentServiceClient, *logbuf.Buffer) {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &logbuf.Buffer{}
 	idem := interceptor.MustUnaryServerInterceptor(memstore.New(),
 		interceptor.WithScope(func(context.Context) (string, error) { return "merchant", nil }),
 		interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyOptional),
@@ -101,7 +71,7 @@ func TestInterceptor_LogsTheOutcome(t *testing.T) {
 	if err := get(c, "", "pi_1"); err != nil {
 		t.Fatal(err)
 	}
-	lines := log.lines(t)
+	lines := log.Lines(t)
 	want := []string{"fresh 1 OK", "replay 1 OK", "<nil> <nil> OK"}
 	if len(lines) != len(want) {
 		t.Fatalf("got %d lines, want %d: %v", len(lines), len(want), lines)
@@ -132,7 +102,7 @@ func TestInterceptor_LogsAWrappedCause(t *testing.T) {
 	} {
 		client, log := serve(t, payments{fail: c.err})
 		get(client, "", "fail") // no key: the handler's error reaches the log as it is
-		if lines := log.lines(t); len(lines) != 1 || lines[0]["err"] != c.wantErr {
+		if lines := log.Lines(t); len(lines) != 1 || lines[0]["err"] != c.wantErr {
 			t.Errorf("%v: got %v, want one line with err %v", c.err, lines, c.wantErr)
 		}
 	}
@@ -148,7 +118,7 @@ func TestInterceptor_LogsTheRequestID(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lines := log.lines(t)
+	lines := log.Lines(t)
 	if len(lines) != 2 || lines[0]["request_id"] != "req-1" || lines[1]["request_id"] != nil {
 		t.Errorf("lines %v, want request_id req-1, then none", lines)
 	}
