@@ -49,6 +49,9 @@ type Options struct {
 var (
 	bucketRecords      = []byte("idempotency_records")
 	bucketRecordExpiry = []byte("idempotency_expiry")
+	// bucketInFlight lists the keys whose records are claims in flight:
+	// what InFlight pages through without reading completed records.
+	bucketInFlight = []byte("idempotency_in_flight")
 )
 
 // inUse holds every *bolt.DB a DB uses, to refuse a second DB on one.
@@ -222,7 +225,7 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 				return err
 			}
 		}
-		return nil
+		return indexInFlight(tx)
 	})
 	if err != nil {
 		inUse.Delete(b)

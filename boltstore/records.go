@@ -168,6 +168,9 @@ func putClaim(tx *bolt.Tx, key []byte, stored, rec *storage.Record) error {
 	if err != nil {
 		return err
 	}
+	if err := setInFlight(tx, key, true); err != nil {
+		return err
+	}
 	return putClaimRaw(tx, key, stored, rec.Expiry, v)
 }
 
@@ -219,10 +222,16 @@ func (db *DB) Complete(ctx context.Context, rk storage.RecordKey, done *storage.
 
 // replaceClaim writes r over the stored record of key if it is still r's
 // claim. The record's expiry never changes after the first claim, so the
-// expiry index stays as it is.
+// expiry index stays as it is; the in-flight index loses key once r is
+// completed.
 func replaceClaim(tx *bolt.Tx, key []byte, r *storage.Record) error {
 	if _, err := storedClaim(tx, key, r); err != nil {
 		return err
+	}
+	if r.State != storage.StateInFlight {
+		if err := setInFlight(tx, key, false); err != nil {
+			return err
+		}
 	}
 	return putRecord(tx, key, r)
 }
@@ -292,6 +301,9 @@ func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, delet
 			}
 			if err != nil || stored != nil && stored.Expiry.Equal(expiry) {
 				if err := records.Delete(key); err != nil {
+					return err
+				}
+				if err := setInFlight(tx, key, false); err != nil {
 					return err
 				}
 				deleted++

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -152,4 +153,26 @@ func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Tim
 	}
 	delete(s.records, key)
 	return r, nil
+}
+
+var _ storage.InFlightLister = (*Store)(nil)
+
+// InFlight returns up to limit claims in flight after the key after, in
+// storage.CompareKeys order. It sorts every claim in flight: fine for the
+// sizes a store in memory holds.
+func (s *Store) InFlight(ctx context.Context, after storage.RecordKey, limit int) ([]storage.KeyedRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	var claims []storage.KeyedRecord
+	for k, r := range s.records {
+		if r.State == storage.StateInFlight && (after == storage.RecordKey{} || storage.CompareKeys(k, after) > 0) {
+			c := *r // the caller may change it
+			claims = append(claims, storage.KeyedRecord{Key: k, Record: &c})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(claims, func(a, b storage.KeyedRecord) int { return storage.CompareKeys(a.Key, b.Key) })
+	return claims[:min(limit, len(claims))], nil
 }

@@ -240,10 +240,10 @@ func queueInsert(b *pgx.Batch, k storage.RecordKey, r *storage.Record, lease tim
 		leaseExpiry = &r.LeaseExpiry
 	}
 	b.Queue(`INSERT INTO idempotency_records
-			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, lease_expire_time, expire_time, result, transactional)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, lease_expire_time, expire_time, result, transactional, claim_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		k.Scope, k.Key, r.Fingerprint[:], r.Scheme, int16(r.State), int64(r.Attempt), r.Token[:], r.Owner,
-		lease.Microseconds(), leaseExpiry, r.Expiry, res, r.Transactional)
+		lease.Microseconds(), leaseExpiry, r.Expiry, res, r.Transactional, nullTime(r.ClaimTime))
 	return nil
 }
 
@@ -341,8 +341,7 @@ func isLockTimeout(err error) bool {
 }
 
 // selectRecord reads the record of a key, if any, and the database's clock.
-const selectRecord = `SELECT clock_timestamp(), r.fingerprint, r.fingerprint_scheme, r.state, r.attempt,
-		r.claim_token, r.owner, r.lease_expire_time, r.expire_time, r.result, r.transactional
+const selectRecord = `SELECT clock_timestamp(), ` + recordColumns + `
 	FROM (VALUES (1)) AS one LEFT JOIN idempotency_records r ON r.scope = $1 AND r.key = $2`
 
 // scanRecord reads a row of selectRecord: the record (nil when none) and
@@ -358,9 +357,10 @@ func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
 		state                   *int16
 		attempt                 *int64
 		leaseExpiry, expiry     *time.Time
+		claimTime               *time.Time
 		transactional           *bool
 	)
-	err := row.Scan(&now, &fingerprint, &scheme, &state, &attempt, &token, &owner, &leaseExpiry, &expiry, &res, &transactional)
+	err := row.Scan(&now, &fingerprint, &scheme, &state, &attempt, &token, &owner, &leaseExpiry, &expiry, &res, &transactional, &claimTime)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -376,6 +376,9 @@ func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
 	copy(rec.Token[:], token)
 	if leaseExpiry != nil {
 		rec.LeaseExpiry = *leaseExpiry
+	}
+	if claimTime != nil {
+		rec.ClaimTime = *claimTime
 	}
 	if rec.State == storage.StateCompleted {
 		rec.Result = new(storage.Result)

@@ -28,6 +28,9 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 	if !r.LeaseExpiry.IsZero() {
 		pb.LeaseExpireTime = timestamppb.New(r.LeaseExpiry)
 	}
+	if !r.ClaimTime.IsZero() {
+		pb.ClaimTime = timestamppb.New(r.ClaimTime)
+	}
 	if r.Result != nil {
 		pb.Result = r.Result.proto()
 	}
@@ -60,6 +63,9 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	copy(r.Token[:], pb.ClaimToken)
 	if pb.LeaseExpireTime != nil {
 		r.LeaseExpiry = pb.LeaseExpireTime.AsTime()
+	}
+	if pb.ClaimTime != nil {
+		r.ClaimTime = pb.ClaimTime.AsTime()
 	}
 	if pb.Result != nil {
 		if r.Result, err = resultFromProto(pb.Result); err != nil {

@@ -241,6 +241,10 @@ type Record struct {
 	Owner string
 	// LeaseExpiry is when an in-flight claim may be taken over.
 	LeaseExpiry time.Time
+	// ClaimTime is when the attempt that made the claim began (its
+	// ClaimRequest.Now): an operator's measure of how long a key has been
+	// in flight. Zero for records stored before it was kept.
+	ClaimTime time.Time
 	// Expiry is when the record is forgotten; from then on it counts as absent.
 	Expiry time.Time
 	// Result is set once the record is completed.
@@ -304,6 +308,7 @@ func newClaim(req ClaimRequest, who Claimant, attempt uint64, expiry time.Time) 
 		Attempt:     attempt,
 		Owner:       who.ID,
 		LeaseExpiry: req.Now.Add(req.Lease),
+		ClaimTime:   req.Now,
 		Expiry:      expiry,
 	}
 	rand.Read(r.Token[:]) // never fails; see crypto/rand.Read

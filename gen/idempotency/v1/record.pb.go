@@ -110,6 +110,9 @@ type Record struct {
 	// nothing behind and its record may be released. Records written before
 	// the field existed read false, the side on which nothing is released.
 	Transactional bool `protobuf:"varint,10,opt,name=transactional,proto3" json:"transactional,omitempty"`
+	// When the attempt that made the claim began: what an operator reads as
+	// a claim's age. Records written before the field existed have none.
+	ClaimTime     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=claim_time,json=claimTime,proto3" json:"claim_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,6 +215,13 @@ func (x *Record) GetTransactional() bool {
 		return x.Transactional
 	}
 	return false
+}
+
+func (x *Record) GetClaimTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClaimTime
+	}
+	return nil
 }
 
 // Result is everything a handler sent back, replayed byte for byte.
@@ -443,7 +453,7 @@ var File_idempotency_v1_record_proto protoreflect.FileDescriptor
 
 const file_idempotency_v1_record_proto_rawDesc = "" +
 	"\n" +
-	"\x1bidempotency/v1/record.proto\x12\x0eidempotency.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x03\n" +
+	"\x1bidempotency/v1/record.proto\x12\x0eidempotency.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\x03\n" +
 	"\x06Record\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\fR\vfingerprint\x12+\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.idempotency.v1.StateR\x05state\x12\x18\n" +
@@ -457,7 +467,9 @@ const file_idempotency_v1_record_proto_rawDesc = "" +
 	"\x05owner\x18\b \x01(\tR\x05owner\x12-\n" +
 	"\x12fingerprint_scheme\x18\t \x01(\tR\x11fingerprintScheme\x12$\n" +
 	"\rtransactional\x18\n" +
-	" \x01(\bR\rtransactional\"\xe9\x01\n" +
+	" \x01(\bR\rtransactional\x129\n" +
+	"\n" +
+	"claim_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tclaimTime\"\xe9\x01\n" +
 	"\x06Result\x122\n" +
 	"\bresponse\x18\x01 \x01(\v2\x14.google.protobuf.AnyH\x00R\bresponse\x120\n" +
 	"\x06status\x18\x02 \x01(\v2\x16.idempotency.v1.StatusH\x00R\x06status\x125\n" +
@@ -500,20 +512,21 @@ var file_idempotency_v1_record_proto_goTypes = []any{
 	(*anypb.Any)(nil),             // 6: google.protobuf.Any
 }
 var file_idempotency_v1_record_proto_depIdxs = []int32{
-	0, // 0: idempotency.v1.Record.state:type_name -> idempotency.v1.State
-	5, // 1: idempotency.v1.Record.lease_expire_time:type_name -> google.protobuf.Timestamp
-	5, // 2: idempotency.v1.Record.expire_time:type_name -> google.protobuf.Timestamp
-	2, // 3: idempotency.v1.Record.result:type_name -> idempotency.v1.Result
-	6, // 4: idempotency.v1.Result.response:type_name -> google.protobuf.Any
-	3, // 5: idempotency.v1.Result.status:type_name -> idempotency.v1.Status
-	4, // 6: idempotency.v1.Result.header:type_name -> idempotency.v1.MetadataEntry
-	4, // 7: idempotency.v1.Result.trailer:type_name -> idempotency.v1.MetadataEntry
-	6, // 8: idempotency.v1.Status.details:type_name -> google.protobuf.Any
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	0,  // 0: idempotency.v1.Record.state:type_name -> idempotency.v1.State
+	5,  // 1: idempotency.v1.Record.lease_expire_time:type_name -> google.protobuf.Timestamp
+	5,  // 2: idempotency.v1.Record.expire_time:type_name -> google.protobuf.Timestamp
+	2,  // 3: idempotency.v1.Record.result:type_name -> idempotency.v1.Result
+	5,  // 4: idempotency.v1.Record.claim_time:type_name -> google.protobuf.Timestamp
+	6,  // 5: idempotency.v1.Result.response:type_name -> google.protobuf.Any
+	3,  // 6: idempotency.v1.Result.status:type_name -> idempotency.v1.Status
+	4,  // 7: idempotency.v1.Result.header:type_name -> idempotency.v1.MetadataEntry
+	4,  // 8: idempotency.v1.Result.trailer:type_name -> idempotency.v1.MetadataEntry
+	6,  // 9: idempotency.v1.Status.details:type_name -> google.protobuf.Any
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_idempotency_v1_record_proto_init() }

@@ -12,8 +12,9 @@
 //	}
 //
 // A store that is also an storage.TxStore is tested for atomic
-// completion too, and an storage.Releaser for releasing keys; for any
-// other store those tests are skipped.
+// completion too, an storage.Releaser for releasing keys, and an
+// storage.InFlightLister for listing claims; for any other store those
+// tests are skipped.
 package storagetest
 
 import (
@@ -109,6 +110,12 @@ func RunTests(t *testing.T, open Opener) {
 		// Releasing a key: run when the store is an storage.Releaser.
 		{"Release_TransactionalError_DeletesAndKeyRunsFresh", testReleaseTxError},
 		{"Release_SuccessNonTransactionalInFlightOrNone_IsRefused", testReleaseRefused},
+
+		// Listing claims in flight: run when the store is an
+		// storage.InFlightLister.
+		{"InFlight_ListsEveryClaimOnceInPages", testInFlightList},
+		{"InFlight_CompletedSweptLeave_TakenOverStays", testInFlightChanges},
+		{"InFlight_Reopen_KeepsDurableClaims", testInFlightReopen},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })

@@ -1,0 +1,143 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+)
+
+// DB lists its claims in flight.
+var _ storage.InFlightLister = (*DB)(nil)
+
+// InFlight returns up to limit claims in flight after the key after, in
+// the order of their keys in the file: the claims this process holds in
+// memory (transactional ones not yet committed, and durable ones whose
+// handler runs, with the leases renewed in memory), and those stored in
+// flight, read through the in-flight index, so that a page reads the
+// claims it returns and never the completed records.
+func (db *DB) InFlight(ctx context.Context, after storage.RecordKey, limit int) ([]storage.KeyedRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var start []byte
+	if after != (storage.RecordKey{}) {
+		start = recordKey(after)
+	}
+	var stored []storage.KeyedRecord
+	err := db.view(func(tx *bolt.Tx) error {
+		stored = stored[:0]
+		c := tx.Bucket(bucketInFlight).Cursor()
+		k, _ := c.First()
+		if start != nil {
+			if k, _ = c.Seek(start); bytes.Equal(k, start) {
+				k, _ = c.Next()
+			}
+		}
+		for ; k != nil && len(stored) < limit; k, _ = c.Next() {
+			rec, err := getRecord(tx, k)
+			if err != nil {
+				return err
+			}
+			rk, ok := splitRecordKey(k)
+			if !ok || rec == nil || rec.State != storage.StateInFlight {
+				return &damaged{cause: fmt.Errorf("the in-flight index names %x, which holds no claim in flight", k)}
+			}
+			stored = append(stored, storage.KeyedRecord{Key: rk, Record: rec})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return storage.MergeInFlight(db.overlay.inFlight(start, limit), db.overlay.withRenewals(stored), limit, compareKeys), nil
+}
+
+// compareKeys orders record keys as the file does.
+func compareKeys(a, b storage.RecordKey) int { return bytes.Compare(recordKey(a), recordKey(b)) }
+
+// inFlight returns up to limit of the claims pending in memory whose keys
+// come after start, in key order, with their renewed leases.
+func (o *overlay) inFlight(start []byte, limit int) []storage.KeyedRecord {
+	o.mu.Lock()
+	keys := make([]string, 0, len(o.pending))
+	for k := range o.pending {
+		if bytes.Compare([]byte(k), start) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	keys = keys[:min(limit, len(keys))]
+	claims := make([]storage.KeyedRecord, 0, len(keys))
+	for _, k := range keys {
+		rk, _ := splitRecordKey([]byte(k)) // made by recordKey
+		claims = append(claims, storage.KeyedRecord{Key: rk, Record: o.renewedLocked([]byte(k), o.pending[k])})
+	}
+	o.mu.Unlock()
+	return copyRecords(claims)
+}
+
+// withRenewals is claims, stored in flight, with the leases renewed in
+// memory.
+func (o *overlay) withRenewals(claims []storage.KeyedRecord) []storage.KeyedRecord {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, c := range claims {
+		claims[i].Record = o.renewedLocked(recordKey(c.Key), c.Record)
+	}
+	return copyRecords(claims)
+}
+
+// copyRecords gives claims records of their own: the caller may change
+// them, and those of the overlay are shared.
+func copyRecords(claims []storage.KeyedRecord) []storage.KeyedRecord {
+	for i, c := range claims {
+		r := *c.Record
+		claims[i].Record = &r
+	}
+	return claims
+}
+
+// splitRecordKey is the RecordKey that recordKey made k of.
+func splitRecordKey(k []byte) (storage.RecordKey, bool) {
+	n, w := binary.Uvarint(k)
+	if w <= 0 || n > uint64(len(k)-w) {
+		return storage.RecordKey{}, false
+	}
+	scope := k[w : w+int(n)]
+	return storage.RecordKey{Scope: string(scope), Key: string(k[w+int(n):])}, true
+}
+
+// setInFlight keeps the in-flight index in step with the record of key,
+// written in tx: listed while in flight, not once completed.
+func setInFlight(tx *bolt.Tx, key []byte, inFlight bool) error {
+	index := tx.Bucket(bucketInFlight)
+	if inFlight {
+		return index.Put(key, nil)
+	}
+	return index.Delete(key) // writes nothing when key is not listed
+}
+
+// indexInFlight builds the in-flight index of a file written before it
+// existed, from its records: once, as New first opens the file.
+func indexInFlight(tx *bolt.Tx) error {
+	if tx.Bucket(bucketInFlight) != nil {
+		return nil
+	}
+	index, err := tx.CreateBucket(bucketInFlight)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
+		rec, err := decodeRecord(k, v)
+		if err != nil || rec.State != storage.StateInFlight {
+			return nil // a damaged record is reported by the calls about it
+		}
+		return index.Put(k, nil)
+	})
+}

@@ -1,0 +1,61 @@
+package storage
+
+import (
+	"context"
+	"strings"
+)
+
+// InFlightLister is a Store that lists the claims in flight now: what an
+// operator reads to find keys held by a slow handler or left by a crashed
+// one. A page costs the claims it returns, not the records stored: a store
+// keeps its claims in flight apart (an index, or its memory) to list them.
+type InFlightLister interface {
+	// InFlight returns up to limit claims in flight, those of ended
+	// processes included until they are taken over, in an order of the
+	// store's own (the same on every call), starting after the key after
+	// (the zero RecordKey: from the first). A claim that a store keeps only in the memory of the
+	// process that holds it (a transactional claim not yet committed) is
+	// listed by that process alone.
+	InFlight(ctx context.Context, after RecordKey, limit int) ([]KeyedRecord, error)
+}
+
+// KeyedRecord is a record with the key it is stored for.
+type KeyedRecord struct {
+	Key    RecordKey
+	Record *Record
+}
+
+// CompareKeys orders record keys by scope, then key, byte by byte: an
+// order for InFlight's pages.
+func CompareKeys(a, b RecordKey) int {
+	if c := strings.Compare(a.Scope, b.Scope); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Key, b.Key)
+}
+
+// MergeInFlight merges two lists of claims in flight, each in the order of
+// cmp, into one of at most limit, keeping a's record where both hold a
+// key: for a store whose claims are partly in its memory (a) and partly
+// stored (b), the memory being the fresher.
+func MergeInFlight(a, b []KeyedRecord, limit int, cmp func(a, b RecordKey) int) []KeyedRecord {
+	out := make([]KeyedRecord, 0, min(limit, len(a)+len(b)))
+	for len(out) < limit && (len(a) > 0 || len(b) > 0) {
+		switch {
+		case len(b) == 0:
+			out, a = append(out, a[0]), a[1:]
+		case len(a) == 0:
+			out, b = append(out, b[0]), b[1:]
+		default:
+			switch c := cmp(a[0].Key, b[0].Key); {
+			case c < 0:
+				out, a = append(out, a[0]), a[1:]
+			case c > 0:
+				out, b = append(out, b[0]), b[1:]
+			default:
+				out, a, b = append(out, a[0]), a[1:], b[1:]
+			}
+		}
+	}
+	return out
+}

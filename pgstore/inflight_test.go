@@ -1,0 +1,61 @@
+package pgstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/pgstore"
+)
+
+// A page of claims in flight is read through their partial index, so that
+// it costs the claims it returns however many completed records the table
+// holds: with 100,000 completed records and 3 claims, the plan scans the
+// index, and the page reads the 3 rows and no more.
+func TestInFlight_ReadsTheIndexNotTheTable(t *testing.T) {
+	db := open(t, "inflight_plan", nil)
+	ctx := context.Background()
+	_, err := db.Pool().Exec(ctx, `INSERT INTO idempotency_records
+			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, expire_time, result)
+		SELECT 'principal-' || (i % 100), 'key-' || i, decode(repeat('00', 32), 'hex'), 'v1', 2, 1, decode(repeat('00', 16), 'hex'),
+			'test', 1000000, now() + interval '1 day', '\x'::bytea
+		FROM generate_series(1, 100000) AS i`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"a", "b", "c"} {
+		req := storage.ClaimRequest{Key: storage.RecordKey{Scope: "principal-7", Key: key}, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}
+		if _, _, err := db.Claim(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Pool().Exec(ctx, `ANALYZE idempotency_records`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Pool().Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) `+pgstore.SelectInFlight, "", "", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "Index Scan using idempotency_records_in_flight") || strings.Contains(text, "Seq Scan") ||
+		!strings.Contains(text, "rows=3 loops=1") {
+		t.Errorf("a page of claims in flight is not read from their index alone:\n%s", text)
+	}
+	got, err := db.InFlight(ctx, storage.RecordKey{}, 50)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("InFlight = %d claims, %v; want the 3 claims", len(got), err)
+	}
+}
