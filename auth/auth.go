@@ -33,6 +33,9 @@ type key struct {
 // the token's SHA-256 in hex. For development only.
 func Dev() *Keys { return &Keys{} }
 
+// None returns keys that accept no token.
+func None() *Keys { return &Keys{keys: []key{}} }
+
 // IsDev reports whether k accepts any token.
 func (k *Keys) IsDev() bool { return k.keys == nil }
 
@@ -140,7 +143,13 @@ func ParseKeys(data []byte, name string) (*Keys, error) {
 // with every key in constant time, so timing tells nothing of which key, if
 // any, came close.
 func (k *Keys) Authenticate(token string) (string, bool) {
-	sum := sha256.Sum256([]byte(token))
+	return k.AuthenticateDigest(sha256.Sum256([]byte(token)))
+}
+
+// AuthenticateDigest is Authenticate of the token whose SHA-256 is sum: for
+// a login session, checked against the keys in use on every request
+// without keeping the token itself.
+func (k *Keys) AuthenticateDigest(sum [sha256.Size]byte) (string, bool) {
 	if k.IsDev() {
 		return "dev:" + hex.EncodeToString(sum[:]), true
 	}

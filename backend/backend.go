@@ -25,6 +25,7 @@ type Records interface {
 	storage.TxStore
 	storage.Upkeep
 	storage.Releaser
+	storage.InFlightLister
 }
 
 // Backend is where paymentsd keeps its data.

@@ -19,19 +19,22 @@ import (
 )
 
 // Store is what the console needs of the daemon's idempotency store: a
-// record read, and the release that storage.Releaser guards.
+// record read, the release that storage.Releaser guards, and the list of
+// claims in flight.
 type Store interface {
 	Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error)
 	storage.Releaser
+	storage.InFlightLister
 }
 
 // Config is what a Console serves with.
 type Config struct {
 	Store Store
-	// Operators are the operators' credentials, in the --api-keys format
-	// (auth.LoadFile), the names being operators'. Dev mode is refused:
-	// any token would be an operator.
-	Operators *auth.Keys
+	// Operators returns the operators' credentials in use, in the
+	// --api-keys format (auth.LoadFile), the names being operators'. It is
+	// called on every request, so that keys reloaded take effect at the
+	// next. Dev mode is refused: any token would be an operator.
+	Operators func() *auth.Keys
 	Log       *slog.Logger
 	// TLS says the console is served over TLS, so that its cookie is
 	// marked Secure.
@@ -45,20 +48,23 @@ type Console struct {
 	c        Config
 	mux      *http.ServeMux
 	sessions *sessions
+	failures *failures
 }
 
 // New returns the console of c. It panics when c has no operators, or
 // accepts any token: a console open to anyone must not start.
 func New(c Config) *Console {
-	if c.Operators == nil || c.Operators.IsDev() || c.Store == nil || c.Log == nil {
+	if c.Operators == nil || c.Operators() == nil || c.Operators().IsDev() || c.Store == nil || c.Log == nil {
 		panic("console: needs a store, a logger and a file of operator keys")
 	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	s := &Console{c: c, mux: http.NewServeMux(), sessions: newSessions()}
+	s := &Console{c: c, mux: http.NewServeMux(), sessions: newSessions(), failures: newFailures()}
 	s.mux.Handle("GET /api/v1/record", s.operatorOnly(s.apiRecord))
 	s.mux.Handle("POST /api/v1/release", s.operatorOnly(s.apiRelease))
+	s.mux.Handle("GET /api/v1/in-flight", s.operatorOnly(s.apiInFlight))
+	s.mux.Handle("GET /in-flight", s.operatorOnly(s.pageInFlight))
 	s.mux.Handle("GET /{$}", s.operatorOnly(s.page))
 	s.mux.Handle("POST /release", s.operatorOnly(s.pageRelease))
 	s.mux.Handle("POST /logout", s.operatorOnly(s.logout))
@@ -96,13 +102,23 @@ type operator struct {
 // operatorFunc is a handler for an authenticated operator.
 type operatorFunc func(w http.ResponseWriter, r *http.Request, op operator)
 
-// operatorOnly runs h for an operator, and answers anyone else 401. A
-// POST by session cookie must also carry the session's CSRF token: a
-// cookie is sent by the browser whoever's page asks, a bearer token is not.
+// operatorOnly runs h for an operator, and answers anyone else 401, or
+// 429 once their address failed too often (see failures). A POST by
+// session cookie must also carry the session's CSRF token: a cookie is
+// sent by the browser whoever's page asks, a bearer token is not.
 func (s *Console) operatorOnly(h operatorFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bearer := len(r.Header.Values("Authorization")) > 0
+		if wait := s.failures.wait(r, s.c.Now()); bearer && wait > 0 {
+			s.tooManyFailures(w, r, wait)
+			return
+		}
 		op, ok := s.authenticate(r)
 		if !ok {
+			if bearer {
+				s.failures.failed(r, s.c.Now())
+				s.c.Log.Warn("console request refused: not an operator key", "remote", r.RemoteAddr, "path", r.URL.Path)
+			}
 			s.unauthorized(w, r)
 			return
 		}
@@ -125,7 +141,7 @@ func (s *Console) authenticate(r *http.Request) (operator, bool) {
 		if err != nil {
 			return operator{}, false
 		}
-		name, ok := s.c.Operators.Authenticate(token)
+		name, ok := s.operators().Authenticate(token)
 		return operator{name: name}, ok
 	}
 	c, err := r.Cookie(cookieName)
@@ -136,7 +152,24 @@ func (s *Console) authenticate(r *http.Request) (operator, bool) {
 	if sess == nil {
 		return operator{}, false
 	}
+	// The key it logged in with must still be the operator's: a key
+	// removed from --admin-keys ends its sessions too.
+	if name, ok := s.operators().AuthenticateDigest(sess.keySum); !ok || name != sess.operator {
+		s.sessions.remove(c.Value)
+		s.c.Log.Warn("console session ended: its operator key is no longer listed", "operator", sess.operator)
+		return operator{}, false
+	}
 	return operator{name: sess.operator, session: sess}, true
+}
+
+// operators are the operators' keys in use. A reload that emptied them
+// is refused by the loader (a file must list a key), so they never turn
+// into dev mode's "any token"; that is checked here again all the same.
+func (s *Console) operators() *auth.Keys {
+	if k := s.c.Operators(); k != nil && !k.IsDev() {
+		return k
+	}
+	return auth.None()
 }
 
 // unauthorized answers 401: JSON for the API, the login form for the page.

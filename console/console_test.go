@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,7 +38,16 @@ type fixture struct {
 	url string
 	db  *boltstore.DB
 	log *logbuf.Buffer
+	// operators are the keys the console reads on every request: a test
+	// stores new ones as a reload of --admin-keys does.
+	operators *atomic.Pointer[auth.Keys]
+	// skew is how far the console's clock is ahead of time.Now (see
+	// advance).
+	skew *atomic.Int64
 }
+
+// advance moves the console's clock d ahead.
+func (f *fixture) advance(d time.Duration) { f.skew.Add(int64(d)) }
 
 // start serves a console over a bbolt file in t.TempDir(), with one
 // operator, "carol", whose key is operatorToken.
@@ -52,11 +62,14 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := new(logbuf.Buffer)
-	c := console.New(console.Config{Store: db, Operators: keys, Log: slog.New(slog.NewJSONHandler(log, nil))})
+	f := &fixture{db: db, log: new(logbuf.Buffer), operators: new(atomic.Pointer[auth.Keys]), skew: new(atomic.Int64)}
+	f.operators.Store(keys)
+	c := console.New(console.Config{Store: db, Operators: f.operators.Load, Log: slog.New(slog.NewJSONHandler(f.log, nil)),
+		Now: func() time.Time { return time.Now().Add(time.Duration(f.skew.Load())) }})
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
-	return &fixture{url: srv.URL, db: db, log: log}
+	f.url = srv.URL
+	return f
 }
 
 // store stores result for key as a completed record of principal.
@@ -189,11 +202,14 @@ func TestEveryRoute_WithoutAnOperatorKey_Is401(t *testing.T) {
 			{"POST", "/release", release},
 			{"GET", "/no-such-page", nil},
 			{"PUT", "/api/v1/record", nil},
+			{"GET", "/api/v1/in-flight", nil},
+			{"GET", "/in-flight", nil},
 		} {
 			a := f.call(t, c.method, c.path, token, c.form)
 			if a.status != http.StatusUnauthorized || strings.Contains(a.body, "order-1") {
 				t.Errorf("%s %s with token %q: %d %s", c.method, c.path, token, a.status, a.body)
 			}
+			f.advance(time.Minute) // past the limit of failures (TestFailures_Limited)
 		}
 	}
 	if a := f.call(t, "GET", "/api/v1/record"+query("order-1"), operatorToken, nil); a.status != http.StatusOK {
@@ -307,5 +323,109 @@ func TestLogin_SessionCookie_AndCSRF(t *testing.T) {
 	}
 	if resp, err := browser.PostForm(f.url+"/release", form); err != nil || resp.StatusCode != http.StatusConflict {
 		t.Errorf("a second release: %v %v", resp, err)
+	}
+}
+
+// login logs a browser in with token and returns it.
+func (f *fixture) login(t *testing.T, token string) *http.Client {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	resp, err := browser.PostForm(f.url+"/login", url.Values{"token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	return browser
+}
+
+// get is the status of GET path by browser.
+func get(t *testing.T, browser *http.Client, url string) int {
+	t.Helper()
+	resp, err := browser.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Operator keys reloaded take effect at the next request: a key removed,
+// or replaced by a new one of the same operator, is refused as a bearer
+// token and ends the sessions it logged in; a key added is accepted.
+func TestOperatorKeysReloaded_EndSessionsOfRemovedKeys(t *testing.T) {
+	f := start(t)
+	kept := f.login(t, operatorToken)
+	other := "op-secret-token-2"
+	reload := func(lines ...string) {
+		keys, err := auth.ParseKeys([]byte(strings.Join(lines, "\n")+"\n"), "admin-keys")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.operators.Store(keys)
+	}
+	reload(auth.KeyLine("carol", operatorToken), auth.KeyLine("dave", other))
+	if a := f.call(t, "GET", "/in-flight", other, nil); a.status != http.StatusOK || !strings.Contains(a.body, "dave") {
+		t.Errorf("a key added: %d", a.status)
+	}
+	if got := get(t, kept, f.url+"/in-flight"); got != http.StatusOK {
+		t.Errorf("a session whose key stays, after a reload: %d", got)
+	}
+	davesSession := f.login(t, other)
+	reload(auth.KeyLine("carol", "op-secret-token-3"), auth.KeyLine("erin", other+"-erin"))
+	for _, c := range []struct {
+		name    string
+		browser *http.Client
+	}{{"a session of a key replaced", kept}, {"a session of a key removed", davesSession}} {
+		if got := get(t, c.browser, f.url+"/in-flight"); got != http.StatusUnauthorized {
+			t.Errorf("%s: %d, want 401", c.name, got)
+		}
+	}
+	for _, token := range []string{operatorToken, other} {
+		if a := f.call(t, "GET", "/in-flight", token, nil); a.status != http.StatusUnauthorized {
+			t.Errorf("a bearer key no longer listed: %d, want 401", a.status)
+		}
+	}
+	if log := f.log.String(); strings.Count(log, "console session ended: its operator key is no longer listed") != 2 {
+		t.Errorf("want a log line for each session ended:\n%s", log)
+	}
+}
+
+// After a burst of failed authentications from one address, by login
+// form or bearer token, every authentication from it is refused 429 with
+// Retry-After, a right key's too, until its allowance grows back; a
+// session already logged in is not refused.
+func TestFailures_Limited(t *testing.T) {
+	f := start(t)
+	browser := f.login(t, operatorToken)
+	for i := range 10 {
+		if i%2 == 0 {
+			if a := f.call(t, "POST", "/login", "", url.Values{"token": {"guess"}}); a.status != http.StatusUnauthorized {
+				t.Fatalf("failed login %d: %d", i, a.status)
+			}
+		} else if a := f.call(t, "GET", "/api/v1/in-flight", "guess", nil); a.status != http.StatusUnauthorized {
+			t.Fatalf("failed bearer request %d: %d", i, a.status)
+		}
+	}
+	for _, a := range []answer{
+		f.call(t, "POST", "/login", "", url.Values{"token": {operatorToken}}),
+		f.call(t, "GET", "/api/v1/in-flight", operatorToken, nil),
+	} {
+		if a.status != http.StatusTooManyRequests || a.header.Get("Retry-After") == "" || !strings.Contains(a.body, "too many failed authentications") {
+			t.Errorf("the right key after 10 failures: %d %v %s", a.status, a.header, a.body)
+		}
+	}
+	if got := get(t, browser, f.url+"/in-flight"); got != http.StatusOK {
+		t.Errorf("a session logged in before: %d", got)
+	}
+	if !strings.Contains(f.log.String(), "console authentication refused: too many failures from this address") {
+		t.Errorf("no log line of the refusal:\n%s", f.log)
+	}
+	f.advance(6 * time.Second) // one failure's worth of allowance
+	if a := f.call(t, "GET", "/api/v1/in-flight", operatorToken, nil); a.status != http.StatusOK {
+		t.Errorf("the right key once the allowance grew back: %d", a.status)
 	}
 }

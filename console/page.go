@@ -30,6 +30,11 @@ type pageData struct {
 	Text           string // the record as paymentsd record prints it
 	Released       *recordview.View
 	Refusal        string
+	// InFlight asks for the table of keys in flight, Claims; NextPage is
+	// the URL of its next page, if any.
+	InFlight bool
+	Claims   []claimRow
+	NextPage string
 }
 
 // page answers GET /: the lookup form, and the record asked for when the

@@ -42,8 +42,13 @@ var errBadQuery = errors.New("bad query")
 // recordKey reads the principal and key of r's query or form, as
 // paymentsd record takes them. A customer's token is never asked for.
 func recordKey(r *http.Request) (storage.RecordKey, error) {
-	k := storage.RecordKey{Scope: r.FormValue("principal"), Key: r.FormValue("key")}
-	p := k.Scope
+	return validKey(r.FormValue("principal"), r.FormValue("key"))
+}
+
+// validKey is the record key of principal p and key, or an error saying
+// why they name none.
+func validKey(p, key string) (storage.RecordKey, error) {
+	k := storage.RecordKey{Scope: p, Key: key}
 	if !auth.ValidPrincipal(p) && !auth.ValidDevPrincipal(p) && !auth.ValidCertPrincipal(p) {
 		return k, fmt.Errorf(`%w: principal %q names no principal: one is as listed in --api-keys, or "dev:" and a token's SHA-256 in dev mode, or a client certificate's (spiffe://... or dns:<name>)`, errBadQuery, p)
 	}

@@ -19,8 +19,10 @@ const sessionLife = 8 * time.Hour
 // session is a logged-in operator's.
 type session struct {
 	operator string
-	csrf     string // the token every form of the session carries
-	expires  time.Time
+	keySum   [sha256.Size]byte // of the operator key it logged in with
+
+	csrf    string // the token every form of the session carries
+	expires time.Time
 }
 
 // sessions are the sessions in memory, by the SHA-256 of their cookie's
@@ -34,7 +36,7 @@ func newSessions() *sessions { return &sessions{m: map[[sha256.Size]byte]*sessio
 
 // add starts a session of operator, dropping those that have expired, and
 // returns its cookie's value.
-func (ss *sessions) add(operator string, now time.Time) (cookie string) {
+func (ss *sessions) add(operator string, keySum [sha256.Size]byte, now time.Time) (cookie string) {
 	cookie, csrf := rand.Text(), rand.Text()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -43,7 +45,7 @@ func (ss *sessions) add(operator string, now time.Time) (cookie string) {
 			delete(ss.m, k)
 		}
 	}
-	ss.m[sha256.Sum256([]byte(cookie))] = &session{operator: operator, csrf: csrf, expires: now.Add(sessionLife)}
+	ss.m[sha256.Sum256([]byte(cookie))] = &session{operator: operator, keySum: keySum, csrf: csrf, expires: now.Add(sessionLife)}
 	return cookie
 }
 
@@ -68,18 +70,23 @@ func (ss *sessions) remove(cookie string) {
 // login answers POST /login: the form's operator key, if it names an
 // operator, starts a session; the page follows. The key is never logged.
 func (s *Console) login(w http.ResponseWriter, r *http.Request) {
+	if wait := s.failures.wait(r, s.c.Now()); wait > 0 {
+		s.tooManyFailures(w, r, wait)
+		return
+	}
 	token, err := bearer.ParseToken(r.PostFormValue("token"))
 	name, ok := "", false
 	if err == nil {
-		name, ok = s.c.Operators.Authenticate(token)
+		name, ok = s.operators().Authenticate(token)
 	}
 	if !ok {
+		s.failures.failed(r, s.c.Now())
 		s.c.Log.Warn("console login refused", "remote", r.RemoteAddr)
 		s.render(w, http.StatusUnauthorized, pageData{Login: true, Error: "that is not an operator key"})
 		return
 	}
 	s.c.Log.Info("console login", "operator", name, "remote", r.RemoteAddr)
-	http.SetCookie(w, s.cookie(s.sessions.add(name, s.c.Now()), int(sessionLife/time.Second)))
+	http.SetCookie(w, s.cookie(s.sessions.add(name, sha256.Sum256([]byte(token)), s.c.Now()), int(sessionLife/time.Second)))
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 

@@ -42,6 +42,7 @@ func inFlight() *storage.Record {
 		Attempt:     2,
 		Owner:       "host-1",
 		LeaseExpiry: now.Add(time.Minute),
+		ClaimTime:   now.Add(-5 * time.Second),
 		Expiry:      now.Add(time.Hour),
 	}
 }
@@ -73,6 +74,7 @@ func TestNew_InFlight(t *testing.T) {
 		"key:                \"order-1\"\n",
 		"state:              in flight\n",
 		"attempt:            2\n",
+		"attempt began:      2030-01-02T03:04:00Z (5s ago)\n",
 		"lease expires:      2030-01-02T03:05:05Z (in 1m0s)\n",
 		"record expires:     2030-01-02T04:04:05Z (in 1h0m0s)\n",
 		"claimed by:         host-1\n",
@@ -145,7 +147,7 @@ func TestView_JSONNames(t *testing.T) {
 	if err := json.Unmarshal(b, &fields); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"attempt", "code", "completed", "details", "expiry", "fingerprint", "fingerprint_scheme", "intent_id",
+	want := []string{"attempt", "claim_time", "code", "completed", "details", "expiry", "fingerprint", "fingerprint_scheme", "intent_id",
 		"key", "lease_expiry", "message", "owner", "principal", "response_type", "state", "transactional"}
 	got := make([]string, 0, len(fields))
 	for name := range fields {

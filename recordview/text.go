@@ -19,6 +19,9 @@ func (v *View) WriteText(w io.Writer, now time.Time) {
 	line("attempt", "%d", v.Attempt)
 	line("fingerprint", "%s", v.Fingerprint)
 	line("fingerprint scheme", "%s", v.FingerprintScheme)
+	if v.ClaimTime != nil {
+		line("attempt began", "%s", when(*v.ClaimTime, now))
+	}
 	if v.LeaseExpiry != nil {
 		line("lease expires", "%s", when(*v.LeaseExpiry, now))
 	}

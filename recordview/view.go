@@ -26,8 +26,11 @@ type View struct {
 	FingerprintScheme string     `json:"fingerprint_scheme"`
 	Owner             string     `json:"owner"`        // the process that claimed it
 	LeaseExpiry       *time.Time `json:"lease_expiry"` // of a claim in flight
-	Expiry            time.Time  `json:"expiry"`
-	Completed         bool       `json:"completed"`
+	// ClaimTime is when the attempt that stored the record began; null for
+	// records stored before it was kept.
+	ClaimTime *time.Time `json:"claim_time"`
+	Expiry    time.Time  `json:"expiry"`
+	Completed bool       `json:"completed"`
 	// Transactional: a transactional method stored it, so that a stored
 	// error of it may be released (paymentsd release).
 	Transactional bool     `json:"transactional"`
@@ -70,6 +73,10 @@ func New(k storage.RecordKey, rec *storage.Record, now time.Time) *View {
 	if !v.Completed && !rec.LeaseExpiry.IsZero() {
 		t := rec.LeaseExpiry.UTC()
 		v.LeaseExpiry = &t
+	}
+	if !rec.ClaimTime.IsZero() {
+		t := rec.ClaimTime.UTC()
+		v.ClaimTime = &t
 	}
 	if rec.Result != nil {
 		v.setResult(rec.Result)

@@ -9,21 +9,16 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/console"
-	"github.com/paymentsd/paymentsd/internal/credfiles"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
 
-// listenConsole reads --admin-keys and binds --admin-listen; without
-// --admin-listen, nothing. The operators' file is read once, at start: a
-// bad one is a bad configuration (exit 2), as a bad --api-keys is.
+// listenConsole binds --admin-listen; without it, nothing. The operators'
+// file, --admin-keys, is read with the other credential files, and again
+// when it changes.
 func (m *Main) listenConsole() (err error) {
 	if m.Config.AdminListen == "" {
 		return nil
-	}
-	if m.operators, err = auth.LoadFile(m.Config.AdminKeysPath); err != nil {
-		return &credfiles.ConfigError{Err: fmt.Errorf("--admin-keys: %w", err)}
 	}
 	if m.consoleListener, err = net.Listen("tcp", m.Config.AdminListen); err != nil {
 		return fmt.Errorf("admin console: %w", err)
@@ -38,13 +33,13 @@ func (m *Main) serveConsole() {
 	if m.consoleListener == nil {
 		return
 	}
-	c := console.New(console.Config{Store: m.db.Records(), Operators: m.operators, Log: m.Logger, TLS: m.creds.TLS != nil})
+	c := console.New(console.Config{Store: m.db.Records(), Operators: m.creds.Operators, Log: m.Logger, TLS: m.creds.TLS != nil})
 	m.console = &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
 	lis := m.consoleListener
 	if m.creds.TLS != nil {
 		lis = tls.NewListener(lis, m.creds.TLS.Config(tlsreload.NoClientCert, "h2", "http/1.1"))
 	}
-	m.Logger.Info("console listening", "addr", lis.Addr().String(), "tls", m.creds.TLS != nil, "operators", m.operators.Principals())
+	m.Logger.Info("console listening", "addr", lis.Addr().String(), "tls", m.creds.TLS != nil, "operators", m.creds.Operators().Principals())
 	m.wg.Go(func() {
 		if err := m.console.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("serve console", "err", err)

@@ -111,7 +111,6 @@ type Main struct {
 	admin           *boltadmin.Server      // the admin socket; nil for PostgreSQL
 	consoleListener net.Listener           // nil without --admin-listen
 	console         *http.Server           // the operator console; nil without --admin-listen
-	operators       *auth.Keys             // --admin-keys
 }
 
 // NewMain returns a Main with the default configuration, logging to w.
@@ -159,7 +158,7 @@ func (m *Main) loadCredentials() (err error) {
 	}
 	c := m.Config
 	m.creds, err = credfiles.Load(credfiles.Config{APIKeys: c.APIKeysPath, PrincipalFrom: c.PrincipalFrom,
-		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA}, m.Logger)
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA, AdminKeys: c.AdminKeysPath}, m.Logger)
 	if err != nil {
 		signal.Stop(m.hup)
 	}

@@ -1,5 +1,6 @@
-// Package credfiles loads paymentsd's credential files, the API keys and
-// the TLS certificate, key and client CAs, and reads them again when they
+// Package credfiles loads paymentsd's credential files, the API keys, the
+// operators' keys and the TLS certificate, key and client CAs, and reads
+// them again when they
 // change on disk or on a signal, keeping the last good ones in use when
 // new ones do not load.
 package credfiles
@@ -7,9 +8,11 @@ package credfiles
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/paymentsd/paymentsd/auth"
@@ -27,6 +30,7 @@ type Config struct {
 	TLSCert       string // empty serves plaintext
 	TLSKey        string
 	TLSClientCA   string // empty asks for no client certificate
+	AdminKeys     string // --admin-keys, the console's operators; empty for none
 }
 
 // ConfigError is a credential file that cannot be used at start: a bad
@@ -43,9 +47,11 @@ type Credentials struct {
 	// TLS serves the certificate in use; nil without Config.TLSCert.
 	TLS *tlsreload.Server
 
-	config             Config
-	logger             *slog.Logger
-	keysFile, tlsFiles *filewatch.Watcher // nil when not configured
+	operators atomic.Pointer[auth.Keys] // nil without Config.AdminKeys
+
+	config                        Config
+	logger                        *slog.Logger
+	keysFile, tlsFiles, adminFile *filewatch.Watcher // nil when not configured
 	// reloading serialises reloads: a watcher's and a signal's, each
 	// reading then storing, could otherwise store the older file last.
 	reloading sync.Mutex
@@ -61,6 +67,14 @@ func Load(c Config, logger *slog.Logger) (*Credentials, error) {
 	}
 	if c.TLSCert != "" {
 		cr.tlsFiles = filewatch.New(cr.tlsFilesConfig().Paths()...)
+	}
+	if c.AdminKeys != "" {
+		cr.adminFile = filewatch.New(c.AdminKeys)
+		operators, err := auth.LoadFile(c.AdminKeys)
+		if err != nil {
+			return nil, &ConfigError{fmt.Errorf("--admin-keys: %w", err)}
+		}
+		cr.operators.Store(operators)
 	}
 	keys := auth.Dev()
 	if c.APIKeys != "" {
@@ -84,6 +98,11 @@ func Load(c Config, logger *slog.Logger) (*Credentials, error) {
 	}
 	return cr, nil
 }
+
+// Operators are the console's operators' keys in use (nil without
+// Config.AdminKeys): read on every request, so that a reload takes effect
+// at the next.
+func (cr *Credentials) Operators() *auth.Keys { return cr.operators.Load() }
 
 func (cr *Credentials) tlsFilesConfig() tlsreload.Files {
 	return tlsreload.Files{Cert: cr.config.TLSCert, Key: cr.config.TLSKey, ClientCA: cr.config.TLSClientCA}
@@ -121,8 +140,8 @@ func (cr *Credentials) logCertificate(msg string, leaf *x509.Certificate, attrs 
 // Watch reads the files again, in goroutines of wg until ctx ends, when
 // they change on disk (written in place, renamed over, or a symbolic link
 // moved) and when hup receives (SIGHUP). Each reload is reported to
-// reloaded ("api_keys" or "tls", and its error); what does not load is
-// logged, and the previous keys or certificate stay in use.
+// reloaded ("api_keys", "admin_keys" or "tls", and its error); what does
+// not load is logged, and the previous keys or certificate stay in use.
 func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan os.Signal, reloaded func(file string, err error)) {
 	if cr.keysFile != nil {
 		wg.Go(func() { cr.keysFile.Run(ctx, Poll, func() { cr.reloadKeys("file changed", reloaded) }) })
@@ -130,13 +149,16 @@ func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan
 	if cr.tlsFiles != nil {
 		wg.Go(func() { cr.tlsFiles.Run(ctx, Poll, func() { cr.reloadTLS("file changed", reloaded) }) })
 	}
+	if cr.adminFile != nil {
+		wg.Go(func() { cr.adminFile.Run(ctx, Poll, func() { cr.reloadOperators("file changed", reloaded) }) })
+	}
 	wg.Go(func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if cr.keysFile == nil && cr.tlsFiles == nil {
+				if cr.keysFile == nil && cr.tlsFiles == nil && cr.adminFile == nil {
 					cr.logger.Info("SIGHUP: no credential file to read again")
 				}
 				if cr.keysFile != nil {
@@ -144,6 +166,9 @@ func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan
 				}
 				if cr.tlsFiles != nil {
 					cr.reloadTLS("SIGHUP", reloaded)
+				}
+				if cr.adminFile != nil {
+					cr.reloadOperators("SIGHUP", reloaded)
 				}
 			}
 		}
@@ -163,6 +188,21 @@ func (cr *Credentials) reloadKeys(why string, reloaded func(string, error)) {
 	}
 	cr.Authn.SetKeys(keys)
 	cr.logger.Info("api keys reloaded", "trigger", why, "file", cr.config.APIKeys, "principals", keys.Principals())
+}
+
+// reloadOperators reads the operators' keys again; a key removed is
+// refused from the next request on, sessions it logged in included.
+func (cr *Credentials) reloadOperators(why string, reloaded func(string, error)) {
+	cr.reloading.Lock()
+	defer cr.reloading.Unlock()
+	operators, err := auth.LoadFile(cr.config.AdminKeys)
+	reloaded("admin_keys", err)
+	if err != nil {
+		cr.logger.Error("operator keys not reloaded: the previous keys stay in use", "trigger", why, "err", err)
+		return
+	}
+	cr.operators.Store(operators)
+	cr.logger.Info("operator keys reloaded", "trigger", why, "file", cr.config.AdminKeys, "operators", operators.Principals())
 }
 
 // reloadTLS reads the TLS files again: new connections get the new

@@ -93,6 +93,7 @@ func TestLoad_BadFileIsAConfigError(t *testing.T) {
 		{APIKeys: keys, PrincipalFrom: "bearer"},
 		{APIKeys: filepath.Join(t.TempDir(), "missing"), PrincipalFrom: "bearer"},
 		{PrincipalFrom: "bearer", TLSCert: filepath.Join(t.TempDir(), "missing.pem"), TLSKey: keys},
+		{PrincipalFrom: "bearer", AdminKeys: keys},
 	} {
 		_, err := credfiles.Load(c, slog.New(slog.DiscardHandler))
 		var bad *credfiles.ConfigError
@@ -102,34 +103,51 @@ func TestLoad_BadFileIsAConfigError(t *testing.T) {
 	}
 }
 
-// A key file replaced is read again; one that does not load leaves the
-// keys in use, and a signal reads it again.
+// A key file, the API keys' or the operators', replaced is read again;
+// one that does not load leaves the keys in use, and a signal reads it
+// again.
 func TestWatch_KeysReloaded(t *testing.T) {
-	keys := filepath.Join(t.TempDir(), "keys")
-	writeKeys(t, keys, "alice")
-	var log logbuf.Buffer
-	cr, err := credfiles.Load(credfiles.Config{APIKeys: keys, PrincipalFrom: "bearer"}, slog.New(slog.NewTextHandler(&log, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hup := make(chan os.Signal, 1)
-	r := &reloads{}
-	watch(t, cr, hup, r)
+	for _, c := range []struct {
+		file   string // as reloads are reported
+		config func(path string) credfiles.Config
+		keys   func(*credfiles.Credentials) *auth.Keys
+	}{
+		{"api_keys", func(path string) credfiles.Config { return credfiles.Config{APIKeys: path, PrincipalFrom: "bearer"} },
+			func(cr *credfiles.Credentials) *auth.Keys { return cr.Authn.Keys() }},
+		{"admin_keys", func(path string) credfiles.Config { return credfiles.Config{AdminKeys: path, PrincipalFrom: "bearer"} },
+			(*credfiles.Credentials).Operators},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			keys := filepath.Join(t.TempDir(), "keys")
+			writeKeys(t, keys, "alice")
+			var log logbuf.Buffer
+			cr, err := credfiles.Load(c.config(keys), slog.New(slog.NewTextHandler(&log, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hup := make(chan os.Signal, 1)
+			r := &reloads{}
+			watch(t, cr, hup, r)
 
-	writeKeys(t, keys, "alice", "bob")
-	eventually(t, "bob's key", func() bool { return cr.Authn.Keys().Principals() == 2 })
-	if err := os.WriteFile(keys, []byte("garbage\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the failed reload", func() bool { return r.String() == "api_keys ok, api_keys error" })
-	if p, ok := cr.Authn.Keys().Authenticate("token-of-bob"); !ok || p != "bob" {
-		t.Errorf("after a bad file: bob's token gives %q, %v; want the keys kept", p, ok)
-	}
-	writeKeys(t, keys, "carol")
-	hup <- os.Interrupt // any value: the signal's channel
-	eventually(t, "carol's key", func() bool { return strings.Contains(log.String(), "trigger=SIGHUP") })
-	if p, ok := cr.Authn.Keys().Authenticate("token-of-carol"); !ok || p != "carol" {
-		t.Errorf("after SIGHUP: carol's token gives %q, %v", p, ok)
+			writeKeys(t, keys, "alice", "bob")
+			eventually(t, "bob's key", func() bool { return c.keys(cr).Principals() == 2 })
+			if err := os.WriteFile(keys, []byte("garbage\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the failed reload", func() bool { return r.String() == c.file+" ok, "+c.file+" error" })
+			if p, ok := c.keys(cr).Authenticate("token-of-bob"); !ok || p != "bob" {
+				t.Errorf("after a bad file: bob's token gives %q, %v; want the keys kept", p, ok)
+			}
+			writeKeys(t, keys, "carol")
+			hup <- os.Interrupt // any value: the signal's channel
+			eventually(t, "carol's key", func() bool { return strings.Contains(log.String(), "trigger=SIGHUP") })
+			if p, ok := c.keys(cr).Authenticate("token-of-carol"); !ok || p != "carol" {
+				t.Errorf("after SIGHUP: carol's token gives %q, %v", p, ok)
+			}
+			if _, ok := c.keys(cr).Authenticate("token-of-bob"); ok {
+				t.Errorf("after SIGHUP: bob's token, no longer listed, is still accepted")
+			}
+		})
 	}
 }
 

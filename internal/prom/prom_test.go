@@ -50,6 +50,8 @@ func TestProm_RecordsAndReloads(t *testing.T) {
 		t.Errorf("records: %q", got)
 	}
 	want := []string{
+		`paymentsd_credential_reloads_total{file="admin_keys",result="error"} 0`,
+		`paymentsd_credential_reloads_total{file="admin_keys",result="ok"} 0`,
 		`paymentsd_credential_reloads_total{file="api_keys",result="error"} 1`,
 		`paymentsd_credential_reloads_total{file="api_keys",result="ok"} 0`,
 		`paymentsd_credential_reloads_total{file="tls",result="error"} 0`,
