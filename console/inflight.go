@@ -168,4 +168,3 @@ func leaseText(t *time.Time, now time.Time) string {
 		return "ran out " + now.Sub(*t).Round(time.Second).String() + " ago: the next retry takes it over"
 	}
 }
-
