@@ -93,3 +93,34 @@ func TestConsole_TLS_AndItsFlags(t *testing.T) {
 		t.Errorf("--admin-listen alone: exit %d\n%s", code, stderr)
 	}
 }
+
+// The operators' file is read again when it changes, without a restart:
+// a key added is accepted and a key removed refused from then on, and the
+// reload is logged and counted.
+func TestConsole_AdminKeysReloaded(t *testing.T) {
+	keys := adminKeysFile(t)
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", keys,
+		"--metrics-listen", "127.0.0.1:0")
+	base := "http://" + d.logAddr(t, "console listening")
+	target := consoleRecordURL(base, "alice", "never-used")
+	if a := httpCall(t, "GET", target, "", bearerHeader(consoleToken)...); a.status != 404 {
+		t.Fatalf("a lookup with carol's key: %d %s", a.status, a.body)
+	}
+	tmp := keys + ".new"
+	if err := os.WriteFile(tmp, []byte(auth.KeyLine("dave", "operator-token-dave")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, keys); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLogText(t, "operator keys reloaded", `"trigger":"file changed"`)
+	if a := httpCall(t, "GET", target, "", bearerHeader("operator-token-dave")...); a.status != 404 {
+		t.Errorf("a lookup with dave's key, added: %d %s", a.status, a.body)
+	}
+	if a := httpCall(t, "GET", target, "", bearerHeader(consoleToken)...); a.status != 401 {
+		t.Errorf("a lookup with carol's key, removed: %d %s", a.status, a.body)
+	}
+	if got := scrape(t, d.metricsAddr(t))[`paymentsd_credential_reloads_total{file="admin_keys",result="ok"}`]; got != 1 {
+		t.Errorf("admin_keys reloads counted: %v, want 1", got)
+	}
+}

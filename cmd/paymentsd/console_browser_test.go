@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+)
+
+// browser is a headless Chromium driven through the DevTools protocol.
+type browser struct{ ctx context.Context }
+
+// newBrowser starts Debian's chromium, headless, for the test's length.
+// Without it the test is skipped, or fails under CI=true.
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		needTool(t, "chromium not found: apt-get install chromium")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // tests run as root, whom Chromium's sandbox refuses
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelBrowser := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser, bound to ctx alone
+		t.Fatalf("start chromium: %v", err)
+	}
+	return &browser{ctx: ctx}
+}
+
+// browserStep bounds one step in the browser.
+const browserStep = time.Minute
+
+// load runs steps, which load a page, and returns that page's HTTP status.
+func (b *browser) load(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserStep)
+	defer cancel()
+	resp, err := chromedp.RunResponse(ctx, steps...)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return resp.Status
+}
+
+// text is the text of the element matching the CSS selector sel.
+func (b *browser) text(t *testing.T, sel string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserStep)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("read %s: %v", sel, err)
+	}
+	return s
+}
+
+// lookUp submits the page's lookup form for principal and key, and
+// returns the status of the page that answers.
+func (b *browser) lookUp(t *testing.T, principal, key string) int64 {
+	t.Helper()
+	return b.load(t, "look up "+key,
+		chromedp.SetValue(chromedp.CSS(`input[name="principal"]`), principal),
+		chromedp.SetValue(chromedp.CSS(`input[name="key"]`), key),
+		chromedp.Submit(chromedp.CSS(`input[name="key"]`)),
+	)
+}
+
+// The console in a real browser: an operator logs in with the form (a
+// wrong key is answered 401), looks up a create made over gRPC and sees
+// its state and intent; the release button is refused for that success
+// and releases a stored validation error, after which the key runs fresh
+// with a corrected body.
+func TestConsole_InABrowser(t *testing.T) {
+	b := newBrowser(t)
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
+	base := "http://" + d.logAddr(t, "console listening")
+	principal := devPrincipal("tok-browser")
+	ok := d.create(withCreds("tok-browser", "order-ok"), seedRequest("100000000"))
+	if ok.err != nil {
+		t.Fatal(ok.err)
+	}
+	id := ok.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
+	if a := d.create(withCreds("tok-browser", "order-bad"), seedRequest("12.34")); status.Code(a.err) != codes.InvalidArgument {
+		t.Fatalf("a create of a bad amount: %v", a.err)
+	}
+
+	if got := b.load(t, "open the console", chromedp.Navigate(base+"/")); got != 401 {
+		t.Errorf("the page without a key: %d, want 401 and the login form", got)
+	}
+	got := b.load(t, "log in with a wrong key",
+		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), "not-an-operator-key"),
+		chromedp.Submit(chromedp.CSS(`input[name="token"]`)))
+	if msg := b.text(t, "p.error"); got != 401 || !strings.Contains(msg, "not an operator key") {
+		t.Errorf("login with a wrong key: %d %q, want 401", got, msg)
+	}
+	got = b.load(t, "log in",
+		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), consoleToken),
+		chromedp.Submit(chromedp.CSS(`input[name="token"]`)))
+	if who := b.text(t, "strong"); got != 200 || who != consoleOperator {
+		t.Fatalf("logged in: %d as %q, want 200 as %q", got, who, consoleOperator)
+	}
+
+	if got := b.lookUp(t, principal, "order-ok"); got != 200 {
+		t.Errorf("lookup of the create: %d", got)
+	}
+	if rec, intent := b.text(t, "#record"), b.text(t, "#intent"); !strings.Contains(rec, "state:              completed") || intent != id {
+		t.Errorf("lookup of the create: intent %q (want %q), record:\n%s", intent, id, rec)
+	}
+	release := chromedp.Click(chromedp.CSS(`form[action="/release"] button`))
+	got = b.load(t, "release the success", release)
+	if why := b.text(t, "#refusal"); got != 409 || !strings.Contains(why, "success") {
+		t.Errorf("release of the success: %d %q, want 409 saying it is a success", got, why)
+	}
+
+	b.lookUp(t, principal, "order-bad")
+	if rec := b.text(t, "#record"); !strings.Contains(rec, "INVALID_ARGUMENT") {
+		t.Errorf("lookup of the stored error:\n%s", rec)
+	}
+	got = b.load(t, "release the stored error", release)
+	if released := b.text(t, "#released"); got != 200 || !strings.Contains(released, "order-bad") {
+		t.Errorf("release of the stored error: %d %q", got, released)
+	}
+	fresh := d.create(withCreds("tok-browser", "order-bad"), seedRequest("200000000"))
+	if fresh.err != nil || fresh.replayed() {
+		t.Fatalf("the key after its release, with a corrected body: %v, replayed %v", fresh.err, fresh.replayed())
+	}
+	b.lookUp(t, principal, "order-bad")
+	freshID := fresh.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
+	if intent := b.text(t, "#intent"); intent != freshID {
+		t.Errorf("the key's record after it ran fresh names intent %q, want %q", intent, freshID)
+	}
+
+	if got := b.load(t, "open the keys in flight", chromedp.Click(chromedp.ID("in-flight-link"))); got != 200 {
+		t.Errorf("the keys in flight: %d", got)
+	}
+	if none := b.text(t, "#none-in-flight"); none != "No key is in flight." {
+		t.Errorf("the keys in flight: %q", none)
+	}
+	d.waitLogText(t, "idempotency key released", `"operator":"carol"`, `"code":"INVALID_ARGUMENT"`)
+	d.waitLogText(t, "console in-flight list", `"operator":"carol"`)
+}
