@@ -100,8 +100,8 @@ func (c *Config) DefineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain: serve TLS on the gRPC, HTTP and metrics listeners; read again when it changes or on SIGHUP")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert; group and others may not write it")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CAs: require client certificates they sign on the gRPC and HTTP listeners (mutual TLS)")
-	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen, "address to serve the operator console on (a web page and its JSON API to look keys up and release them; TLS with --tls-cert); empty, the default, serves none")
-	fs.StringVar(&c.AdminKeysPath, "admin-keys", c.AdminKeysPath, `with --admin-listen, required: file of operators' credentials, in the --api-keys format, the names being operators'`)
+	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen, "address to serve the operator console on (a web page and its JSON API to look keys up, list those in flight and release them; TLS with --tls-cert); empty, the default, serves none")
+	fs.StringVar(&c.AdminKeysPath, "admin-keys", c.AdminKeysPath, `with --admin-listen, required: file of operators' credentials, in the --api-keys format, the names being operators'; read again when it changes or on SIGHUP`)
 	fs.StringVar(&c.PrincipalFrom, "principal-from", c.PrincipalFrom, "where a caller's principal, which owns its intents and idempotency keys, comes from: bearer (the token, as --api-keys lists it), cert (the client certificate's URI SAN, else its first DNS SAN) or either (the token when one is sent, else the certificate)")
 }
 
