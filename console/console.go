@@ -35,7 +35,10 @@ type Config struct {
 	// called on every request, so that keys reloaded take effect at the
 	// next. Dev mode is refused: any token would be an operator.
 	Operators func() *auth.Keys
-	Log       *slog.Logger
+	// Intents are the payment intents a record names, shown to operators
+	// by owner and id.
+	Intents Intents
+	Log     *slog.Logger
 	// TLS says the console is served over TLS, so that its cookie is
 	// marked Secure.
 	TLS bool
@@ -51,11 +54,11 @@ type Console struct {
 	failures *failures
 }
 
-// New returns the console of c. It panics when c has no operators, or
-// accepts any token: a console open to anyone must not start.
+// New returns the console of c. It panics when c lacks a part, or its
+// operators accept any token: a console open to anyone must not start.
 func New(c Config) *Console {
-	if c.Operators == nil || c.Operators() == nil || c.Operators().IsDev() || c.Store == nil || c.Log == nil {
-		panic("console: needs a store, a logger and a file of operator keys")
+	if c.Operators == nil || c.Operators() == nil || c.Operators().IsDev() || c.Store == nil || c.Intents == nil || c.Log == nil {
+		panic("console: needs the stores, a logger and a file of operator keys")
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -65,6 +68,8 @@ func New(c Config) *Console {
 	s.mux.Handle("POST /api/v1/release", s.operatorOnly(s.apiRelease))
 	s.mux.Handle("GET /api/v1/in-flight", s.operatorOnly(s.apiInFlight))
 	s.mux.Handle("GET /in-flight", s.operatorOnly(s.pageInFlight))
+	s.mux.Handle("GET /api/v1/intent", s.operatorOnly(s.apiIntent))
+	s.mux.Handle("GET /intent", s.operatorOnly(s.pageIntent))
 	s.mux.Handle("GET /{$}", s.operatorOnly(s.page))
 	s.mux.Handle("POST /release", s.operatorOnly(s.pageRelease))
 	s.mux.Handle("POST /logout", s.operatorOnly(s.logout))

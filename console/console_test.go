@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/console"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
@@ -35,9 +36,10 @@ const (
 )
 
 type fixture struct {
-	url string
-	db  *boltstore.DB
-	log *logbuf.Buffer
+	url     string
+	db      *boltstore.DB
+	intents *boltintents.Store
+	log     *logbuf.Buffer
 	// operators are the keys the console reads on every request: a test
 	// stores new ones as a reload of --admin-keys does.
 	operators *atomic.Pointer[auth.Keys]
@@ -62,9 +64,13 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{db: db, log: new(logbuf.Buffer), operators: new(atomic.Pointer[auth.Keys]), skew: new(atomic.Int64)}
+	intents, err := boltintents.New(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{db: db, intents: intents, log: new(logbuf.Buffer), operators: new(atomic.Pointer[auth.Keys]), skew: new(atomic.Int64)}
 	f.operators.Store(keys)
-	c := console.New(console.Config{Store: db, Operators: f.operators.Load, Log: slog.New(slog.NewJSONHandler(f.log, nil)),
+	c := console.New(console.Config{Store: db, Intents: intents, Operators: f.operators.Load, Log: slog.New(slog.NewJSONHandler(f.log, nil)),
 		Now: func() time.Time { return time.Now().Add(time.Duration(f.skew.Load())) }})
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)

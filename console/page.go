@@ -35,6 +35,10 @@ type pageData struct {
 	InFlight bool
 	Claims   []claimRow
 	NextPage string
+	// IntentView is an intent's lookup; IntentLink, the link to the
+	// intent the record looked up names.
+	IntentView *intentAnswer
+	IntentLink string
 }
 
 // page answers GET /: the lookup form, and the record asked for when the
@@ -55,6 +59,9 @@ func (s *Console) page(w http.ResponseWriter, r *http.Request, op operator) {
 		return
 	}
 	d.Lookup = l
+	if id := l.Record; id != nil && id.IntentID != nil {
+		d.IntentLink = intentLink(k.Scope, *id.IntentID)
+	}
 	status := http.StatusNotFound
 	if l.Found {
 		status = http.StatusOK

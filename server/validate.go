@@ -163,3 +163,7 @@ func validateList(req *paymentsv1.ListPaymentIntentsRequest) (int, error) {
 	}
 	return size, v.err()
 }
+
+// ValidIntentID reports whether id is one an intent can have: "pi_" and
+// 24 lowercase hex digits.
+func ValidIntentID(id string) bool { return idPattern.MatchString(id) }

@@ -33,7 +33,7 @@ func (m *Main) serveConsole() {
 	if m.consoleListener == nil {
 		return
 	}
-	c := console.New(console.Config{Store: m.db.Records(), Operators: m.creds.Operators, Log: m.Logger, TLS: m.creds.TLS != nil})
+	c := console.New(console.Config{Store: m.db.Records(), Intents: m.db.Intents(), Operators: m.creds.Operators, Log: m.Logger, TLS: m.creds.TLS != nil})
 	m.console = &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
 	lis := m.consoleListener
 	if m.creds.TLS != nil {

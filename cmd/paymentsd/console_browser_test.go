@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -80,7 +81,7 @@ func (b *browser) lookUp(t *testing.T, principal, key string) int64 {
 
 // The console in a real browser: an operator logs in with the form (a
 // wrong key is answered 401), looks up a create made over gRPC and sees
-// its state and intent; the release button is refused for that success
+// its state and intent, and follows the link to the intent; the release button is refused for that success
 // and releases a stored validation error, after which the key runs fresh
 // with a corrected body.
 func TestConsole_InABrowser(t *testing.T) {
@@ -119,6 +120,13 @@ func TestConsole_InABrowser(t *testing.T) {
 	if rec, intent := b.text(t, "#record"), b.text(t, "#intent"); !strings.Contains(rec, "state:              completed") || intent != id {
 		t.Errorf("lookup of the create: intent %q (want %q), record:\n%s", intent, id, rec)
 	}
+	if got := b.load(t, "follow the record's link to its intent", chromedp.Click(chromedp.ID("intent"))); got != 200 {
+		t.Errorf("the intent's page: %d", got)
+	}
+	if intent := b.text(t, "#intent-json"); !strings.Contains(intent, `"id": "`+id+`"`) || !strings.Contains(intent, `"amount": "100000000"`) {
+		t.Errorf("the intent's page shows:\n%s", intent)
+	}
+	b.load(t, "open the record again", chromedp.Navigate(base+"/?"+url.Values{"principal": {principal}, "key": {"order-ok"}}.Encode()))
 	release := chromedp.Click(chromedp.CSS(`form[action="/release"] button`))
 	got = b.load(t, "release the success", release)
 	if why := b.text(t, "#refusal"); got != 409 || !strings.Contains(why, "success") {

@@ -1,0 +1,113 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/paymentsd/paymentsd/auth"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/server"
+)
+
+// Intents is what the console reads of the payment intents: one, by its
+// owner and id. A server.IntentStore is one.
+type Intents interface {
+	GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error)
+}
+
+// intentAnswer is the JSON API's answer to an intent's lookup.
+type intentAnswer struct {
+	Found   bool            `json:"found"`
+	Intent  json.RawMessage `json:"intent,omitempty"` // as the gRPC and HTTP APIs show it
+	Message string          `json:"message,omitempty"`
+}
+
+// intentQuery reads the principal and intent id r asks for.
+func intentQuery(r *http.Request) (principal, id string, err error) {
+	principal, id = r.FormValue("principal"), r.FormValue("id")
+	if _, err := validKey(principal, "k"); err != nil {
+		return principal, id, err
+	}
+	if !server.ValidIntentID(id) {
+		return principal, id, fmt.Errorf("%w: id %q is no intent's: one is pi_ and 24 lowercase hex digits", errBadQuery, id)
+	}
+	return principal, id, nil
+}
+
+// intentLink is the page's URL of the intent id of principal.
+func intentLink(principal, id string) string {
+	return "/intent?" + url.Values{"principal": {principal}, "id": {id}}.Encode()
+}
+
+// findIntent reads the intent r asks for, for op, logging it.
+func (s *Console) findIntent(r *http.Request, op operator, principal, id string) (*intentAnswer, error) {
+	pi, err := s.c.Intents.GetIntent(r.Context(), principal, id)
+	attrs := []slog.Attr{slog.String("operator", op.name), slog.String("principal_hash", auth.PrincipalHash(principal)),
+		slog.String("intent_id", id), slog.Bool("found", err == nil)}
+	switch {
+	case errors.Is(err, server.ErrNotFound):
+		s.c.Log.LogAttrs(r.Context(), slog.LevelInfo, "console intent lookup", attrs...)
+		return &intentAnswer{Message: fmt.Sprintf("principal %q has no intent %s", principal, id)}, nil
+	case err != nil:
+		s.c.Log.LogAttrs(r.Context(), slog.LevelError, "console intent lookup failed", append(attrs, slog.Any("err", err))...)
+		return nil, err
+	}
+	s.c.Log.LogAttrs(r.Context(), slog.LevelInfo, "console intent lookup", attrs...)
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(pi)
+	if err != nil {
+		return nil, err
+	}
+	return &intentAnswer{Found: true, Intent: b}, nil
+}
+
+// apiIntent answers GET /api/v1/intent?principal=P&id=ID: 200 with the
+// intent, 404 when the principal has none of that id, 400 for a principal
+// or id that names none.
+func (s *Console) apiIntent(w http.ResponseWriter, r *http.Request, op operator) {
+	principal, id, err := intentQuery(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+		return
+	}
+	a, err := s.findIntent(r, op, principal, id)
+	switch {
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, apiError{Error: "the lookup failed; the server's log says why"})
+	case !a.Found:
+		writeJSON(w, http.StatusNotFound, a)
+	default:
+		writeJSON(w, http.StatusOK, a)
+	}
+}
+
+// pageIntent answers GET /intent?principal=P&id=ID: the intent as the
+// APIs show it.
+func (s *Console) pageIntent(w http.ResponseWriter, r *http.Request, op operator) {
+	d := s.pageOf(op)
+	principal, id, err := intentQuery(r)
+	d.Principal = principal
+	if err != nil {
+		d.Error = err.Error()
+		s.render(w, http.StatusBadRequest, d)
+		return
+	}
+	a, err := s.findIntent(r, op, principal, id)
+	if err != nil {
+		d.Error = "the lookup failed; the server's log says why"
+		s.render(w, http.StatusInternalServerError, d)
+		return
+	}
+	d.IntentView = a
+	status := http.StatusOK
+	if !a.Found {
+		status = http.StatusNotFound
+	}
+	s.render(w, status, d)
+}
