@@ -73,8 +73,8 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable stora
 	return outcome, rec, tx, err
 }
 
-// decideWithoutLock decides req when the key's lock could not be had within
-// LockTimeout: on this process's pending claim if it holds one, else on
+// decideWithoutLock decides req when a lock the claim waited for was not
+// granted within LockTimeout (errLocked): on this process's pending claim if it holds one, else on
 // the record as committed, read without the lock. Only a request that
 // would claim is in flight: another claim of the key holds the lock, not
 // yet committed, most likely of the same request.
@@ -97,83 +97,142 @@ func (db *DB) decideWithoutLock(ctx context.Context, req storage.ClaimRequest) (
 	return storage.OutcomeInFlight, inFlightGuess(req, db.opts.LockTimeout), nil, nil
 }
 
-// errLocked: the key's lock is held by another claim past LockTimeout.
-var errLocked = errors.New("pgstore: key locked by another claim")
+// errLocked: a lock that a statement waited for was not granted within
+// LockTimeout (the pool's lock_timeout): a table's, queued behind a schema
+// change, say. The key's own lock is never waited for (see tryClaim).
+var errLocked = errors.New("pgstore: a lock was not granted within the lock timeout")
 
-// tryClaim takes the key's lock and reads its record in one round trip,
-// inside a transaction on a connection of its own, and decides. A claim
-// that is not durable keeps the transaction open, and the lock, in the
-// returned Tx: its record is written when it commits. A durable one writes
-// its claim, commits and unlocks at once.
-func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (outcome storage.Outcome, rec *storage.Record, tx *Tx, err error) {
+// The back-off of a claim that finds its key locked: it asks again after
+// lockPollFirst, doubling up to lockPollMax, until LockTimeout has passed.
+const (
+	lockPollFirst = 2 * time.Millisecond
+	lockPollMax   = 50 * time.Millisecond
+)
+
+// tryClaim claims req's key under its lock (see lockAndRead). A key locked
+// by another claim, not yet committed, is asked for again with a back-off
+// until LockTimeout has passed, holding no connection in between: waiting
+// duplicates, however many, leave the pool to fresh requests. Each attempt
+// also reads the record as committed, which answers a duplicate at once
+// when it can (a replay, a mismatch); one that would claim waits for the
+// lock, and is in flight once LockTimeout has passed.
+func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
+	giveUp := time.Now().Add(db.opts.LockTimeout)
+	for backoff := lockPollFirst; ; backoff = min(2*backoff, lockPollMax) {
+		outcome, rec, tx, committed, err := db.claimIfFree(ctx, req, durable)
+		if !errors.Is(err, errBusy) {
+			return outcome, rec, tx, err
+		}
+		if outcome, rec := storage.Decide(committed.record, committed.req, db.claimant); !outcome.Claimed() {
+			db.remember(req.Key, rec, committed.readAt)
+			return outcome, rec, nil, nil
+		}
+		if outcome, rec := db.decidePending(req); outcome != 0 {
+			return outcome, rec, nil, nil // the claim holding the lock is this process's
+		}
+		wait := time.Until(giveUp)
+		if wait <= 0 {
+			return storage.OutcomeInFlight, inFlightGuess(committed.req, db.opts.LockTimeout), nil, nil
+		}
+		select {
+		case <-time.After(min(wait, backoff)):
+		case <-ctx.Done():
+			return 0, nil, nil, ctx.Err()
+		}
+	}
+}
+
+// errBusy: the key's lock is held by another claim, not yet committed.
+var errBusy = errors.New("pgstore: key locked by another claim")
+
+// committedRead is the record of a key as committed, read without its
+// lock, and the request as of the database's clock then.
+type committedRead struct {
+	record *storage.Record
+	req    storage.ClaimRequest
+	readAt time.Time
+}
+
+// claimIfFree takes the key's lock if it is free and reads its record in
+// one round trip, inside a transaction on a connection of its own, and
+// decides. A claim that is not durable keeps the transaction open, and
+// the lock, in the returned Tx: its record is written when it commits. A
+// durable one writes its claim, commits and unlocks at once. A key locked
+// by another claim is errBusy, with the record as committed.
+func (db *DB) claimIfFree(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (outcome storage.Outcome, rec *storage.Record, tx *Tx, committed committedRead, err error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, committed, err
 	}
 	// Taken before the lock is asked for: a duplicate waiting elsewhere
 	// times its wait from no earlier than this (see Tx.Commit's notice).
 	claimedAt := time.Now()
-	t := &Tx{db: db, key: req.Key, lock: lockID(req.Key), durable: bool(durable), conn: conn}
+	t := &Tx{db: db, key: req.Key, lock: KeyLock(req.Key), durable: bool(durable), conn: conn}
 	defer func() {
 		if tx == nil {
 			t.rollbackLocked()
 		}
 	}()
-	stored, now, err := t.lockAndRead(ctx)
+	locked, stored, now, err := t.lockAndRead(ctx)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, committed, err
 	}
 	db.sawClock(now)
 	if !db.opts.CallerClock {
 		req.Now = now
 	}
+	if !locked {
+		return 0, nil, nil, committedRead{record: stored, req: req, readAt: claimedAt}, errBusy
+	}
 	outcome, rec = storage.Decide(stored, req, db.claimant)
 	if !outcome.Claimed() {
 		db.remember(req.Key, rec, claimedAt)
-		return outcome, rec, nil, nil
+		return outcome, rec, nil, committed, nil
 	}
 	t.claim, t.prior, t.lease, t.claimedAt = rec, stored, req.Lease, claimedAt
 	if !durable {
 		db.setPending(req.Key, rec)
-		return outcome, rec, t, nil
+		return outcome, rec, t, committed, nil
 	}
 	if err := t.writeDurableClaim(ctx); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, committed, err
 	}
-	return outcome, rec, t, nil
+	return outcome, rec, t, committed, nil
 }
 
-// lockAndRead begins t's transaction, takes its key's lock and reads the
-// key's record and the database's clock, in one round trip: a fresh key
-// costs a claim no more. It runs before t is returned to anyone, so t.mu
-// is not needed. On a failure other than errLocked it closes t's
+// lockAndRead begins t's transaction, takes its key's lock if no other
+// session holds it, and reads the key's record (as committed, whether or
+// not it got the lock) and the database's clock, in one round trip: a
+// fresh key costs a claim no more. It runs before t is returned to anyone,
+// so t.mu is not needed. On a failure other than errLocked it closes t's
 // connection, which the caller's rollback then returns to the pool.
-func (t *Tx) lockAndRead(ctx context.Context) (stored *storage.Record, now time.Time, err error) {
+func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Record, now time.Time, err error) {
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
-	b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
+	b.Queue(`SELECT pg_try_advisory_lock($1)`, t.lock)
 	b.Queue(selectRecord, t.key.Scope, t.key.Key)
 	err = sendBatch(ctx, t.conn, b, func(br pgx.BatchResults) error {
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&locked); err != nil {
+			return err
 		}
 		var err error
 		stored, now, err = scanRecord(br.QueryRow())
 		return err
 	})
 	if err != nil {
-		// A lock wait that ran out may have been the read's (a table lock
-		// queued behind a schema change) after the key's lock was taken:
+		// A lock wait that ran out was the read's (a table lock queued
+		// behind a schema change), and the key's lock may have been taken:
 		// rollbackLocked releases it either way. Any other failure may have
 		// left the connection unusable: it is closed, which releases all.
 		if !errors.Is(err, errLocked) {
 			t.conn.Conn().Close(ctx)
 		}
-		return nil, time.Time{}, err
+		return false, nil, time.Time{}, err
 	}
-	return stored, now, nil
+	return locked, stored, now, nil
 }
 
 // writeDurableClaim stores t's claim in place of the record it replaces,
@@ -205,9 +264,12 @@ func keyDigest(k storage.RecordKey) [sha256.Size]byte {
 	return sha256.Sum256([]byte(k.Scope + "\x00" + k.Key))
 }
 
-// lockID is the advisory lock of k: the first 8 bytes of its digest. Two
-// keys that share one only wait for each other.
-func lockID(k storage.RecordKey) int64 {
+// KeyLock is the advisory lock, a bigint, that a claim of k holds in its
+// session until it commits or rolls back: the first 8 bytes of k's
+// digest (two keys that share one only wait for each other). In pg_locks
+// it is the row of locktype 'advisory' whose classid and objid are its
+// high and low 32 bits, for an operator asking which session holds a key.
+func KeyLock(k storage.RecordKey) int64 {
 	h := keyDigest(k)
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }

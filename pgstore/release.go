@@ -23,7 +23,7 @@ var _ storage.Releaser = (*DB)(nil)
 func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (*storage.Record, error) {
 	var released *storage.Record
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID(k)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, KeyLock(k)); err != nil {
 			return err
 		}
 		stored, dbNow, err := scanRecord(tx.QueryRow(ctx, selectRecord, k.Scope, k.Key))
