@@ -49,11 +49,11 @@ func (b *Backend) Close() error                { return b.db.Close() }
 // ClosedAttrs is nothing: the database keeps its own statistics.
 func (b *Backend) ClosedAttrs() []slog.Attr { return nil }
 
-// Check probes the database.
+// Check probes the database and the tables of both stores.
 func (b *Backend) Check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	return b.db.Probe(ctx)
+	return b.db.Probe(ctx, "payment_intents")
 }
 
 func (b *Backend) CountRecords() (float64, error) {

@@ -221,12 +221,23 @@ func (db *DB) Health() error {
 	return db.health
 }
 
-// Probe checks that the database answers a query, records the finding for
-// Health and returns it.
-func (db *DB) Probe(ctx context.Context) error {
-	err := db.pool.Ping(ctx)
-	if err != nil {
+// Probe checks that the database answers and that its user may read and
+// write this store's table and tables (others the embedder's requests
+// write, named as its statements name them), records the finding for
+// Health and returns it: a table renamed, dropped or out of the user's
+// reach fails every request while the database itself answers.
+func (db *DB) Probe(ctx context.Context, tables ...string) error {
+	var writable *bool
+	err := db.pool.QueryRow(ctx, `SELECT bool_and(has_table_privilege(t, 'SELECT, INSERT, UPDATE, DELETE')) FROM unnest($1::text[]) AS t`,
+		append([]string{"idempotency_records"}, tables...)).Scan(&writable)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr):
+		err = fmt.Errorf("pgstore: the database answers, but not for its tables: %w", err)
+	case err != nil:
 		err = fmt.Errorf("pgstore: database unreachable: %w", err)
+	case writable == nil || !*writable:
+		err = fmt.Errorf("pgstore: the database user may not read and write the tables %v", append([]string{"idempotency_records"}, tables...))
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()

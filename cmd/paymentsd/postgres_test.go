@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -112,5 +113,31 @@ func TestPostgres_PasswordFromEnvironment(t *testing.T) {
 	d := startDaemon(t, url)
 	if a := d.create(withCreds("merchant-demo", "env-password"), seedRequest("100000000")); a.err != nil {
 		t.Fatalf("create: %v", a.err)
+	}
+}
+
+// Health means paymentsd's tables answer, not only the database: with the
+// intents table renamed, every create would fail, and paymentsd reports
+// NOT_SERVING; with it back, SERVING again, without a restart.
+func TestPostgres_TableRenamed_NotServingThenBack(t *testing.T) {
+	url := postgresURL(t)
+	d := startDaemon(t, url)
+	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	exec := func(sql string) {
+		if _, err := conn.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`ALTER TABLE payment_intents RENAME TO payment_intents_moved`)
+	waitHealth(t, d, healthpb.HealthCheckResponse_NOT_SERVING)
+	exec(`ALTER TABLE payment_intents_moved RENAME TO payment_intents`)
+	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
+	if a := d.create(withCreds("merchant-demo", "after-rename"), seedRequest("100000000")); a.err != nil {
+		t.Errorf("a create with the table back: %v", a.err)
 	}
 }

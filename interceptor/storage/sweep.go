@@ -21,7 +21,8 @@ type Upkeep interface {
 	// there is none. It only reads.
 	Get(ctx context.Context, k RecordKey) (*Record, error)
 	// CountRecords returns how many records are stored, live or expired
-	// but not yet swept.
+	// but not yet swept, for a gauge: a store whose count would scan them
+	// all may return its database's estimate instead.
 	CountRecords(ctx context.Context) (int64, error)
 	// Close releases the store; nothing may be called after it.
 	Close() error
