@@ -19,6 +19,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -58,15 +59,36 @@ var (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// component names the records' tables in schema_versions.
+const component = "idempotency"
+
+// Migrations are the SQL files of the records' tables, named
+// NNNN_description.sql and applied in order: what MigrateRecords applies,
+// for teams that apply migrations with a tool of their own (see
+// Options.OwnMigrations).
+func Migrations() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations") // a fixed, valid path
+	return sub
+}
+
+// MigrateRecords brings the records' tables in pool's database up to date
+// (Migrate), apart from opening them: Open and New do it first unless told
+// not to.
+func MigrateRecords(ctx context.Context, pool *pgxpool.Pool) error {
+	return Migrate(ctx, pool, component, Migrations())
+}
+
 // Options tunes a DB. The zero value is ready to use.
 type Options struct {
-	// MaxConns is the size of the connection pool. A request under the
-	// interceptor holds one connection from its claim to its commit.
-	// Default 20.
+	// MaxConns is the size of the connection pool Open makes. A request
+	// under the interceptor holds one connection from its claim to its
+	// commit. Default: the connection string's pool_max_conns, else 20.
+	// New uses the pool it is given as it is.
 	MaxConns int32
 	// LockTimeout bounds how long a claim waits for another process's
 	// uncommitted claim of the same key before answering that the key is
-	// in flight. Default 500ms.
+	// in flight, and how long Open's pool waits for any lock (its
+	// lock_timeout). Default 500ms.
 	LockTimeout time.Duration
 	// CallerClock judges leases and expiry by the times callers pass
 	// (ClaimRequest.Now, a renewal's LeaseExpiry, Sweep's now) instead of
@@ -80,11 +102,20 @@ type Options struct {
 	// For tools that read what servers wrote (paymentsd record), which must
 	// not change the schema under the servers.
 	NoMigrate bool
+	// OwnMigrations says the embedder applies Migrations with a tool of
+	// its own: Open and New neither migrate nor read schema_versions, and
+	// tables that are missing fail Probe, and the requests, instead.
+	OwnMigrations bool
 }
+
+// defaultMaxConns is the size of Open's pool when neither Options nor the
+// connection string gives one.
+const defaultMaxConns = 20
 
 // DB is an idempotency store on a PostgreSQL database.
 type DB struct {
 	pool     *pgxpool.Pool
+	ownsPool bool // Open made it: Close closes it
 	opts     Options
 	claimant storage.Claimant
 	watcher  *watcher
@@ -104,56 +135,82 @@ const listenWait = 5 * time.Second
 
 // Open connects to the database connString names (a postgres:// URL or
 // key=value pairs; the libpq environment variables, PGPASSWORD and the
-// like, fill in what it leaves out), brings its schema up to date, and
-// listens for ended claims (waiting up to 5 s for that). Errors never
-// contain the password.
+// like, fill in what it leaves out), with a pool of its own, and opens the
+// store in it as New does. The connection string's settings are honoured,
+// pool_max_conns and search_path (a schema other than public) among them;
+// Options.MaxConns, when given, wins. Errors never contain the password.
 func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
-	o := Options{MaxConns: 20, LockTimeout: 500 * time.Millisecond}
-	if opts != nil {
-		o.CallerClock, o.Logger, o.NoMigrate = opts.CallerClock, opts.Logger, opts.NoMigrate
-		if opts.MaxConns > 0 {
-			o.MaxConns = opts.MaxConns
-		}
-		if opts.LockTimeout > 0 {
-			o.LockTimeout = opts.LockTimeout
-		}
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := withDefaults(opts)
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err) // pgx leaves the password out
 	}
-	cfg.MaxConns = o.MaxConns
+	switch {
+	case o.MaxConns > 0:
+		cfg.MaxConns = o.MaxConns
+	case !setsMaxConns(connString):
+		cfg.MaxConns = defaultMaxConns
+	}
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(o.LockTimeout.Milliseconds(), 1), 10)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("pgstore: connect: %w", err)
-	}
-	sub, _ := fs.Sub(migrations, "migrations")
-	migrate := Migrate
-	if o.NoMigrate {
-		migrate = CheckVersion
-	}
-	if err := migrate(ctx, pool, "idempotency", sub); err != nil {
+	db, err := New(ctx, pool, opts)
+	if err != nil {
 		pool.Close()
 		return nil, err
 	}
+	db.ownsPool = true
+	return db, nil
+}
+
+// setsMaxConns reports whether connString sets pool_max_conns itself,
+// which pgxpool's parser consumes and pgx's leaves in place.
+func setsMaxConns(connString string) bool {
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return false
+	}
+	_, ok := cfg.RuntimeParams["pool_max_conns"]
+	return ok
+}
+
+// New opens the store in the database of pool, the embedder's own: its
+// size, tracer, TLS roots and hooks are theirs, and Close leaves it open.
+// It brings the schema up to date first (see Options for the other ways),
+// and listens for ended claims on a connection of its own, made with
+// pool's settings (waiting up to 5 s for that). A claim never waits for a
+// key's lock on the pool (see tryClaim); a pool without a lock_timeout of
+// its own lets other lock waits (a table's, behind a schema change) run
+// as long as the request's context.
+func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*DB, error) {
+	o := withDefaults(opts)
+	if err := pool.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	switch {
+	case o.OwnMigrations:
+	case o.NoMigrate:
+		if err := CheckVersion(ctx, pool, component, Migrations()); err != nil {
+			return nil, err
+		}
+	default:
+		if err := MigrateRecords(ctx, pool); err != nil {
+			return nil, err
+		}
+	}
+	cfg := pool.Config().ConnConfig
 	db := &DB{
 		pool:      pool,
 		opts:      o,
 		claimant:  storage.Claimant{ID: newProcessID()},
 		pending:   map[storage.RecordKey]*storage.Record{},
 		completed: map[storage.RecordKey]completedRecord{},
-		name: fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.ConnConfig.User),
-			net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), url.PathEscape(cfg.ConnConfig.Database)),
+		name: fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.User),
+			net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), url.PathEscape(cfg.Database)),
 	}
-	db.watcher = newWatcher(cfg.ConnConfig.Copy(), o.Logger)
+	db.watcher = newWatcher(cfg.Copy(), o.Logger)
 	// Notices sent before the watcher listens are missed, and a waiter
 	// would then find its claim ended only by polling.
 	if !db.watcher.waitListening(ctx, listenWait) {
@@ -163,11 +220,26 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	return db, nil
 }
 
-// Close stops listening and closes the pool, waiting for connections in
-// use to be returned.
+// withDefaults is opts with its zero values replaced by the defaults.
+func withDefaults(opts *Options) Options {
+	o := Options{LockTimeout: 500 * time.Millisecond}
+	if opts != nil {
+		o = *opts
+		o.LockTimeout = cmp.Or(opts.LockTimeout, 500*time.Millisecond)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Close stops listening and, if Open made the pool, closes it, waiting
+// for connections in use to be returned.
 func (db *DB) Close() error {
 	db.watcher.close()
-	db.pool.Close()
+	if db.ownsPool {
+		db.pool.Close()
+	}
 	return nil
 }
 

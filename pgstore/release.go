@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,11 @@ var _ storage.Releaser = (*DB)(nil)
 func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (*storage.Record, error) {
 	var released *storage.Record
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		// The wait for the key's lock is bounded whatever the pool's own
+		// lock_timeout (an embedder's pool may have none).
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(max(db.opts.LockTimeout.Milliseconds(), 1), 10)); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, KeyLock(k)); err != nil {
 			return err
 		}

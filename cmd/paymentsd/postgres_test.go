@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,5 +141,48 @@ func TestPostgres_TableRenamed_NotServingThenBack(t *testing.T) {
 	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
 	if a := d.create(withCreds("merchant-demo", "after-rename"), seedRequest("100000000")); a.err != nil {
 		t.Errorf("a create with the table back: %v", a.err)
+	}
+}
+
+// The URL's settings are honoured: with search_path the tables live in
+// that schema, not in public, and with pool_max_conns=3 a burst of 30
+// concurrent creates opens at most 3 pooled connections (and the
+// listener's), where --db-pool's default would open 20.
+func TestPostgres_URLSettings_SchemaAndPoolSize(t *testing.T) {
+	url := postgresURL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA paymentsd`); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, url+"&search_path=paymentsd&pool_max_conns=3")
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Go(func() {
+			if a := d.create(withCreds("merchant-demo", fmt.Sprintf("burst-%d", i)), seedRequest("100000000")); a.err != nil {
+				t.Errorf("create %d: %v", i, a.err)
+			}
+		})
+	}
+	wg.Wait()
+	var inSchema, inPublic *string
+	var conns int
+	err = conn.QueryRow(ctx, `SELECT to_regclass('paymentsd.payment_intents')::text, to_regclass('public.idempotency_records')::text,
+		(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid())`).Scan(&inSchema, &inPublic, &conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inSchema == nil || inPublic != nil {
+		t.Errorf("tables in paymentsd: %v, in public: %v; want paymentsd alone", inSchema != nil, inPublic != nil)
+	}
+	if conns > 4 {
+		t.Errorf("%d connections to the database after a burst of 30 creates, want at most 4 (pool_max_conns=3, and the listener)", conns)
+	}
+	if got := len(d.list(t, "merchant-demo")); got != 30 {
+		t.Errorf("%d intents, want 30", got)
 	}
 }

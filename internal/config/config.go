@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 type Config struct {
 	Listen         string
 	DB             string // a bbolt file's path, or a postgres:// URL
-	DBPool         int    // PostgreSQL connections
+	DBPool         int    // PostgreSQL connections; 0: the URL's pool_max_conns, else 20
 	Lease          time.Duration
 	TTL            time.Duration
 	APIKeysPath    string
@@ -49,7 +50,6 @@ func Default() Config {
 	return Config{
 		Listen:         "localhost:50051",
 		DB:             filepath.Join("data", "paymentsd.db"),
-		DBPool:         20,
 		Lease:          interceptor.DefaultLease,
 		TTL:            interceptor.DefaultTTL,
 		SweepInterval:  time.Minute,
@@ -87,7 +87,7 @@ func (c *Config) Parse(args []string) error {
 func (c *Config) DefineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address")
 	fs.StringVar(&c.DB, "db", c.DB, "where the data lives: a bbolt file (created 0600, its directory 0700), or a PostgreSQL database as a postgres:// or postgresql:// URL (the libpq environment variables, PGPASSWORD and the like, fill in what it leaves out)")
-	fs.IntVar(&c.DBPool, "db-pool", c.DBPool, "PostgreSQL connections of this process; each call in progress under the idempotency interceptor holds one")
+	fs.Var((*poolSize)(&c.DBPool), "db-pool", "PostgreSQL `connections` of this process; each call in progress under the idempotency interceptor holds one (default: the URL's pool_max_conns, else 20)")
 	fs.DurationVar(&c.Lease, "lease", c.Lease, "how long a claimed idempotency key waits for its handler before a retry may take it over")
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "how long an idempotency record lives; after it the key runs fresh")
 	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
@@ -125,7 +125,7 @@ func (c *Config) Check() error {
 		return fmt.Errorf("--handler-timeout must be positive, got %v", c.HandlerTimeout)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
-	case c.DBPool < 1:
+	case c.DBPool < 0:
 		return fmt.Errorf("--db-pool must be at least 1, got %d", c.DBPool)
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return errors.New("--tls-cert and --tls-key go together: give both or neither")
@@ -147,6 +147,26 @@ func (c *Config) Check() error {
 	case source == auth.FromCert && c.APIKeysPath != "":
 		return errors.New("--api-keys has no use with --principal-from cert, which reads no token: drop it, or use --principal-from either")
 	}
+	return nil
+}
+
+// poolSize is --db-pool: at least 1 when given; 0, unset, leaves the size
+// to the URL's pool_max_conns, else 20.
+type poolSize int
+
+func (p *poolSize) String() string {
+	if p == nil || *p == 0 {
+		return ""
+	}
+	return strconv.Itoa(int(*p))
+}
+
+func (p *poolSize) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("must be a number of connections, at least 1, got %q", s)
+	}
+	*p = poolSize(n)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {
 		t.Fatalf("the defaults are refused: %v", err)
 	}
 	want := config.Config{
-		Listen: "localhost:50051", DB: filepath.Join("data", "paymentsd.db"), DBPool: 20,
+		Listen: "localhost:50051", DB: filepath.Join("data", "paymentsd.db"),
 		Lease: interceptor.DefaultLease, TTL: interceptor.DefaultTTL, SweepInterval: time.Minute,
 		ShutdownGrace: 30 * time.Second, HandlerTimeout: interceptor.DefaultHandlerTimeout,
 		HTTPListen: "localhost:8080", PrincipalFrom: "bearer",
@@ -43,7 +44,7 @@ func TestCheck_RefusesEach_SayingWhich(t *testing.T) {
 		{"in-flight-wait negative", func(c *config.Config) { c.InFlightWait = -time.Second }, "--in-flight-wait must not be negative, got -1s"},
 		{"handler timeout 0", func(c *config.Config) { c.HandlerTimeout = 0 }, "--handler-timeout must be positive, got 0s"},
 		{"grace negative", func(c *config.Config) { c.ShutdownGrace = -time.Second }, "--shutdown-grace must not be negative, got -1s"},
-		{"pool 0", func(c *config.Config) { c.DBPool = 0 }, "--db-pool must be at least 1, got 0"},
+		{"pool negative", func(c *config.Config) { c.DBPool = -1 }, "--db-pool must be at least 1, got -1"},
 		{"cert without key", func(c *config.Config) { c.TLSCert = "c.pem" }, "--tls-cert and --tls-key go together: give both or neither"},
 		{"key without cert", func(c *config.Config) { c.TLSKey = "k.pem" }, "--tls-cert and --tls-key go together: give both or neither"},
 		{"client CA without TLS", func(c *config.Config) { c.TLSClientCA = "ca.pem" }, "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first"},
@@ -104,6 +105,20 @@ func TestParse_EnvThenFlags_Checked(t *testing.T) {
 	t.Setenv("PAYMENTSD_DB", "")
 	if err := c.Parse(nil); err == nil {
 		t.Error("an empty PAYMENTSD_DB is taken")
+	}
+}
+
+// --db-pool, when given, is at least 1; not given, it is 0, which leaves
+// the size to the URL's pool_max_conns, else 20.
+func TestParse_DBPool(t *testing.T) {
+	for _, pool := range []string{"0", "-2", "x"} {
+		c := config.Default()
+		if err := c.Parse([]string{"--db-pool", pool}); err == nil || !strings.Contains(err.Error(), "at least 1") {
+			t.Errorf("--db-pool %s: %v", pool, err)
+		}
+	}
+	if c := config.Default(); c.Parse(nil) != nil || c.DBPool != 0 {
+		t.Errorf("no --db-pool: DBPool %d, want 0", c.DBPool)
 	}
 }
 
