@@ -6,6 +6,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -17,6 +18,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -97,6 +99,7 @@ type result struct {
 	commits       float64 // per request: bbolt commits, or PostgreSQL transactions committed
 	walSyncs      float64 // PostgreSQL WAL flushes per request
 	cpu           float64 // the servers' CPU time (user and system) per request, in µs
+	dbCPU         float64 // PostgreSQL's CPU time per request, its every process's, in µs
 	codes         string  // answers by status code
 }
 
@@ -136,6 +139,12 @@ func main() {
 		pg = cluster
 		fmt.Printf("\n## PostgreSQL\n\n")
 		m := table(pgScenarios, "transactions/request", true)
+		if with, ok := m["pg fresh c=64"]; ok {
+			if without, ok := m["pg fresh c=64, no interceptor"]; ok {
+				fmt.Printf("\nDatabase CPU per fresh create at c=64: %.0f µs with the interceptor, %.0f µs without (%.2fx)\n",
+					with.dbCPU, without.dbCPU, with.dbCPU/without.dbCPU)
+			}
+		}
 		ratios(m, []target{
 			{"fresh c=1 with / without the interceptor", "pg fresh c=1", "pg fresh c=1, no interceptor", ""},
 			{"fresh c=64 with / without the interceptor", "pg fresh c=64", "pg fresh c=64, no interceptor", ">= 0.85"},
@@ -154,7 +163,7 @@ func main() {
 func table(scenarios []scenario, commits string, wal bool) map[string]result {
 	walHead, walRule := "", ""
 	if wal {
-		walHead, walRule = " WAL flushes/request |", "---:|"
+		walHead, walRule = " WAL flushes/request | database CPU µs/request |", "---:|---:|"
 	}
 	fmt.Printf("| scenario | requests/s | p50 ms | p99 ms | %s |%s server CPU µs/request | answers (last run) |\n", commits, walHead)
 	fmt.Printf("|---|---:|---:|---:|---:|%s---:|---|\n", walRule)
@@ -175,7 +184,7 @@ func table(scenarios []scenario, commits string, wal bool) map[string]result {
 		medians[sc.name] = m
 		walCell := ""
 		if wal {
-			walCell = fmt.Sprintf(" %.3f |", m.walSyncs)
+			walCell = fmt.Sprintf(" %.3f | %.0f |", m.walSyncs, m.dbCPU)
 		}
 		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.3f |%s %.0f | %s |\n", sc.name, m.rps, m.p50, m.p99, m.commits, walCell, m.cpu, rs[len(rs)-1].codes)
 	}
@@ -205,7 +214,8 @@ func ratios(medians map[string]result, targets []target) {
 var (
 	pg      *pgtest.Cluster
 	pgRuns  int
-	pgStats = `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), (SELECT wal_sync FROM pg_stat_wal)`
+	pgStats = `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), (SELECT wal_sync FROM pg_stat_wal),
+		(SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer')`
 )
 
 // runOnce runs sc once on a fresh data file or database, and returns its
@@ -225,7 +235,7 @@ func runOnce(sc scenario) result {
 		serverArgs = []string{"--tls-cert", cert, "--tls-key", key}
 		ghzArgs = []string{"--cacert", ca}
 	}
-	var before [2]int64
+	var before [3]int64
 	if sc.replicas > 0 {
 		before = readStats(db)
 	}
@@ -246,6 +256,7 @@ func runOnce(sc scenario) result {
 		after := readStats(db)
 		r.commits = float64(after[0]-before[0]) / float64(count)
 		r.walSyncs = float64(after[1]-before[1]) / float64(count)
+		r.dbCPU = float64(after[2]-before[2]) / float64(count)
 	}
 	return r
 }
@@ -346,11 +357,12 @@ func summarize(reps []ghzReport) (r result, count uint64) {
 	return r, count
 }
 
-// readStats returns the database's committed transactions and the
-// cluster's WAL flushes so far. Servers report their statistics as their
-// connections end, so it waits for the figures to settle. (Its own
-// connections add a transaction or two: noise against thousands.)
-func readStats(url string) [2]int64 {
+// readStats returns the database's committed transactions, the cluster's
+// WAL flushes and its CPU time in µs so far. Servers report their
+// statistics as their connections end, so it waits for the figures to
+// settle. (Its own connections add a transaction or two, and a little CPU:
+// noise against thousands of requests.)
+func readStats(url string) [3]int64 {
 	ctx := context.Background()
 	var last [2]int64
 	for i := 0; ; i++ {
@@ -359,17 +371,59 @@ func readStats(url string) [2]int64 {
 			log.Fatal(err)
 		}
 		var got [2]int64
-		err = conn.QueryRow(ctx, pgStats).Scan(&got[0], &got[1])
+		var checkpointer int
+		err = conn.QueryRow(ctx, pgStats).Scan(&got[0], &got[1], &checkpointer)
 		conn.Close(ctx)
 		if err != nil {
 			log.Fatal(err)
 		}
 		if got == last || i == 20 {
-			return got
+			return [3]int64{got[0], got[1], clusterCPU(checkpointer)}
 		}
 		last = got
 		time.Sleep(300 * time.Millisecond)
 	}
+}
+
+// clusterCPU is the CPU time, in µs, of the PostgreSQL cluster whose
+// checkpointer is the process pid: its postmaster's, its ended processes'
+// (a backend's, once its connection closed, counts among the postmaster's
+// children), and its live processes'.
+func clusterCPU(checkpointer int) int64 {
+	postmaster := int(procStat(checkpointer).ppid)
+	pm := procStat(postmaster)
+	ticks := pm.utime + pm.stime + pm.cutime + pm.cstime
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		if st := procStat(pid); st.ppid == int64(postmaster) {
+			ticks += st.utime + st.stime
+		}
+	}
+	return ticks * 1e6 / clockTicks
+}
+
+// clockTicks is the unit of /proc's CPU times: USER_HZ, 100 on Linux.
+const clockTicks = 100
+
+// stat is what clusterCPU reads of /proc/PID/stat, in clock ticks.
+type stat struct{ ppid, utime, stime, cutime, cstime int64 }
+
+// procStat reads /proc/pid/stat; a process gone meanwhile reads as zero.
+func procStat(pid int) stat {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return stat{}
+	}
+	// The command name, in parentheses, may hold spaces: the fields that
+	// count come after its closing parenthesis.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 15 {
+		return stat{}
+	}
+	n := func(i int) int64 { v, _ := strconv.ParseInt(f[i], 10, 64); return v }
+	// After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+	return stat{ppid: n(1), utime: n(11), stime: n(12), cutime: n(13), cstime: n(14)}
 }
 
 // precreate makes the hot keys, so that replays find them completed.
@@ -487,5 +541,6 @@ func median(rs []result) result {
 		commits:  pick(func(r result) float64 { return r.commits }),
 		cpu:      pick(func(r result) float64 { return r.cpu }),
 		walSyncs: pick(func(r result) float64 { return r.walSyncs }),
+		dbCPU:    pick(func(r result) float64 { return r.dbCPU }),
 	}
 }
