@@ -114,9 +114,11 @@ type operatorFunc func(w http.ResponseWriter, r *http.Request, op operator)
 func (s *Console) operatorOnly(h operatorFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		bearer := len(r.Header.Values("Authorization")) > 0
-		if wait := s.failures.wait(r, s.c.Now()); bearer && wait > 0 {
-			s.tooManyFailures(w, r, wait)
-			return
+		if bearer {
+			if wait := s.failures.wait(r, s.c.Now()); wait > 0 {
+				s.tooManyFailures(w, r, wait)
+				return
+			}
 		}
 		op, ok := s.authenticate(r)
 		if !ok {
