@@ -39,6 +39,7 @@ type recordJSON struct {
 	FingerprintScheme string     `json:"fingerprint_scheme"`
 	Owner             string     `json:"owner"`
 	LeaseExpiry       *time.Time `json:"lease_expiry"`
+	ClaimTime         *time.Time `json:"claim_time"`
 	Expiry            time.Time  `json:"expiry"`
 	Completed         bool       `json:"completed"`
 	Transactional     bool       `json:"transactional"`
@@ -175,8 +176,9 @@ func TestRecord_Postgres(t *testing.T) {
 	id := created.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
 	rec := parseRecord(t, paymentsd(t, "merchant-demo", "record", "--db", url, "--token-stdin", "--key", "order-pg", "--json"))
 	if rec.State != "completed" || rec.IntentID == nil || *rec.IntentID != id || rec.Code == nil || *rec.Code != "OK" ||
-		rec.ResponseType == nil || *rec.ResponseType != "payments.v1.CreatePaymentIntentResponse" {
-		t.Errorf("record on PostgreSQL = %+v, want the completed create of %s", rec, id)
+		rec.ResponseType == nil || *rec.ResponseType != "payments.v1.CreatePaymentIntentResponse" ||
+		rec.ClaimTime == nil || time.Since(*rec.ClaimTime) > time.Minute {
+		t.Errorf("record on PostgreSQL = %+v, want the completed create of %s, begun just now", rec, id)
 	}
 	if err := d.stop(t); err != nil {
 		t.Fatal(err)
