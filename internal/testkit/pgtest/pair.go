@@ -269,14 +269,9 @@ func (c *Cluster) Kill(t testing.TB) {
 }
 
 func (c *Cluster) kill() error {
-	b, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
+	pid, err := c.postmasterPID()
 	if err != nil {
 		return fmt.Errorf("pgtest: Kill: %w", err)
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil || pid <= 0 {
-		return fmt.Errorf("pgtest: Kill: postmaster.pid starts with %q, not a pid", line)
 	}
 	// Stopped first, the postmaster starts no process while its children
 	// are listed, and notices nothing; the children are stopped as they
@@ -305,17 +300,39 @@ func (c *Cluster) kill() error {
 			return fmt.Errorf("pgtest: Kill: %d of the server's %d processes still run 30 s after SIGKILL", alive, len(pids))
 		}
 	}
-	// A zombie answers kill(pid, 0), so a server started while the dead
-	// postmaster's pid is one takes that pid's lock files for live ones
-	// and refuses to start. Init reaps it in a moment, here: wait a while
-	// for that, but a slow reaper is no reason to fail.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if _, _, ok := procStat(pid); !ok {
-			break
-		}
-	}
 	c.running = false
 	return nil
+}
+
+// waitReaped waits a while for the postmaster that postmaster.pid names,
+// if it is a zombie, to be reaped. A zombie answers kill(pid, 0), so a
+// server started on the data directory of a killed one would take the
+// dead postmaster's lock files for a live server's and refuse to start.
+// Init reaps it in a moment; a slower reaper is no reason to fail here.
+func (c *Cluster) waitReaped() {
+	pid, err := c.postmasterPID()
+	if err != nil {
+		return
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, state, ok := procStat(pid); !ok || state != "Z" {
+			return
+		}
+	}
+}
+
+// postmasterPID is the pid on the first line of postmaster.pid.
+func (c *Cluster) postmasterPID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("postmaster.pid starts with %q, not a pid", line)
+	}
+	return pid, nil
 }
 
 // children returns the pids of the processes whose parent is pid.

@@ -333,6 +333,7 @@ func (c *Cluster) StartAgain(t testing.TB) {
 	if c.running {
 		t.Fatal("pgtest: StartAgain: the server is running")
 	}
+	c.waitReaped() // after Kill
 	if err := c.startRetrying(); err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,24 @@ func TestRestart_CommittedKeptOpenTransactionLost(t *testing.T) {
 	}
 }
 
+// A server killed with SIGKILL, postmaster and children, starts again on
+// its data directory (recovering from its WAL) with its commits.
+func TestKill_StartAgain_CommittedKept(t *testing.T) {
+	c := pgtest.Require(t, cluster)
+	url := c.NewDatabase(t, pgtest.DatabaseName(t.Name()))
+	conn := connect(t, url)
+	exec(t, conn, "CREATE TABLE t (v int)")
+	exec(t, conn, "INSERT INTO t VALUES (1)")
+	c.Kill(t)
+	if _, err := conn.Exec(context.Background(), "SELECT 1"); err == nil {
+		t.Fatal("a connection to the killed server still answers")
+	}
+	c.StartAgain(t)
+	if n := count(t, connect(t, url)); n != 1 {
+		t.Fatalf("after the kill: %d rows, want 1", n)
+	}
+}
+
 // The password in the URL is checked over TCP: a wrong one is refused.
 func TestPasswordChecked(t *testing.T) {
 	c := pgtest.Require(t, cluster)
