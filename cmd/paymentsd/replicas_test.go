@@ -54,6 +54,8 @@ type replicaKey struct {
 	answer []byte // deterministic encoding of the first OK answer
 	intent *paymentsv1.PaymentIntent
 	fresh  int // OK answers not marked as replays: the run that stored the intent, at most one
+	// answeredAt is when the first OK answer arrived.
+	answeredAt time.Time
 }
 
 // replicaSet is the three paymentsd processes of the replica test. A slot
@@ -295,10 +297,13 @@ type replicaLoad struct {
 	next, requests, replays         atomic.Int64
 	aborted, unavailable, deadlines atomic.Int64
 	answered                        atomic.Int64 // keys with an OK answer
-	stop                            chan struct{}
-	stopped                         atomic.Bool
-	wg                              sync.WaitGroup
-	halt                            func() // stops the workers and waits for them
+	// changed counts answers unlike their key's first: a second run, a
+	// second intent, other bytes.
+	changed atomic.Int64
+	stop    chan struct{}
+	stopped atomic.Bool
+	wg      sync.WaitGroup
+	halt    func() // stops the workers and waits for them
 }
 
 // startReplicaLoad starts the workers on rs's replicas; anomaly nil is
@@ -357,15 +362,18 @@ func (l *replicaLoad) try(d *daemon, key string) bool {
 	if a.replayed() {
 		l.replays.Add(1)
 	} else if k.fresh++; k.fresh == 2 {
+		l.changed.Add(1)
 		l.anomaly("key %s ran twice: a second answer not marked as a replay, from %s", key, d.addr)
 	}
 	switch {
 	case k.answer == nil:
-		k.answer, k.intent = b, resp.PaymentIntent
+		k.answer, k.intent, k.answeredAt = b, resp.PaymentIntent, time.Now()
 		l.answered.Add(1)
 	case k.intent.Id != resp.PaymentIntent.Id:
+		l.changed.Add(1)
 		l.anomaly("key %s saw two intents: %s and %s (from %s)", key, k.intent.Id, resp.PaymentIntent.Id, d.addr)
 	case !bytes.Equal(k.answer, b):
+		l.changed.Add(1)
 		l.anomaly("key %s: answer changed (from %s):\n%v\n%v", key, d.addr, k.intent, resp.PaymentIntent)
 	}
 	return true
