@@ -258,30 +258,22 @@ func waitReplication(ctx context.Context, conn *pgx.Conn, name, state, syncState
 	}
 }
 
-// Kill kills the server as the loss of its machine would: SIGKILL to the
+// Kill kills the server as a crash of its machine would: SIGKILL to the
 // postmaster (the pid in postmaster.pid) and to every process it started,
 // so that none answers a client, finishes a commit or sends WAL after it.
-// It returns once they are gone. StartAgain would recover it from its WAL;
-// a Pair's Rebuild replaces it instead.
+// Its connections are reset and its port refuses new ones, so clients
+// learn at once (Freeze is a server that goes silent instead). It returns
+// once they are gone. StartAgain would recover it from its WAL; a Pair's
+// Rebuild replaces it instead.
 func (c *Cluster) Kill(t testing.TB) {
 	t.Helper()
 	c.bringDown(t, "Kill", c.kill)
 }
 
 func (c *Cluster) kill() error {
-	pid, err := c.postmasterPID()
+	pids, err := c.stopAll()
 	if err != nil {
 		return fmt.Errorf("pgtest: Kill: %w", err)
-	}
-	// Stopped first, the postmaster starts no process while its children
-	// are listed, and notices nothing; the children are stopped as they
-	// are found, and then all are killed together.
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("pgtest: Kill: postmaster %d: %w", pid, err)
-	}
-	pids := append(children(pid), pid)
-	for _, p := range pids {
-		syscall.Kill(p, syscall.SIGSTOP)
 	}
 	for _, p := range pids {
 		syscall.Kill(p, syscall.SIGKILL)
@@ -300,8 +292,44 @@ func (c *Cluster) kill() error {
 			return fmt.Errorf("pgtest: Kill: %d of the server's %d processes still run 30 s after SIGKILL", alive, len(pids))
 		}
 	}
-	c.running = false
+	c.running, c.frozen = false, false
 	return nil
+}
+
+// Freeze stops the server's processes with SIGSTOP, as a hung machine or
+// a network partition would stop its answers: connections stay open and
+// the kernel still accepts new ones, but the server says nothing, and no
+// client learns that it is gone. Kill (or Stop, or the test's end) kills
+// it.
+func (c *Cluster) Freeze(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running || c.frozen {
+		t.Fatal("pgtest: Freeze: the server is not running")
+	}
+	if _, err := c.stopAll(); err != nil {
+		t.Fatalf("pgtest: Freeze: %v", err)
+	}
+	c.frozen = true
+}
+
+// stopAll stops the postmaster and every process it started with SIGSTOP
+// and returns their pids. Stopped first, the postmaster starts no process
+// while its children are listed, and notices nothing.
+func (c *Cluster) stopAll() ([]int, error) {
+	pid, err := c.postmasterPID()
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("postmaster %d: %w", pid, err)
+	}
+	pids := append(children(pid), pid)
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGSTOP)
+	}
+	return pids, nil
 }
 
 // waitReaped waits a while for the postmaster that postmaster.pid names,

@@ -75,6 +75,7 @@ type Cluster struct {
 
 	mu      sync.Mutex // serializes Stop, StartAgain and NewDatabase
 	running bool
+	frozen  bool // by Freeze: running, but nothing answers
 }
 
 // credential is the account to run the server as, for chown.
@@ -415,6 +416,9 @@ func (c *Cluster) start() error {
 // stop stops the server in immediate mode: no checkpoint, no waiting for
 // clients, like a crash. The caller holds c.mu.
 func (c *Cluster) stop() error {
+	if c.frozen {
+		return c.kill() // pg_ctl's signal would wait for it in vain
+	}
 	out, err := c.run("pg_ctl", "-D", c.data, "-m", "immediate", "-w", "-t", "60", "stop")
 	if err != nil {
 		return fmt.Errorf("pgtest: pg_ctl stop: %v\n%s", err, out)
