@@ -106,7 +106,8 @@ const listenWait = 5 * time.Second
 // key=value pairs; the libpq environment variables, PGPASSWORD and the
 // like, fill in what it leaves out), brings its schema up to date, and
 // listens for ended claims (waiting up to 5 s for that). Errors never
-// contain the password.
+// contain the password. Each host gets 3 s to connect unless connString
+// sets connect_timeout.
 func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	o := Options{MaxConns: 20, LockTimeout: 500 * time.Millisecond}
 	if opts != nil {
@@ -127,6 +128,7 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	}
 	cfg.MaxConns = o.MaxConns
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(o.LockTimeout.Milliseconds(), 1), 10)
+	boundConnect(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
@@ -222,11 +224,13 @@ func (db *DB) Health() error {
 }
 
 // Probe checks that the database answers a query, records the finding for
-// Health and returns it.
+// Health and returns it. A failed probe ends the connections held, which
+// may lead to a server that went silent (see dropConnections).
 func (db *DB) Probe(ctx context.Context) error {
 	err := db.pool.Ping(ctx)
 	if err != nil {
 		err = fmt.Errorf("pgstore: database unreachable: %w", err)
+		db.dropConnections()
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
