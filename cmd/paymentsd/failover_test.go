@@ -24,9 +24,18 @@ func failoverRounds() int { return max(envInt("PAYMENTSD_FAILOVER_ROUNDS", 1), 1
 // SERVING within it of the standby's promotion, without a restart.
 const servingWithin = 10 * time.Second
 
-// resumeWithin bounds the wait for the replicas' LISTEN connections and
-// sweepers on a promoted primary: the notice listener reconnects with a
-// backoff of up to 5 s, and the test's sweep interval is 500 ms.
+// silentServingWithin is servingWithin after a primary that went silent
+// rather than died: calls caught on it hold their pooled connections
+// until their time runs out (--handler-timeout, 30 s, and the rollback's
+// 5 s, from the moment it went silent; the promotion comes 10 s after,
+// once every replica's probe has timed out).
+const silentServingWithin = 40 * time.Second
+
+// resumeWithin bounds the wait for every replica to report NOT_SERVING
+// once the primary is gone (a silent one is noticed when a probe times
+// out, after 10 s), and for their LISTEN connections and sweepers on a
+// promoted primary (the notice listener reconnects with a backoff of up
+// to 5 s; the test's sweep interval is 500 ms).
 const resumeWithin = 20 * time.Second
 
 // failoverDB is the database of the failover tests.
@@ -49,15 +58,27 @@ type failoverRun struct {
 	elapsed time.Duration
 }
 
-// failoverRound is one kill of the primary and promotion of the standby.
+// failoverRound is one end of the primary and promotion of the standby.
 type failoverRound struct {
-	killed       time.Time     // when the kill began
+	frozen       bool          // the primary went silent rather than died
+	ackedBefore  int64         // keys answered before the primary's end
+	killed       time.Time     // when the kill (or freeze) began
 	promoted     time.Time     // when the promotion ended
-	ackedBefore  int64         // keys answered before the kill
-	toServing    time.Duration // promotion to every replica SERVING
-	toListening  time.Duration // promotion to every replica LISTENing there
+	notServingIn time.Duration // the kill to every replica NOT_SERVING
+	toServing    time.Duration // the promotion to every replica SERVING
+	toListening  time.Duration // the promotion to every replica LISTENing there
 	toSwept      time.Duration // records expired on the promoted primary to none left
-	notServingIn time.Duration // kill to every replica NOT_SERVING
+}
+
+// String is the round's log line; answered is the keys answered so far.
+func (r failoverRound) String(answered int64) string {
+	how := "killed"
+	if r.frozen {
+		how = "frozen"
+	}
+	return fmt.Sprintf("primary %s with %d keys answered; every replica NOT_SERVING %.1f s after; standby promoted; "+
+		"every replica SERVING %.1f s after the promotion, LISTENing there after %.1f s, expired records swept %.1f s after they were written; "+
+		"%d keys answered", how, r.ackedBefore, r.notServingIn.Seconds(), r.toServing.Seconds(), r.toListening.Seconds(), r.toSwept.Seconds(), answered)
 }
 
 // TestCrash_Failover_PostgreSQL runs three paymentsd replicas on a
@@ -65,10 +86,15 @@ type failoverRound struct {
 // both with target_session_attrs=read-write, under the replica tests'
 // load (each new key's create sent to two or three replicas at once, then
 // again with the same body until it is answered). The primary is killed
-// with SIGKILL, as its machine's loss would, and the standby promoted.
+// with SIGKILL, as a crash would, and the standby promoted; every third
+// round it goes silent instead (SIGSTOP: a hung machine, a partition, a
+// machine gone whose packets vanish), and is killed once the replicas
+// have moved on.
 //
-// While no primary answers, every replica reports NOT_SERVING; within 10 s
-// of the promotion every one reports SERVING again, the same processes,
+// While no primary answers, every replica reports NOT_SERVING (within
+// 20 s: a silent primary is noticed when a probe times out, after 10 s);
+// within 10 s of the promotion (40 s after a silent primary, see
+// silentServingWithin) every one reports SERVING again, the same processes,
 // each LISTENs for ended claims on the new primary (waiters are woken by
 // notices again) and their sweepers delete records expired there. At the
 // end every create any client saw acknowledged must be on the new
@@ -77,26 +103,34 @@ type failoverRound struct {
 // whose answer the failover cut off replays or runs once.
 //
 // Size: failoverRounds (PAYMENTSD_FAILOVER_ROUNDS, else 1: about 15 s;
-// about 15 s more each). After each failover but the last, the dead node
-// is rebuilt as a synchronous standby of the new primary, on its old
-// port, so the URL still names both.
+// about 15 s more each, 35 s a silent round). After each failover but the
+// last, the dead node is rebuilt as a synchronous standby of the new
+// primary, on its old port, so the URL still names both.
 func TestCrash_Failover_PostgreSQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
-	run := runFailover(t, pgtest.Synchronous, true)
+	run := runFailover(t, failoverPlan{mode: pgtest.Synchronous, freezeEvery: 3})
 	checked := len(run.load.keys) - len(run.found.missing)
 	if len(run.found.missing) > 0 {
 		t.Errorf("%d acknowledged creates are not on the new primary; want 0", len(run.found.missing))
 	}
-	var worst time.Duration
+	var worst, worstSilent time.Duration
+	silent := 0
 	for _, r := range run.rounds {
-		worst = max(worst, r.toServing)
+		if r.frozen {
+			silent++
+			worstSilent = max(worstSilent, r.toServing)
+		} else {
+			worst = max(worst, r.toServing)
+		}
 	}
 	t.Logf("failover test (synchronous standby): %d failovers, %d acknowledged creates checked on the new primary, "+
-		"%d keys with two intents, %d orphans, %d changed answers; %.1f s at most from promotion to SERVING; "+
+		"%d keys with two intents, %d orphans, %d changed answers; %.1f s at most from promotion to SERVING "+
+		"(%d primaries silent rather than killed: %.1f s at most); "+
 		"%d requests, %d UNAVAILABLE, %d DEADLINE_EXCEEDED, %d ABORTED in use, %d keys whose answer was cut off replayed; %v in all",
 		len(run.rounds), checked, len(run.found.twoIntents), len(run.found.orphans), run.load.changed.Load(), worst.Seconds(),
+		silent, worstSilent.Seconds(),
 		run.load.requests.Load(), run.load.unavailable.Load(), run.load.deadlines.Load(), run.load.aborted.Load(),
 		run.load.answersLost(), run.elapsed.Round(time.Millisecond))
 }
@@ -111,7 +145,7 @@ func TestFailover_PostgreSQL_AsyncLoss(t *testing.T) {
 	if os.Getenv("PAYMENTSD_ASYNC_FAILOVER") != "1" {
 		t.Skip("a measurement: set PAYMENTSD_ASYNC_FAILOVER=1 to run it")
 	}
-	run := runFailover(t, pgtest.Asynchronous, false)
+	run := runFailover(t, failoverPlan{mode: pgtest.Asynchronous, countAnomalies: true})
 	// A lost create was lost by the first failover after its answer
 	// (which may arrive a moment after the kill began): its round.
 	lost := make([]int, len(run.rounds))
@@ -144,23 +178,37 @@ func TestFailover_PostgreSQL_AsyncLoss(t *testing.T) {
 		len(run.found.orphans), run.load.changed.Load(), run.elapsed.Round(time.Millisecond))
 }
 
-// runFailover runs the failover tests' replicas, load and failovers on a
-// pair in mode and the end checks. strict makes each anomaly an error;
-// otherwise the first few are logged, and all counted.
-func runFailover(t *testing.T, mode pgtest.Replication, strict bool) *failoverRun {
+// failoverPlan is what runFailover does.
+type failoverPlan struct {
+	mode pgtest.Replication
+	// countAnomalies measures what the end checks must never find (the
+	// creates an asynchronous standby loses): logged and counted, not
+	// failed.
+	countAnomalies bool
+	// freezeEvery silences the primary (Freeze) instead of killing it in
+	// every freezeEvery-th round (none if 0): a hung machine, a partition,
+	// a machine gone whose packets vanish, which no client hears of. It
+	// is killed, as an HA manager fences it, once the replicas have
+	// recovered on the promoted standby.
+	freezeEvery int
+}
+
+// runFailover runs three replicas under load on a pair, fails over
+// failoverRounds times as plan says, and runs the end checks.
+func runFailover(t *testing.T, plan failoverPlan) *failoverRun {
 	began := time.Now()
 	run := &failoverRun{}
 	var anomalies atomic.Int64
 	anomaly := func(format string, args ...any) {
 		n := anomalies.Add(1)
 		switch {
-		case strict:
+		case !plan.countAnomalies:
 			t.Errorf(format, args...)
 		case n <= 10:
 			t.Logf("(measured, not failed) "+format, args...)
 		}
 	}
-	p := pgtest.StartPair(t, mode)
+	p := pgtest.StartPair(t, plan.mode)
 	db := p.NewDatabase(t, failoverDB)
 	var dbs [3]string
 	for i := range dbs {
@@ -182,8 +230,18 @@ func runFailover(t *testing.T, mode pgtest.Replication, strict bool) *failoverRu
 	for round := range rounds {
 		time.Sleep(time.Duration(1500+rand.IntN(1000)) * time.Millisecond)
 		r := failoverRound{ackedBefore: run.load.answered.Load(), killed: time.Now()}
-		p.KillPrimary(t)
-		r.notServingIn = waitReplicasHealth(t, started, healthpb.HealthCheckResponse_NOT_SERVING, r.killed, resumeWithin)
+		old := p.Primary()
+		r.frozen = plan.freezeEvery > 0 && round%plan.freezeEvery == plan.freezeEvery-1
+		if r.frozen {
+			old.Freeze(t)
+		} else {
+			old.Kill(t)
+		}
+		var ok bool
+		// A silent primary is noticed when a probe times out (10 s).
+		if r.notServingIn, ok = waitUntil(r.killed, resumeWithin, everyReplicaReports(t, started, healthpb.HealthCheckResponse_NOT_SERVING)); !ok {
+			t.Fatalf("round %d: not every replica reported NOT_SERVING within %v of the primary's end", round, resumeWithin)
+		}
 		// Still so: the standby, which refuses writes, is no primary to
 		// them.
 		for i, d := range started {
@@ -193,9 +251,14 @@ func runFailover(t *testing.T, mode pgtest.Replication, strict bool) *failoverRu
 		}
 
 		p.Promote(t)
-		promoted := time.Now()
-		r.promoted = promoted
-		r.toServing = waitReplicasHealth(t, started, healthpb.HealthCheckResponse_SERVING, promoted, servingWithin)
+		r.promoted = time.Now()
+		limit := servingWithin
+		if r.frozen {
+			limit = silentServingWithin
+		}
+		if r.toServing, ok = waitUntil(r.promoted, limit, everyReplicaReports(t, started, healthpb.HealthCheckResponse_SERVING)); !ok {
+			t.Fatalf("round %d: not every replica reported SERVING within %v of the promotion", round, limit)
+		}
 		for i, d := range rs.daemons() {
 			select {
 			case <-d.exited:
@@ -207,15 +270,19 @@ func runFailover(t *testing.T, mode pgtest.Replication, strict bool) *failoverRu
 			}
 		}
 		conn := connectPrimary(t, p)
-		r.toListening = waitListeners(t, conn, promoted)
-		r.toSwept = waitSwept(t, conn, round)
+		if r.toListening, ok = waitUntil(r.promoted, resumeWithin, everyReplicaListens(t, conn)); !ok {
+			t.Fatalf("round %d: not every replica LISTENs on the new primary %v after its promotion", round, resumeWithin)
+		}
+		if r.toSwept, ok = waitSwept(t, conn, round); !ok {
+			t.Fatalf("round %d: expired records still on the new primary %v after they were written: no replica sweeps there", round, resumeWithin)
+		}
+		if r.frozen {
+			old.Kill(t) // fenced at last, as an HA manager would
+		}
 		conn.Close(context.Background())
 		run.rounds = append(run.rounds, r)
 		time.Sleep(time.Second) // load on the new primary
-		t.Logf("round %d: primary killed with %d keys answered; every replica NOT_SERVING %.1f s after the kill began; standby promoted; "+
-			"SERVING after %.1f s, LISTENing there after %.1f s, expired records swept %.1f s after they were written; %d keys answered",
-			round, r.ackedBefore, r.notServingIn.Seconds(), r.toServing.Seconds(), r.toListening.Seconds(), r.toSwept.Seconds(),
-			run.load.answered.Load())
+		t.Logf("round %d: %s", round, r.String(run.load.answered.Load()))
 		if round < rounds-1 {
 			p.Rebuild(t)
 		}
@@ -227,23 +294,30 @@ func runFailover(t *testing.T, mode pgtest.Replication, strict bool) *failoverRu
 	return run
 }
 
-// waitReplicasHealth waits until every one of ds has reported want, and
-// returns the time since began; it fails t when that is longer than limit.
-func waitReplicasHealth(t *testing.T, ds []*daemon, want healthpb.HealthCheckResponse_ServingStatus, began time.Time, limit time.Duration) time.Duration {
-	t.Helper()
-	seen := make([]bool, len(ds))
-	for left := len(ds); left > 0; time.Sleep(20 * time.Millisecond) {
-		for i, d := range ds {
-			if !seen[i] && healthStatus(t, d) == want {
-				seen[i] = true
-				left--
-			}
+// waitUntil polls done until it reports true, up to limit after since. It
+// returns the time from since, and whether done came true in time.
+func waitUntil(since time.Time, limit time.Duration, done func() bool) (time.Duration, bool) {
+	for !done() {
+		if time.Since(since) > limit {
+			return time.Since(since), false
 		}
-		if took := time.Since(began); left > 0 && took > limit {
-			t.Fatalf("%d of the %d replicas did not report %v within %v", left, len(ds), want, limit)
-		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return time.Since(began)
+	return time.Since(since), true
+}
+
+// everyReplicaReports is a condition for waitUntil: each of ds has
+// reported want at least once.
+func everyReplicaReports(t *testing.T, ds []*daemon, want healthpb.HealthCheckResponse_ServingStatus) func() bool {
+	seen := make([]bool, len(ds))
+	return func() bool {
+		all := true
+		for i, d := range ds {
+			seen[i] = seen[i] || healthStatus(t, d) == want
+			all = all && seen[i]
+		}
+		return all
+	}
 }
 
 // connectPrimary connects to the pair's primary, the test's own view of
@@ -259,35 +333,28 @@ func connectPrimary(t *testing.T, p *pgtest.Pair) *pgx.Conn {
 	return conn
 }
 
-// waitListeners waits until every replica has a session on conn's server
-// whose last statement was a LISTEN: its listener for ended claims, which
-// wakes the waiters of --in-flight-wait. It returns the time since since.
-func waitListeners(t *testing.T, conn *pgx.Conn, since time.Time) time.Duration {
-	t.Helper()
+// everyReplicaListens is a condition for waitUntil: every replica has a
+// session on conn's server whose last statement was a LISTEN, its
+// listener for ended claims, which wakes the waiters of --in-flight-wait.
+func everyReplicaListens(t *testing.T, conn *pgx.Conn) func() bool {
 	names := []string{replicaAppName(0), replicaAppName(1), replicaAppName(2)}
-	for {
+	return func() bool {
 		var n int
 		err := conn.QueryRow(context.Background(), `SELECT count(DISTINCT application_name) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = ANY($1) AND query LIKE 'LISTEN %'`, names).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == len(names) {
-			return time.Since(since)
-		}
-		if time.Since(since) > resumeWithin {
-			t.Fatalf("%d of the %d replicas LISTEN on the new primary %v after its promotion", n, len(names), resumeWithin)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return n == len(names)
 	}
 }
 
 // waitSwept writes expired idempotency records on conn's server, as if
-// written there long ago, and waits until the replicas' sweepers have
-// deleted them; it returns how long that took. They are written straight
-// into the table: a record of the clients' keys expiring during the test
-// would run its key again.
-func waitSwept(t *testing.T, conn *pgx.Conn, round int) time.Duration {
+// written there long ago, and waits up to resumeWithin until the
+// replicas' sweepers have deleted them; it returns how long that took and
+// whether they did. They are written straight into the table: a record of
+// the clients' keys expiring during the test would run its key again.
+func waitSwept(t *testing.T, conn *pgx.Conn, round int) (time.Duration, bool) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := conn.Exec(ctx, `INSERT INTO idempotency_records
@@ -297,18 +364,11 @@ func waitSwept(t *testing.T, conn *pgx.Conn, round int) time.Duration {
 	if err != nil {
 		t.Fatal(err)
 	}
-	began := time.Now()
-	for {
+	return waitUntil(time.Now(), resumeWithin, func() bool {
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM idempotency_records WHERE scope = $1`, sweepScope).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			return time.Since(began)
-		}
-		if time.Since(began) > resumeWithin {
-			t.Fatalf("%d expired records still on the new primary %v after they were written: no replica sweeps there", n, resumeWithin)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return n == 0
+	})
 }
