@@ -37,8 +37,9 @@ test:
 ## and one replica's connections cut, runs 30 rounds here (6 in make test;
 ## PAYMENTSD_REPLICA_ROUNDS sets them). The failover test, three replicas
 ## on a primary with a synchronous standby, the primary killed with
-## SIGKILL and the standby promoted, fails over 10 times here (once in
-## make test; PAYMENTSD_FAILOVER_ROUNDS sets them)
+## SIGKILL (every third time silenced with SIGSTOP) and the standby
+## promoted, fails over 10 times here, in about 4 minutes (once in make
+## test; PAYMENTSD_FAILOVER_ROUNDS sets them)
 crashtest:
 	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 go test -count=1 -timeout 30m -v -run '^TestCrash' ./cmd/paymentsd
 
