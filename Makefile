@@ -35,9 +35,13 @@ test:
 ## single orphan intent (make test runs a 20-round version). Its
 ## PostgreSQL twin, three replicas killed in turn, the database restarted
 ## and one replica's connections cut, runs 30 rounds here (6 in make test;
-## PAYMENTSD_REPLICA_ROUNDS sets them)
+## PAYMENTSD_REPLICA_ROUNDS sets them). The failover test, three replicas
+## on a primary with a synchronous standby, the primary killed with
+## SIGKILL (every third time silenced with SIGSTOP) and the standby
+## promoted, fails over 10 times here, in about 4 minutes (once in make
+## test; PAYMENTSD_FAILOVER_ROUNDS sets them)
 crashtest:
-	PAYMENTSD_CRASH_ROUNDS=200 go test -count=1 -timeout 30m -v -run '^TestCrash' ./cmd/paymentsd
+	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 go test -count=1 -timeout 30m -v -run '^TestCrash' ./cmd/paymentsd
 
 ## bench: Go benchmarks of the store and interceptor, then ghz against the
 ## real binary with and without the interceptor (see BENCHMARKS.md)

@@ -138,7 +138,8 @@ const listenWait = 5 * time.Second
 // like, fill in what it leaves out), with a pool of its own, and opens the
 // store in it as New does. The connection string's settings are honoured,
 // pool_max_conns and search_path (a schema other than public) among them;
-// Options.MaxConns, when given, wins. Errors never contain the password.
+// Options.MaxConns, when given, wins. Each host gets 3 s to connect unless
+// connString sets connect_timeout. Errors never contain the password.
 func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	o := withDefaults(opts)
 	cfg, err := pgxpool.ParseConfig(connString)
@@ -152,6 +153,7 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 		cfg.MaxConns = defaultMaxConns
 	}
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(o.LockTimeout.Milliseconds(), 1), 10)
+	boundConnect(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
@@ -297,7 +299,9 @@ func (db *DB) Health() error {
 // write this store's table and tables (others the embedder's requests
 // write, named as its statements name them), records the finding for
 // Health and returns it: a table renamed, dropped or out of the user's
-// reach fails every request while the database itself answers.
+// reach fails every request while the database itself answers. A probe
+// that finds the database unreachable ends the connections held, which
+// may lead to a server that went silent (see dropConnections).
 func (db *DB) Probe(ctx context.Context, tables ...string) error {
 	var writable *bool
 	err := db.pool.QueryRow(ctx, `SELECT bool_and(has_table_privilege(t, 'SELECT, INSERT, UPDATE, DELETE')) FROM unnest($1::text[]) AS t`,
@@ -308,6 +312,7 @@ func (db *DB) Probe(ctx context.Context, tables ...string) error {
 		err = fmt.Errorf("pgstore: the database answers, but not for its tables: %w", err)
 	case err != nil:
 		err = fmt.Errorf("pgstore: database unreachable: %w", err)
+		db.dropConnections()
 	case writable == nil || !*writable:
 		err = fmt.Errorf("pgstore: the database user may not read and write the tables %v", append([]string{"idempotency_records"}, tables...))
 	}

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -45,7 +46,12 @@ type watcher struct {
 
 	mu      sync.Mutex
 	watches map[string]map[chan struct{}]struct{} // by notice payload
+	// endListen ends the current connection's listen, for reconnect.
+	endListen context.CancelFunc
 }
+
+// errReconnect is why a listen ended by reconnect ended.
+var errReconnect = errors.New("reconnecting after a failed probe of the database")
 
 func newWatcher(cfg *pgx.ConnConfig, log *slog.Logger) *watcher {
 	ctx, stop := context.WithCancel(context.Background())
@@ -134,9 +140,33 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
-// listen connects, listens and wakes watches until the connection fails;
-// listening reports whether it got as far as listening.
+// reconnect ends the listening connection, which run replaces: after a
+// failed probe, it may lead to a server that went silent (a primary hung
+// or cut off, a standby promoted in its place), which would never say so.
+func (w *watcher) reconnect() {
+	w.mu.Lock()
+	end := w.endListen
+	w.mu.Unlock()
+	if end != nil {
+		end()
+	}
+}
+
+// listen connects, listens and wakes watches until the connection fails
+// or reconnect ends it; listening reports whether it got as far as
+// listening.
 func (w *watcher) listen(ctx context.Context) (listening bool, err error) {
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.mu.Lock()
+	w.endListen = cancel
+	w.mu.Unlock()
+	defer func() {
+		if parent.Err() == nil && ctx.Err() != nil {
+			err = errReconnect
+		}
+	}()
 	conn, err := pgx.ConnectConfig(ctx, w.cfg)
 	if err != nil {
 		return false, err

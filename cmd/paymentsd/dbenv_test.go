@@ -146,12 +146,13 @@ func TestEnv_MisspelledSetting_Refused(t *testing.T) {
 // Variables far from every flag's are other programs' (the tests'
 // own), and left alone.
 func TestEnv_UnrelatedVariables_LeftAlone(t *testing.T) {
-	env := cleanEnv("PAYMENTSD_CRASH_ROUNDS=3", "PAYMENTSD_REPLICA_ROUNDS=3", "PAYMENTSD_SCALE_RECORDS=10",
-		"PAYMENTSD_LISTEN=127.0.0.1:0", "PAYMENTSD_HTTP_LISTEN=", "PAYMENTSD_METRICS_LISTEN=",
-		"PAYMENTSD_DB="+filepath.Join(t.TempDir(), "paymentsd.db"))
+	tests := []string{"PAYMENTSD_CRASH_ROUNDS=3", "PAYMENTSD_REPLICA_ROUNDS=3", "PAYMENTSD_FAILOVER_ROUNDS=3",
+		"PAYMENTSD_ASYNC_FAILOVER=1", "PAYMENTSD_SCALE_RECORDS=10"}
+	env := cleanEnv(append(tests, "PAYMENTSD_LISTEN=127.0.0.1:0", "PAYMENTSD_HTTP_LISTEN=", "PAYMENTSD_METRICS_LISTEN=",
+		"PAYMENTSD_DB="+filepath.Join(t.TempDir(), "paymentsd.db"))...)
 	waitListening(t, launchEnv(t, env))
 	dir := t.TempDir()
-	r := runBounded(t, 30*time.Second, dir, cleanEnv("PAYMENTSD_CRASH_ROUNDS=3", "PAYMENTSD_REPLICA_ROUNDS=3", "PAYMENTSD_SCALE_RECORDS=10"), "check", "--db", "no-such.db")
+	r := runBounded(t, 30*time.Second, dir, cleanEnv(tests...), "check", "--db", "no-such.db")
 	if r.code != 3 {
 		t.Errorf("check of a missing file beside the tests' variables: exit %d, want 3\nstderr:\n%s", r.code, r.stderr)
 	}

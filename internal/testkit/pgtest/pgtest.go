@@ -17,6 +17,9 @@
 //
 // and each test that needs the server starts with
 // c := pgtest.Require(t, cluster).
+//
+// A test of a failover starts a Pair of its own, a primary with a
+// streaming standby (synchronous or not), and kills and promotes.
 package pgtest
 
 import (
@@ -72,6 +75,7 @@ type Cluster struct {
 
 	mu      sync.Mutex // serializes Stop, StartAgain and NewDatabase
 	running bool
+	frozen  bool // by Freeze: running, but nothing answers
 }
 
 // credential is the account to run the server as, for chown.
@@ -86,15 +90,34 @@ var startErr error
 // started (binaries missing, ...) it returns an error; callers decide (see
 // Require).
 func Start() (*Cluster, func(), error) {
-	bin, err := findBin()
+	c, err := newCluster()
 	if err != nil {
 		return nil, nil, err
+	}
+	stop := sync.OnceFunc(c.remove)
+	if err := c.init(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if err := c.startOnFreePort(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return c, stop, nil
+}
+
+// newCluster finds the binaries and the account to run them as, and makes
+// the cluster's root directory; init or a base backup fills it.
+func newCluster() (*Cluster, error) {
+	bin, err := findBin()
+	if err != nil {
+		return nil, err
 	}
 	c := &Cluster{bin: bin}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(runAs)
 		if err != nil {
-			return nil, nil, fmt.Errorf("pgtest: running as root, PostgreSQL needs the %q user to run as: %w", runAs, err)
+			return nil, fmt.Errorf("pgtest: running as root, PostgreSQL needs the %q user to run as: %w", runAs, err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -107,37 +130,43 @@ func Start() (*Cluster, func(), error) {
 	sweep(base)
 	c.root, err = os.MkdirTemp(base, fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
 	if err != nil {
-		return nil, nil, fmt.Errorf("pgtest: %w", err)
+		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	stop := func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.running {
-			if err := c.stop(); err != nil {
-				fmt.Fprintf(os.Stderr, "pgtest: stopping the cluster: %v\n", err)
-			}
+	c.data = filepath.Join(c.root, "data")
+	if c.cred != nil {
+		if err := os.Chown(c.root, c.cred.uid, c.cred.gid); err != nil {
+			os.RemoveAll(c.root)
+			return nil, fmt.Errorf("pgtest: %w", err)
 		}
-		os.RemoveAll(c.root)
 	}
-	if err := c.init(); err != nil {
-		stop()
-		return nil, nil, err
+	return c, nil
+}
+
+// remove stops the server if it runs and removes its directory.
+func (c *Cluster) remove() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		if err := c.stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: stopping the cluster: %v\n", err)
+		}
 	}
-	// A free port may be taken between our probe and the server's bind (by
-	// another package's cluster, say): try a few.
+	os.RemoveAll(c.root)
+}
+
+// startOnFreePort starts the server on a free port. A free port may be
+// taken between our probe and the server's bind (by another package's
+// cluster, say): it tries a few.
+func (c *Cluster) startOnFreePort() error {
+	var err error
 	for try := 0; ; try++ {
 		if c.port, err = freePort(); err == nil {
 			err = c.start()
 		}
 		if err == nil || !errors.Is(err, errAddrInUse) || try == 4 {
-			break
+			return err
 		}
 	}
-	if err != nil {
-		stop()
-		return nil, nil, err
-	}
-	return c, sync.OnceFunc(stop), nil
 }
 
 // Main is the TestMain body most packages want: it starts the cluster, runs
@@ -280,12 +309,18 @@ func (c *Cluster) Restart(t testing.TB) {
 // back.
 func (c *Cluster) Stop(t testing.TB) {
 	t.Helper()
+	c.bringDown(t, "Stop", c.stop)
+}
+
+// bringDown runs how, which stops the running server, for operation op.
+func (c *Cluster) bringDown(t testing.TB, op string, how func() error) {
+	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.running {
-		t.Fatal("pgtest: Stop: the server is not running")
+		t.Fatalf("pgtest: %s: the server is not running", op)
 	}
-	if err := c.stop(); err != nil {
+	if err := how(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -299,16 +334,21 @@ func (c *Cluster) StartAgain(t testing.TB) {
 	if c.running {
 		t.Fatal("pgtest: StartAgain: the server is running")
 	}
-	// The port may be held for a moment by someone else (see freePort):
-	// retry rather than fail the test on a coincidence.
+	c.waitReaped() // after Kill
+	if err := c.startRetrying(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startRetrying starts the server on its port, which may be held for a
+// moment by someone else (see freePort): it retries for a while rather
+// than fail on a coincidence. The caller holds c.mu or owns c alone.
+func (c *Cluster) startRetrying() error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := c.start()
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
-			t.Fatal(err)
+		if err == nil || !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -317,16 +357,13 @@ func (c *Cluster) StartAgain(t testing.TB) {
 // init makes the data directory: trust on the unix socket, scram-sha-256
 // with Password over TCP, so that a password in the URL is really checked.
 func (c *Cluster) init() error {
-	c.data = filepath.Join(c.root, "data")
 	pwfile := filepath.Join(c.root, "pwfile")
 	if err := os.WriteFile(pwfile, []byte(Password+"\n"), 0o600); err != nil {
 		return fmt.Errorf("pgtest: %w", err)
 	}
 	if c.cred != nil {
-		for _, p := range []string{c.root, pwfile} {
-			if err := os.Chown(p, c.cred.uid, c.cred.gid); err != nil {
-				return fmt.Errorf("pgtest: %w", err)
-			}
+		if err := os.Chown(pwfile, c.cred.uid, c.cred.gid); err != nil {
+			return fmt.Errorf("pgtest: %w", err)
 		}
 	}
 	// --no-sync: the cluster is thrown away, so its creation need not be
@@ -353,18 +390,7 @@ shared_buffers = 128MB
 logging_collector = off
 log_min_messages = warning
 `, c.data)
-	f, err := os.OpenFile(filepath.Join(c.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("pgtest: %w", err)
-	}
-	_, err = f.WriteString(conf)
-	if err2 := f.Close(); err == nil {
-		err = err2
-	}
-	if err != nil {
-		return fmt.Errorf("pgtest: %w", err)
-	}
-	return nil
+	return appendFile(filepath.Join(c.data, "postgresql.conf"), conf)
 }
 
 // errAddrInUse marks a start that failed only because the port was taken.
@@ -390,6 +416,9 @@ func (c *Cluster) start() error {
 // stop stops the server in immediate mode: no checkpoint, no waiting for
 // clients, like a crash. The caller holds c.mu.
 func (c *Cluster) stop() error {
+	if c.frozen {
+		return c.kill() // pg_ctl's signal would wait for it in vain
+	}
 	out, err := c.run("pg_ctl", "-D", c.data, "-m", "immediate", "-w", "-t", "60", "stop")
 	if err != nil {
 		return fmt.Errorf("pgtest: pg_ctl stop: %v\n%s", err, out)
@@ -566,4 +595,20 @@ func logTail(path string, from int64) string {
 		b = b[len(b)-4096:]
 	}
 	return string(b)
+}
+
+// appendFile appends s to the file at path.
+func appendFile(path, s string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	_, err = f.WriteString(s)
+	if err2 := f.Close(); err == nil {
+		err = err2
+	}
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	return nil
 }

@@ -1,0 +1,113 @@
+package pgstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/pgstore"
+)
+
+// probeTimeout is what paymentsd gives each probe (pgintents.Timeout).
+const probeTimeout = 10 * time.Second
+
+// A primary that goes silent (SIGSTOP: a hung machine, a partition) is
+// replaced by its promoted standby. DBs on a URL naming both hosts, the
+// silent one first and no connect_timeout, find the new primary once a
+// probe has failed: the next probe succeeds, a claim commits there, and
+// the listener for ended claims listens there, woken by a claim that ends
+// in another process. Before, connections to the silent host, and new
+// ones stuck on it, kept every probe failing and the listener deaf.
+func TestFailover_SilentPrimary_ProbesClaimsAndNoticesMove(t *testing.T) {
+	p := pgtest.StartPair(t, pgtest.Synchronous)
+	url := p.NewDatabase(t, "failover") + "&application_name=pgstore_failover_test"
+	var dbs []*pgstore.DB
+	for range 2 {
+		db, err := pgstore.Open(context.Background(), url, nil)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	a, b := dbs[0], dbs[1]
+	// probeAll probes every DB at once, as their processes would.
+	probeAll := func() []error {
+		errs := make([]error, len(dbs))
+		var wg sync.WaitGroup
+		for i, db := range dbs {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+				defer cancel()
+				errs[i] = db.Probe(ctx)
+			})
+		}
+		wg.Wait()
+		return errs
+	}
+	for i, err := range probeAll() {
+		if err != nil {
+			t.Fatalf("DB %d: probe before the failover: %v", i, err)
+		}
+	}
+
+	p.Primary().Freeze(t)
+	for i, err := range probeAll() {
+		if err == nil {
+			t.Fatalf("DB %d: a probe succeeded with the primary silent", i)
+		}
+	}
+	p.Promote(t)
+	for i, err := range probeAll() {
+		if err != nil {
+			t.Errorf("DB %d: probe after the promotion: %v", i, err)
+		}
+	}
+
+	conn, err := pgx.Connect(context.Background(), p.Primary().URL("failover"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = 'pgstore_failover_test' AND query LIKE 'LISTEN %'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == len(dbs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d listeners for ended claims on the promoted primary 20 s after the probes", n, len(dbs))
+		}
+	}
+
+	req := request("after-failover", time.Now())
+	_, rec, tx, err := a.ClaimTx(context.Background(), req, storage.ClaimDurable)
+	if err != nil {
+		t.Fatalf("claim on the promoted primary: %v", err)
+	}
+	ended, stop := b.Watch(req.Key)
+	defer stop()
+	other, stopOther := b.Watch(storage.RecordKey{Scope: "alice", Key: "other"})
+	defer stopOther()
+	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.KeepWrites); err != nil {
+		t.Fatalf("commit on the promoted primary: %v", err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notice within 10s of the commit on the promoted primary")
+	}
+	select {
+	case <-other:
+		t.Error("the watch of another key was woken too: a reconnection, not the notice")
+	default:
+	}
+}
