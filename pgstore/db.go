@@ -28,7 +28,9 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -209,8 +211,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*DB, error) {
 		claimant:  storage.Claimant{ID: newProcessID()},
 		pending:   map[storage.RecordKey]*storage.Record{},
 		completed: map[storage.RecordKey]completedRecord{},
-		name: fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.User),
-			net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), url.PathEscape(cfg.Database)),
+		name:      fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.User), hosts(cfg), url.PathEscape(cfg.Database)),
 	}
 	db.watcher = newWatcher(cfg.Copy(), o.Logger)
 	// Notices sent before the watcher listens are missed, and a waiter
@@ -220,6 +221,19 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*DB, error) {
 			slog.Duration("waited", listenWait))
 	}
 	return db, nil
+}
+
+// hosts names every host:port cfg tries, in order, as a multi-host URL
+// does: a log that named the first alone would hide the one in use after
+// a failover.
+func hosts(cfg *pgx.ConnConfig) string {
+	names := []string{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
+	for _, fb := range cfg.Fallbacks {
+		if name := net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))); !slices.Contains(names, name) {
+			names = append(names, name) // a host with two TLS attempts is one host
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 // withDefaults is opts with its zero values replaced by the defaults.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -185,5 +186,26 @@ func TestOpen_SchemaOtherThanPublic(t *testing.T) {
 	}
 	if inPayments == nil || inPublic != nil {
 		t.Errorf("the table is in payments: %v, in public: %v; want payments alone", inPayments != nil, inPublic != nil)
+	}
+}
+
+// A multi-host URL is named with every host, in order, and without its
+// password.
+func TestOpen_MultiHostName(t *testing.T) {
+	c := pgtest.Require(t, cluster)
+	name := fresh("multi_host")
+	c.NewDatabase(t, name)
+	u, err := url.Parse(c.URL(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host += ",127.0.0.1:1" // a second host, never reached while the first answers
+	db, err := pgstore.Open(context.Background(), u.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if want := "postgres://" + pgtest.User + "@" + c.Addr() + ",127.0.0.1:1/" + name; db.String() != want {
+		t.Errorf("String() = %q, want %q", db.String(), want)
 	}
 }
