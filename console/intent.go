@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,11 +61,17 @@ func (s *Console) findIntent(r *http.Request, op operator, principal, id string)
 		return nil, err
 	}
 	s.c.Log.LogAttrs(r.Context(), slog.LevelInfo, "console intent lookup", attrs...)
-	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(pi)
+	b, err := protojson.Marshal(pi)
 	if err != nil {
 		return nil, err
 	}
-	return &intentAnswer{Found: true, Intent: b}, nil
+	// protojson varies its spacing from build to build on purpose;
+	// json.Indent gives people and scripts one layout.
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, b, "", "  "); err != nil {
+		return nil, err
+	}
+	return &intentAnswer{Found: true, Intent: indented.Bytes()}, nil
 }
 
 // apiIntent answers GET /api/v1/intent?principal=P&id=ID: 200 with the

@@ -130,12 +130,14 @@ func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable st
 		if outcome, rec := db.decidePending(req); outcome != 0 {
 			return outcome, rec, nil, nil // the claim holding the lock is this process's
 		}
-		wait := time.Until(giveUp)
-		if wait <= 0 {
+		// In flight once an attempt begun after LockTimeout found the key
+		// still locked: a claim that committed within it is seen, however
+		// long this attempt waited for a pooled connection.
+		if committed.readAt.After(giveUp) {
 			return storage.OutcomeInFlight, inFlightGuess(committed.req, db.opts.LockTimeout), nil, nil
 		}
 		select {
-		case <-time.After(min(wait, backoff)):
+		case <-time.After(max(0, min(time.Until(giveUp)+time.Millisecond, backoff))):
 		case <-ctx.Done():
 			return 0, nil, nil, ctx.Err()
 		}
@@ -146,7 +148,7 @@ func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable st
 var errBusy = errors.New("pgstore: key locked by another claim")
 
 // committedRead is the record of a key as committed, read without its
-// lock, and the request as of the database's clock then.
+// lock after readAt, and the request as of the database's clock then.
 type committedRead struct {
 	record *storage.Record
 	req    storage.ClaimRequest

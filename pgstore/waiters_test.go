@@ -20,7 +20,7 @@ import (
 // both for the whole 5 s), and the duplicates answer in flight once the
 // lock timeout has passed.
 func TestClaim_WaitersHoldNoConnection(t *testing.T) {
-	db := open(t, "waiters", &pgstore.Options{MaxConns: 2, LockTimeout: 5 * time.Second})
+	db := open(t, fresh("waiters"), &pgstore.Options{MaxConns: 2, LockTimeout: 5 * time.Second})
 	ctx := context.Background()
 	held := request("held", time.Now())
 	holder, err := pgx.ConnectConfig(ctx, db.Pool().Config().ConnConfig.Copy()) // another process's claim, say
