@@ -21,7 +21,7 @@ const (
 // scripts.
 type inFlightPage struct {
 	Claims []inFlightClaim `json:"claims"`
-	// Next is the query of the next page; null on the last.
+	// Next is where the next page starts; null on the last page.
 	Next *pageCursor `json:"next"`
 }
 

@@ -160,12 +160,11 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
-	db, err := New(ctx, pool, opts)
+	db, err := open(ctx, pool, opts, true)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	db.ownsPool = true
 	return db, nil
 }
 
@@ -189,6 +188,11 @@ func setsMaxConns(connString string) bool {
 // its own lets other lock waits (a table's, behind a schema change) run
 // as long as the request's context.
 func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*DB, error) {
+	return open(ctx, pool, opts, false)
+}
+
+// open is New, for a pool that the DB closes when ownsPool.
+func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, ownsPool bool) (*DB, error) {
 	o := withDefaults(opts)
 	if err := pool.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
@@ -207,6 +211,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*DB, error) {
 	cfg := pool.Config().ConnConfig
 	db := &DB{
 		pool:      pool,
+		ownsPool:  ownsPool,
 		opts:      o,
 		claimant:  storage.Claimant{ID: newProcessID()},
 		pending:   map[storage.RecordKey]*storage.Record{},
