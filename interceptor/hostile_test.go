@@ -184,11 +184,14 @@ func TestClient_AttemptTimeoutAgainstASlowServer_EndsWithTheResult(t *testing.T)
 		time.Sleep(150 * time.Millisecond)
 		return echo(ctx, req)
 	}
-	client := newRetryingClient(t, h, retry.WithAttemptTimeout(5*time.Millisecond),
-		retry.WithMaxAttempts(20), retry.WithBackoff(20*time.Millisecond, 100*time.Millisecond))
+	// Attempts far shorter than the handler; enough of them that a loaded
+	// machine, on which a replay itself may take longer than one attempt,
+	// still lets one through once the result is stored.
+	client := newRetryingClient(t, h, retry.WithAttemptTimeout(10*time.Millisecond),
+		retry.WithMaxAttempts(100), retry.WithBackoff(20*time.Millisecond, 100*time.Millisecond))
 	resp, err := client.UnaryCall(withKey(context.Background(), "tok", "order-1"), payload("x"))
 	if err != nil {
-		t.Fatalf("with 5ms attempts against a 150ms handler: %v, want the result", err)
+		t.Fatalf("with 10ms attempts against a 150ms handler: %v, want the result", err)
 	}
 	if string(resp.GetPayload().GetBody()) != "x" {
 		t.Errorf("response %v", resp)
