@@ -144,13 +144,15 @@ func (cr *Credentials) logCertificate(msg string, leaf *x509.Certificate, attrs 
 // not load is logged, and the previous keys or certificate stay in use.
 func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan os.Signal, reloaded func(file string, err error)) {
 	if cr.keysFile != nil {
-		wg.Go(func() { cr.keysFile.Run(ctx, Poll, func() { cr.reloadKeys("file changed", reloaded) }) })
+		wg.Go(func() { cr.keysFile.Run(ctx, Poll, func() { cr.reloadKeys("file changed", reloaded, cr.apiKeys()) }) })
 	}
 	if cr.tlsFiles != nil {
 		wg.Go(func() { cr.tlsFiles.Run(ctx, Poll, func() { cr.reloadTLS("file changed", reloaded) }) })
 	}
 	if cr.adminFile != nil {
-		wg.Go(func() { cr.adminFile.Run(ctx, Poll, func() { cr.reloadOperators("file changed", reloaded) }) })
+		wg.Go(func() {
+			cr.adminFile.Run(ctx, Poll, func() { cr.reloadKeys("file changed", reloaded, cr.operatorKeys()) })
+		})
 	}
 	wg.Go(func() {
 		for {
@@ -162,47 +164,50 @@ func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan
 					cr.logger.Info("SIGHUP: no credential file to read again")
 				}
 				if cr.keysFile != nil {
-					cr.reloadKeys("SIGHUP", reloaded)
+					cr.reloadKeys("SIGHUP", reloaded, cr.apiKeys())
 				}
 				if cr.tlsFiles != nil {
 					cr.reloadTLS("SIGHUP", reloaded)
 				}
 				if cr.adminFile != nil {
-					cr.reloadOperators("SIGHUP", reloaded)
+					cr.reloadKeys("SIGHUP", reloaded, cr.operatorKeys())
 				}
 			}
 		}
 	})
 }
 
-// reloadKeys reads the API keys again; a token removed is refused from
-// the next request on.
-func (cr *Credentials) reloadKeys(why string, reloaded func(string, error)) {
-	cr.reloading.Lock()
-	defer cr.reloading.Unlock()
-	keys, err := auth.LoadFile(cr.config.APIKeys)
-	reloaded("api_keys", err)
-	if err != nil {
-		cr.logger.Error("api keys not reloaded: the previous keys stay in use", "trigger", why, "err", err)
-		return
-	}
-	cr.Authn.SetKeys(keys)
-	cr.logger.Info("api keys reloaded", "trigger", why, "file", cr.config.APIKeys, "principals", keys.Principals())
+// keyFile is a file of keys, in the --api-keys format, that is read again
+// when it changes: the API keys', or the operators'.
+type keyFile struct {
+	label   string // as reloads are reported: api_keys, admin_keys
+	subject string // as the log names them: api keys, operator keys
+	count   string // the log's name for how many it lists
+	path    string
+	use     func(*auth.Keys) // puts them in use
 }
 
-// reloadOperators reads the operators' keys again; a key removed is
-// refused from the next request on, sessions it logged in included.
-func (cr *Credentials) reloadOperators(why string, reloaded func(string, error)) {
+func (cr *Credentials) apiKeys() keyFile {
+	return keyFile{"api_keys", "api keys", "principals", cr.config.APIKeys, cr.Authn.SetKeys}
+}
+
+func (cr *Credentials) operatorKeys() keyFile {
+	return keyFile{"admin_keys", "operator keys", "operators", cr.config.AdminKeys, cr.operators.Store}
+}
+
+// reloadKeys reads f again; a key removed is refused from the next
+// request on (for operators, the sessions it logged in too).
+func (cr *Credentials) reloadKeys(why string, reloaded func(string, error), f keyFile) {
 	cr.reloading.Lock()
 	defer cr.reloading.Unlock()
-	operators, err := auth.LoadFile(cr.config.AdminKeys)
-	reloaded("admin_keys", err)
+	keys, err := auth.LoadFile(f.path)
+	reloaded(f.label, err)
 	if err != nil {
-		cr.logger.Error("operator keys not reloaded: the previous keys stay in use", "trigger", why, "err", err)
+		cr.logger.Error(f.subject+" not reloaded: the previous keys stay in use", "trigger", why, "err", err)
 		return
 	}
-	cr.operators.Store(operators)
-	cr.logger.Info("operator keys reloaded", "trigger", why, "file", cr.config.AdminKeys, "operators", operators.Principals())
+	f.use(keys)
+	cr.logger.Info(f.subject+" reloaded", "trigger", why, "file", f.path, f.count, keys.Principals())
 }
 
 // reloadTLS reads the TLS files again: new connections get the new
