@@ -33,7 +33,7 @@ type intentAnswer struct {
 // intentQuery reads the principal and intent id r asks for.
 func intentQuery(r *http.Request) (principal, id string, err error) {
 	principal, id = r.FormValue("principal"), r.FormValue("id")
-	if _, err := validKey(principal, "k"); err != nil {
+	if err := validPrincipal(principal); err != nil {
 		return principal, id, err
 	}
 	if !server.ValidIntentID(id) {

@@ -49,13 +49,21 @@ func recordKey(r *http.Request) (storage.RecordKey, error) {
 // why they name none.
 func validKey(p, key string) (storage.RecordKey, error) {
 	k := storage.RecordKey{Scope: p, Key: key}
-	if !auth.ValidPrincipal(p) && !auth.ValidDevPrincipal(p) && !auth.ValidCertPrincipal(p) {
-		return k, fmt.Errorf(`%w: principal %q names no principal: one is as listed in --api-keys, or "dev:" and a token's SHA-256 in dev mode, or a client certificate's (spiffe://... or dns:<name>)`, errBadQuery, p)
+	if err := validPrincipal(p); err != nil {
+		return k, err
 	}
 	if err := wire.ValidateKey(k.Key); err != nil {
 		return k, fmt.Errorf("%w: key %q is no idempotency key: %v", errBadQuery, k.Key, err)
 	}
 	return k, nil
+}
+
+// validPrincipal says why p names no principal, or returns nil.
+func validPrincipal(p string) error {
+	if !auth.ValidPrincipal(p) && !auth.ValidDevPrincipal(p) && !auth.ValidCertPrincipal(p) {
+		return fmt.Errorf(`%w: principal %q names no principal: one is as listed in --api-keys, or "dev:" and a token's SHA-256 in dev mode, or a client certificate's (spiffe://... or dns:<name>)`, errBadQuery, p)
+	}
+	return nil
 }
 
 // find looks k up for op, logging it, and returns what the page and the
