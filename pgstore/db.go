@@ -322,9 +322,10 @@ func (db *DB) Health() error {
 // that finds the database unreachable ends the connections held, which
 // may lead to a server that went silent (see dropConnections).
 func (db *DB) Probe(ctx context.Context, tables ...string) error {
+	tables = append([]string{"idempotency_records"}, tables...)
 	var writable *bool
 	err := db.pool.QueryRow(ctx, `SELECT bool_and(has_table_privilege(t, 'SELECT, INSERT, UPDATE, DELETE')) FROM unnest($1::text[]) AS t`,
-		append([]string{"idempotency_records"}, tables...)).Scan(&writable)
+		tables).Scan(&writable)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr):
@@ -333,7 +334,7 @@ func (db *DB) Probe(ctx context.Context, tables ...string) error {
 		err = fmt.Errorf("pgstore: database unreachable: %w", err)
 		db.dropConnections()
 	case writable == nil || !*writable:
-		err = fmt.Errorf("pgstore: the database user may not read and write the tables %v", append([]string{"idempotency_records"}, tables...))
+		err = fmt.Errorf("pgstore: the database user may not read and write the tables %v", tables)
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
