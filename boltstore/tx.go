@@ -110,9 +110,12 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 			}
 		}
 		// The record it replaces may be a claim in flight: a durable one's
-		// own, or an orphan that a transactional claim took over.
-		if err := setInFlight(tx, t.key, false); err != nil {
-			return err
+		// own, or an orphan that a transactional claim took over. A fresh
+		// transactional create replaces none, and leaves the index alone.
+		if prior != nil && prior.State == storage.StateInFlight {
+			if err := setInFlight(tx, t.key, false); err != nil {
+				return err
+			}
 		}
 		if t.durable {
 			return tx.Bucket(bucketRecords).Put(t.key, v)
