@@ -10,16 +10,6 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
-// asLister returns s as an storage.InFlightLister, or skips the test.
-func asLister(t *testing.T, s Store) storage.InFlightLister {
-	t.Helper()
-	l, ok := s.(storage.InFlightLister)
-	if !ok {
-		t.Skip("store is not an storage.InFlightLister")
-	}
-	return l
-}
-
 // listInFlight reads every page of l's claims in flight, limit per page,
 // and returns the keys in page order with their records. It fails the test
 // when a page repeats a key or comes back out of order.
@@ -58,7 +48,7 @@ func listInFlight(t *testing.T, l storage.InFlightLister, limit int) ([]string, 
 // lease and claim time; completed, released and swept records are not.
 func testInFlightList(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	l := asLister(t, s)
+	l := as[storage.InFlightLister](t, s)
 	want := []string{}
 	for i := range 5 {
 		for _, scope := range []string{"scope-a", "scope-b"} {
@@ -103,7 +93,7 @@ func testInFlightList(t *testing.T, open Opener) {
 // attempt and claim time.
 func testInFlightChanges(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	l := asLister(t, s)
+	l := as[storage.InFlightLister](t, s)
 	completed, taken, swept := request("completed", "body", t0), request("taken-over", "body", t0), request("swept", "body", t0)
 	swept.TTL = time.Hour
 	c := claim(t, s, completed, storage.OutcomeFresh)
@@ -132,15 +122,28 @@ func testInFlightChanges(t *testing.T, open Opener) {
 func testInFlightReopen(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := open(t, dir)
-	l := asLister(t, s)
+	l := as[storage.InFlightLister](t, s)
 	claim(t, s, request("orphan", "body", t0), storage.OutcomeFresh)
 	if ts, ok := s.(storage.TxStore); ok {
 		_, tx := claimTx(t, ts, request("rolled-back", "body", t0), storage.ClaimInTx, storage.OutcomeFresh)
 		tx.Rollback()
 	}
 	s = reopen(t, open, dir, s)
-	l = asLister(t, s)
+	l = as[storage.InFlightLister](t, s)
 	if keys, _ := listInFlight(t, l, 10); !slices.Equal(keys, []string{"scope-a/orphan"}) {
 		t.Fatalf("InFlight after reopening listed %v, want the orphaned claim alone", keys)
+	}
+}
+
+// testInFlightTakenOverInTx: a claim in flight (an orphan, say) taken over
+// by a transactional claim leaves the list once that claim commits.
+func testInFlightTakenOverInTx(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	ts, l := as[storage.TxStore](t, s), as[storage.InFlightLister](t, s)
+	claim(t, s, request("orphan", "body", t0), storage.OutcomeFresh)
+	rec, tx := claimTx(t, ts, request("orphan", "body", t0.Add(2*lease)), storage.ClaimInTx, storage.OutcomeTakeover)
+	commit(t, tx, rec, sampleResult(t, "done"))
+	if keys, _ := listInFlight(t, l, 10); len(keys) != 0 {
+		t.Fatalf("InFlight after a transactional takeover committed listed %v, want none", keys)
 	}
 }

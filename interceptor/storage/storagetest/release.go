@@ -9,16 +9,6 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
-// asReleaser returns s as an storage.Releaser, or skips the test.
-func asReleaser(t *testing.T, s Store) storage.Releaser {
-	t.Helper()
-	r, ok := s.(storage.Releaser)
-	if !ok {
-		t.Skip("store is not an storage.Releaser")
-	}
-	return r
-}
-
 // storeResult stores result for req as a transactional method would when
 // transactional (through a claim that is not durable, on a TxStore), else
 // through Claim and Complete, and returns the completed record.
@@ -43,7 +33,7 @@ func storeResult(t *testing.T, s Store, req storage.ClaimRequest, result *storag
 
 func testReleaseTxError(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	r := asReleaser(t, s)
+	r := as[storage.Releaser](t, s)
 	req := request("k", "body", t0)
 	done := storeResult(t, s, req, errorResult(t), true)
 	claim(t, s, request("k", "body", t0.Add(time.Minute)), storage.OutcomeReplay) // kept in memory, if the store keeps any
@@ -77,7 +67,7 @@ func testReleaseTxError(t *testing.T, open Opener) {
 
 func testReleaseRefused(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	r := asReleaser(t, s)
+	r := as[storage.Releaser](t, s)
 	later := t0.Add(lease / 2) // the claim in flight still holds its lease
 	storeResult(t, s, request("success", "body", t0), sampleResult(t, "ok"), true)
 	storeResult(t, s, request("not-transactional", "body", t0), errorResult(t), false)

@@ -22,6 +22,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -116,6 +117,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"InFlight_ListsEveryClaimOnceInPages", testInFlightList},
 		{"InFlight_CompletedSweptLeave_TakenOverStays", testInFlightChanges},
 		{"InFlight_Reopen_KeepsDurableClaims", testInFlightReopen},
+		{"InFlight_TakenOverInTx_Leaves", testInFlightTakenOverInTx},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
@@ -138,16 +140,6 @@ func reopen(t *testing.T, open Opener, dir string, s Store) Store {
 		t.Fatal(err)
 	}
 	return openStore(t, open, dir)
-}
-
-// asTxStore returns s as an storage.TxStore, or skips the test.
-func asTxStore(t *testing.T, s Store) storage.TxStore {
-	t.Helper()
-	ts, ok := s.(storage.TxStore)
-	if !ok {
-		t.Skip("store is not an storage.TxStore")
-	}
-	return ts
 }
 
 // canceled is a context that is already done.
@@ -181,6 +173,17 @@ func claim(t *testing.T, s Store, req storage.ClaimRequest, want storage.Outcome
 		t.Fatalf("Claim(%q) returned no record", req.Key.Key)
 	}
 	return rec
+}
+
+// as returns s as a T, the optional part of a store that a test is
+// about, or skips the test when s is not one.
+func as[T any](t *testing.T, s Store) T {
+	t.Helper()
+	v, ok := s.(T)
+	if !ok {
+		t.Skipf("store is not an %v", reflect.TypeFor[T]())
+	}
+	return v
 }
 
 // claimTx claims req through ClaimTx and checks the outcome. A claimed
@@ -632,7 +635,7 @@ func testClaimTxCanceled(t *testing.T, open Opener) {
 	for _, durable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("durable=%t", durable), func(t *testing.T) {
 			s := newStore(t, open)
-			ts := asTxStore(t, s)
+			ts := as[storage.TxStore](t, s)
 			req := request("k", "body", t0)
 			got, _, tx, err := ts.ClaimTx(canceled(), req, storage.Durability(durable))
 			if tx != nil {
@@ -652,7 +655,7 @@ func testClaimTxCanceled(t *testing.T, open Opener) {
 
 func testTxHoldsKey(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	ts := asTxStore(t, s)
+	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
 	first, tx := claimTx(t, ts, req, false, storage.OutcomeFresh)
 	if first.Attempt != 1 || first.State != storage.StateInFlight {
@@ -690,7 +693,7 @@ func testTxConcurrent(t *testing.T, open Opener) {
 		{"TwoRequests", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ts := asTxStore(t, newStore(t, open))
+			ts := as[storage.TxStore](t, newStore(t, open))
 			const rounds, n = 5, 100
 			for round := range rounds {
 				all := raceClaimTx(t, ts, fmt.Sprintf("k-%d", round), n, tc.bodies)
@@ -763,7 +766,7 @@ func raceClaimTx(t *testing.T, ts storage.TxStore, key string, n, bodies int) []
 func testTxRollbackFrees(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := openStore(t, open, dir)
-	ts := asTxStore(t, s)
+	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
 	_, tx := claimTx(t, ts, req, false, storage.OutcomeFresh)
 	tx.Rollback()
@@ -781,7 +784,7 @@ func testTxRollbackFrees(t *testing.T, open Opener) {
 func testTxStoredOnlyByCommit(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := openStore(t, open, dir)
-	ts := asTxStore(t, s)
+	ts := as[storage.TxStore](t, s)
 	committed := request("committed", "body", t0)
 	rec, tx := claimTx(t, ts, committed, false, storage.OutcomeFresh)
 	commit(t, tx, rec, sampleResult(t, "kept"))
@@ -801,7 +804,7 @@ func testTxStoredOnlyByCommit(t *testing.T, open Opener) {
 func testTxDurableStored(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := openStore(t, open, dir)
-	ts := asTxStore(t, s)
+	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
 	first, _ := claimTx(t, ts, req, true, storage.OutcomeFresh)
 	// The Tx stays open: the claim is stored already, not by its end.
@@ -823,7 +826,7 @@ func testTxDurableStored(t *testing.T, open Opener) {
 func testTxDurableCommit(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := openStore(t, open, dir)
-	ts := asTxStore(t, s)
+	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
 	rec, tx := claimTx(t, ts, req, true, storage.OutcomeFresh)
 	commit(t, tx, rec, sampleResult(t, "one"))
@@ -838,7 +841,7 @@ func testTxDurableCommit(t *testing.T, open Opener) {
 
 func testTxSuperseded(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	ts := asTxStore(t, s)
+	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
 	first, tx := claimTx(t, ts, req, true, storage.OutcomeFresh)
 	if s.Claimant().Exclusive {
@@ -867,7 +870,7 @@ func testTxSuperseded(t *testing.T, open Opener) {
 
 func testTxDurableRollback(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	ts := asTxStore(t, s)
+	ts := as[storage.TxStore](t, s)
 	first, tx := claimTx(t, ts, request("k", "body", t0), true, storage.OutcomeFresh)
 	tx.Rollback()
 	rec := claim(t, s, request("k", "body", t0.Add(lease-time.Millisecond)), storage.OutcomeInFlight)
@@ -885,7 +888,7 @@ func testTxDurableRollback(t *testing.T, open Opener) {
 // flight until then, so that no retry runs the handler again meanwhile.
 func testTxDurableRenewedRollback(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	ts := asTxStore(t, s)
+	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
 	first, tx := claimTx(t, ts, req, true, storage.OutcomeFresh)
 	renewed := *first
@@ -910,7 +913,7 @@ func testTxEnded(t *testing.T, open Opener) {
 	for _, durable := range []storage.Durability{storage.ClaimInTx, storage.ClaimDurable} {
 		t.Run(fmt.Sprintf("CommitTwice/durable=%t", durable), func(t *testing.T) {
 			s := newStore(t, open)
-			ts := asTxStore(t, s)
+			ts := as[storage.TxStore](t, s)
 			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, storage.OutcomeFresh)
 			commit(t, tx, rec, sampleResult(t, "one"))
 			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "two")), storage.KeepWrites); err == nil {
@@ -925,7 +928,7 @@ func testTxEnded(t *testing.T, open Opener) {
 		})
 		t.Run(fmt.Sprintf("CommitAfterRollback/durable=%t", durable), func(t *testing.T) {
 			s := newStore(t, open)
-			ts := asTxStore(t, s)
+			ts := as[storage.TxStore](t, s)
 			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, storage.OutcomeFresh)
 			tx.Rollback()
 			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "late")), storage.KeepWrites); err == nil {
