@@ -442,3 +442,78 @@ func TestCommit_ConnectionLostAtCommit_OutcomeUnknown(t *testing.T) {
 		t.Fatalf("the next claim: %v, want the answer replayed or the key free", outcome)
 	}
 }
+
+// A result stored without the handler's writes (an error's) is written in
+// a transaction of its own, after the writes are rolled back: the key stays
+// locked from that rollback until the record commits, so that no other
+// process claims it in between, and no lock is left once it has. The
+// record's insert is held up behind a table lock, and another session asks
+// for the key's lock meanwhile. (One connection, whose statements a first
+// such commit prepares: preparing the insert would wait for the table lock
+// too, but before the rollback.)
+func TestCommit_DroppedWrites_KeyLockedUntilTheRecordCommits(t *testing.T) {
+	name := fresh("dropped_writes")
+	db := open(t, name, &pgstore.Options{MaxConns: 1, LockTimeout: 30 * time.Second})
+	ctx := context.Background()
+	_, rec, tx, err := db.ClaimTx(ctx, request("warm", time.Now()), storage.ClaimInTx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx, rec.Completed(result(t, "bad amount")), storage.DropWrites); err != nil {
+		t.Fatal(err)
+	}
+	req := request("k", time.Now())
+	_, rec, tx, err = db.ClaimTx(ctx, req, storage.ClaimInTx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := pgx.Connect(ctx, cluster.URL(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	hold, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, `LOCK TABLE idempotency_records IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan error, 1)
+	go func() {
+		committed <- tx.Commit(ctx, rec.Completed(result(t, "bad amount")), storage.DropWrites)
+	}()
+
+	asker, err := pgx.Connect(ctx, cluster.URL(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asker.Close(ctx)
+	for waiting := false; !waiting; {
+		err := asker.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks
+			WHERE NOT granted AND relation = 'idempotency_records'::regclass)`).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var free bool
+	if err := asker.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, pgstore.KeyLock(req.Key)).Scan(&free); err != nil {
+		t.Fatal(err)
+	}
+	if free {
+		t.Error("the key's lock was free between the rollback of the writes and the record's commit")
+		asker.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+	}
+
+	hold.Rollback(ctx)
+	if err := <-committed; err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	claim(t, db, request("k", time.Now()), storage.OutcomeReplay)
+	var advisory int
+	if err := asker.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&advisory); err != nil || advisory != 0 {
+		t.Errorf("advisory locks held once the record committed = %d, %v; want 0", advisory, err)
+	}
+}

@@ -51,8 +51,8 @@ func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable sto
 	return outcome, rec, tx, err
 }
 
-// claim decides req on the key's record, read under the key's lock (a
-// session advisory lock): a fresh key is claimed in one round trip, and a
+// claim decides req on the key's record, read under the key's lock (an
+// advisory lock of the claim's transaction): a fresh key is claimed in one round trip, and a
 // duplicate of a claim not yet committed, in any process, waits for the
 // lock (LockTimeout at most) and then reads what it committed. Completed
 // records found before are answered from memory, without the database.
@@ -211,7 +211,7 @@ func (db *DB) claimIfFree(ctx context.Context, req storage.ClaimRequest, durable
 func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Record, now time.Time, err error) {
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
-	b.Queue(`SELECT pg_try_advisory_lock($1)`, t.lock)
+	b.Queue(`SELECT pg_try_advisory_xact_lock($1)`, t.lock)
 	b.Queue(selectRecord, t.key.Scope, t.key.Key)
 	err = sendBatch(ctx, t.conn, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
@@ -251,7 +251,6 @@ func (t *Tx) writeDurableClaim(ctx context.Context) error {
 		return err
 	}
 	b.Queue(`COMMIT`)
-	b.Queue(`SELECT pg_advisory_unlock_all()`)
 	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
 		return replaced(err)
 	}
@@ -267,7 +266,7 @@ func keyDigest(k storage.RecordKey) [sha256.Size]byte {
 }
 
 // KeyLock is the advisory lock, a bigint, that a claim of k holds in its
-// session until it commits or rolls back: the first 8 bytes of k's
+// transaction until it commits or rolls back: the first 8 bytes of k's
 // digest (two keys that share one only wait for each other). In pg_locks
 // it is the row of locktype 'advisory' whose classid and objid are its
 // high and low 32 bits, for an operator asking which session holds a key.

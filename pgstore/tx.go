@@ -24,10 +24,13 @@ type txKey struct{}
 // For a claim that is not durable, the transaction is the one that took
 // the key's lock and read its record, still open on its connection: the
 // record is written only when it commits, as a completed record. The lock
-// is a session lock, so that it outlives a rollback: an error's writes are
-// rolled back and its record written in a new transaction, the key locked
-// throughout. For a durable claim, the claim was committed on its own, and
-// a transaction begins with the handler's first statement.
+// is the transaction's, so that the COMMIT that makes the record visible
+// also frees the key, with no statement of its own. An error's writes are
+// rolled back and its record written in a new transaction: the key is
+// locked for the session first, since a lock of the session outlives a
+// rollback, so that it stays locked throughout. For a durable claim, the
+// claim was committed on its own, and a transaction begins with the
+// handler's first statement.
 //
 // The transaction is driven with plain BEGIN and COMMIT statements on a
 // pooled connection, so that they share round trips with the claim and
@@ -36,7 +39,7 @@ type txKey struct{}
 type Tx struct {
 	db        *DB
 	key       storage.RecordKey
-	lock      int64 // the key's advisory lock, a session lock held by conn
+	lock      int64 // the key's advisory lock, held by conn's transaction
 	claim     *storage.Record
 	prior     *storage.Record // the record the claim replaces, if any
 	lease     time.Duration
@@ -50,6 +53,10 @@ type Tx struct {
 	conn   *pgxpool.Conn // in a transaction, holding the key's lock; nil for a durable claim until its first statement
 	failed error         // the first failure of a statement run through t
 	ended  bool
+	// sessionLock: conn may hold the key's lock for its session, which
+	// only a rollback of t's writes asks for (see Commit), and which
+	// rollbackLocked must then release.
+	sessionLock bool
 }
 
 var _ storage.Tx = (*Tx)(nil)
@@ -113,6 +120,10 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 	// not run: the handler's writes never commit without their record.
 	b := &pgx.Batch{}
 	if !keepWrites {
+		// The key stays locked from the rollback to the record's commit:
+		// the session takes its lock too (at once: it holds it already).
+		t.sessionLock = true
+		b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
 		b.Queue(`ROLLBACK`)
 		b.Queue(`BEGIN`)
 	}
@@ -127,7 +138,9 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 		b.Queue(`SELECT pg_notify($1, $2)`, noticeChannel, noticePayload(t.key))
 	}
 	b.Queue(`COMMIT`)
-	b.Queue(`SELECT pg_advisory_unlock_all()`)
+	if !keepWrites {
+		b.Queue(`SELECT pg_advisory_unlock_all()`)
+	}
 	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
 		t.rollbackLocked()
 		return replaced(commitOutcome(err))
@@ -198,12 +211,13 @@ func (t *Tx) endLocked() {
 	}
 }
 
-// rollbackLocked ends t's transaction, if it has one, releases the key's
-// lock, and returns its connection to the pool. It releases every session
-// lock of the connection, held or not: a claim's connection holds no other,
-// and no connection may go back to the pool holding one (it would keep its
-// key locked for every process). A connection that fails to do so is
-// closed, which ends both as well.
+// rollbackLocked ends t's transaction, if it has one, which releases the
+// key's lock, and returns its connection to the pool. Should the session
+// have taken the lock too, it releases every session lock of the
+// connection: a claim's connection holds no other, and no connection may
+// go back to the pool holding one (it would keep its key locked for every
+// process). A connection that fails to do so is closed, which ends both
+// as well.
 func (t *Tx) rollbackLocked() {
 	if t.conn == nil {
 		return
@@ -212,7 +226,9 @@ func (t *Tx) rollbackLocked() {
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(`ROLLBACK`)
-	b.Queue(`SELECT pg_advisory_unlock_all()`)
+	if t.sessionLock {
+		b.Queue(`SELECT pg_advisory_unlock_all()`)
+	}
 	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
 		t.conn.Conn().Close(ctx)
 	}
