@@ -63,9 +63,10 @@ lint:
 
 ## generate: regenerate gen/ from proto/, and the descriptors with their
 ## comments that paymentsd's server reflection serves; openapitidy then
-## drops the OpenAPI definitions nothing uses and makes the cancel's empty
-## body optional, which protoc-gen-openapiv2 has no option for
+## drops the OpenAPI definitions nothing uses, makes the cancel's empty
+## body optional and sets info.version to VERSION's release, which
+## protoc-gen-openapiv2 has no option for
 generate:
 	$(BUF) generate
-	go run ./internal/openapitidy gen/payments/v1/payments.swagger.json
+	go run ./internal/openapitidy -version "$$(cat VERSION)" gen/payments/v1/payments.swagger.json
 	$(BUF) build --exclude-imports -o gen/descriptors.binpb
