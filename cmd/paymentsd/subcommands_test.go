@@ -421,7 +421,7 @@ func TestSubcommand_BadInput_UsageAndExit2(t *testing.T) {
 	}
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
 		paymentsd(t, "", args...).want(t, 0, "paymentsd record", "paymentsd backup", "paymentsd check",
-			"paymentsd hash-token", "paymentsd version", "-api-keys")
+			"paymentsd hash-token", "paymentsd health", "paymentsd version", "-api-keys", "Flags of paymentsd health:\n  -addr")
 	}
 	paymentsd(t, "", "record", "-h").want(t, 0)
 	// No subcommand: the server's flags, as before.
