@@ -33,7 +33,7 @@ import (
 // than its file list.
 func TestImage(t *testing.T) {
 	tool := imageTool(t)
-	tag := "localhost/paymentsd-imagetest:" + randomHex(t)
+	tag := "localhost/paymentsd-imagetest:" + randomHex()
 	context := t.TempDir()
 	cmd := exec.Command("make", "-C", "..", "image", "IMAGE="+tag, "IMAGE_CONTEXT="+context)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -170,7 +170,9 @@ func imageTool(t *testing.T) string {
 	return ""
 }
 
-func randomHex(t *testing.T) string {
+// randomHex names this run's image, so that runs side by side, or one
+// after a run that left its image, do not meet.
+func randomHex() string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	return hex.EncodeToString(b)
