@@ -7,8 +7,11 @@ SHELL := bash
 # through `go tool`, so a fresh clone needs nothing but Go.
 BUF := go tool -modfile=tools/go.mod buf
 GHZ_VERSION := v0.120.0
+# The image's name and build context (make image).
+IMAGE ?= paymentsd:$(strip $(file < VERSION))
+IMAGE_CONTEXT ?= bin/image
 
-.PHONY: run test lint generate crashtest bench certs
+.PHONY: run test lint generate crashtest bench certs image image-context
 
 ## run: start paymentsd in dev mode: gRPC on localhost:50051, HTTP/JSON on
 ## localhost:8080, data in ./data/
@@ -63,9 +66,33 @@ lint:
 
 ## generate: regenerate gen/ from proto/, and the descriptors with their
 ## comments that paymentsd's server reflection serves; openapitidy then
-## drops the OpenAPI definitions nothing uses and makes the cancel's empty
-## body optional, which protoc-gen-openapiv2 has no option for
+## drops the OpenAPI definitions nothing uses, makes the cancel's empty
+## body optional and sets info.version to VERSION's release, which
+## protoc-gen-openapiv2 has no option for
 generate:
 	$(BUF) generate
-	go run ./internal/openapitidy gen/payments/v1/payments.swagger.json
+	go run ./internal/openapitidy -version "$$(cat VERSION)" gen/payments/v1/payments.swagger.json
 	$(BUF) build --exclude-imports -o gen/descriptors.binpb
+
+## image: the container image $(IMAGE) (Containerfile) with Podman, or
+## Buildah when Podman is missing (apt-get install podman): the static
+## binary (CGO off, time zones embedded) built here into the build context
+## $(IMAGE_CONTEXT)/, on scratch; no base image is pulled
+image: image-context
+	if command -v podman >/dev/null; then \
+	  podman build --format docker -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
+	elif command -v buildah >/dev/null; then \
+	  buildah bud --format docker -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
+	else \
+	  echo 'make image: needs podman or buildah (apt-get install podman)'; exit 1; \
+	fi
+
+## image-context: the Containerfile's build context in $(IMAGE_CONTEXT)/:
+## the static binary, this machine's CA certificates, LICENSE, NOTICE and
+## the empty data directory (for docker build -f Containerfile $(IMAGE_CONTEXT))
+image-context:
+	rm -rf $(IMAGE_CONTEXT)
+	mkdir -p $(IMAGE_CONTEXT)/data/paymentsd
+	chmod 0700 $(IMAGE_CONTEXT)/data/paymentsd
+	CGO_ENABLED=0 go build -trimpath -tags timetzdata -o $(IMAGE_CONTEXT)/paymentsd ./cmd/paymentsd
+	cp /etc/ssl/certs/ca-certificates.crt LICENSE NOTICE $(IMAGE_CONTEXT)/

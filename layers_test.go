@@ -15,8 +15,13 @@ import (
 // README's layout table says what each is for. A new package must be given
 // a floor here, which is the moment to decide what it may depend on.
 var floors = [][]string{
+	// The files of the top directory, embedded: the OpenAPI document, the
+	// descriptors, VERSION.
+	{""},
+	// Which build this is, from VERSION and the go command's stamp.
+	{"internal/version"},
 	// The ground: no idempotency, no payments.
-	{"", "bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
+	{"bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
 		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
 		"internal/grpcreflect", "internal/requestid", "internal/storehealth", "internal/cli", "internal/openapitidy",
 		"internal/traceexport", "server/strictcodec",
@@ -39,7 +44,7 @@ var floors = [][]string{
 	// The operator console, which shows records as recordview does.
 	{"console"},
 	// Programs.
-	{"cmd/paymentsd", "bench"},
+	{"cmd/paymentsd", "bench", "deploy"},
 }
 
 const module = "github.com/paymentsd/paymentsd"

@@ -1,6 +1,7 @@
 // Package paymentsd holds what the repository's programs embed from its top
 // directory: files that make generate writes under gen/, which no package
-// below gen/ can embed since buf empties gen/ on each run.
+// below gen/ can embed since buf empties gen/ on each run, and VERSION,
+// which no package below the top can embed at all.
 package paymentsd
 
 import _ "embed"

@@ -2,7 +2,9 @@ package paymentsd_test
 
 import (
 	"encoding/json"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/go-openapi/loads"
@@ -68,5 +70,31 @@ func TestOpenAPI_SaysWhatTheServerDoes(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestOpenAPI_InfoIsTheRelease: info.version is the VERSION file's release
+// (make generate sets it) and info.license the LICENSE's, so that a client
+// generated from the document names what it was generated from.
+func TestOpenAPI_InfoIsTheRelease(t *testing.T) {
+	var doc struct {
+		Info struct {
+			Version string
+			License struct{ Name, URL string }
+		}
+	}
+	if err := json.Unmarshal(paymentsd.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.TrimSpace(paymentsd.VersionFile); doc.Info.Version != want {
+		t.Errorf("info.version %q, VERSION %q: run make generate", doc.Info.Version, want)
+	}
+	license, err := os.ReadFile("LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(license), "Apache License\n                           Version 2.0") ||
+		doc.Info.License.Name != "Apache-2.0" || doc.Info.License.URL != "https://www.apache.org/licenses/LICENSE-2.0" {
+		t.Errorf("info.license %+v; LICENSE is Apache-2.0", doc.Info.License)
 	}
 }

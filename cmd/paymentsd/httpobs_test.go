@@ -123,8 +123,8 @@ func tracedCreate(t *testing.T, c *collector) (httpSpan, grpcSpan *tracepb.Span)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rs := range c.got {
-		if res := attrs(rs.Resource.GetAttributes()); res["service.name"] != "paymentsd" || res["service.version"] == "" {
-			t.Errorf("resource %v: want service.name and service.version", res)
+		if res := attrs(rs.Resource.GetAttributes()); res["service.name"] != "paymentsd" || res["service.version"] != releaseVersion(t) {
+			t.Errorf("resource %v: want service.name paymentsd and service.version %s", res, releaseVersion(t))
 		}
 		for _, ss := range rs.ScopeSpans {
 			for _, s := range ss.Spans {

@@ -148,3 +148,27 @@ func TestHTTP_OpenAPI_DeclaresTheStatusesServed(t *testing.T) {
 		t.Errorf("answers the OpenAPI document does not declare for their operation: %v", missing)
 	}
 }
+
+// TestHTTP_OpenAPI_VersionIsTheBinarys: the document the real binary
+// serves names the release its version subcommand prints, and the license.
+func TestHTTP_OpenAPI_VersionIsTheBinarys(t *testing.T) {
+	_, base := startHTTP(t)
+	a := httpCall(t, "GET", base+"/v1/openapi.json", "")
+	var doc struct {
+		Info struct {
+			Version string
+			License struct{ Name, URL string }
+		}
+	}
+	if err := json.Unmarshal(a.body, &doc); a.status != http.StatusOK || err != nil {
+		t.Fatalf("GET /v1/openapi.json: %d, %v", a.status, err)
+	}
+	first, _, _ := strings.Cut(paymentsd(t, "", "--version").stdout, "\n")
+	m := versionLine.FindStringSubmatch(first)
+	if m == nil || doc.Info.Version != m[1] {
+		t.Errorf("info.version %q; paymentsd --version says %q", doc.Info.Version, first)
+	}
+	if doc.Info.License.Name != "Apache-2.0" || doc.Info.License.URL != "https://www.apache.org/licenses/LICENSE-2.0" {
+		t.Errorf("info.license %+v, want Apache-2.0 and its URL", doc.Info.License)
+	}
+}

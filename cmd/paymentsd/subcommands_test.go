@@ -11,8 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -321,14 +323,65 @@ func TestHashToken_LineAcceptedByAPIKeys(t *testing.T) {
 	paymentsd(t, "tok", "hash-token").want(t, 2)
 }
 
+// versionLine is the first line of paymentsd version: the release, the
+// revision (7 hex digits, +dirty for a tree with changes, or unknown) and
+// the Go version.
+var versionLine = regexp.MustCompile(`^paymentsd (v\d+\.\d+\.\d+\S*) \(rev (unknown|[0-9a-f]{7}(?:\+dirty)?), (go1\.\S+)\)$`)
+
+// releaseVersion is the VERSION file's, which every build stamps.
+func releaseVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
 func TestVersion(t *testing.T) {
 	for _, arg := range []string{"--version", "version", "-version"} {
 		r := paymentsd(t, "", arg)
-		r.want(t, 0, "paymentsd ", "github.com/paymentsd/paymentsd", "revision:", "go1.")
+		r.want(t, 0, "github.com/paymentsd/paymentsd", "revision:", "go1.")
 		first, _, _ := strings.Cut(r.stdout, "\n")
-		if first != "paymentsd (devel)" && !strings.HasPrefix(first, "paymentsd v") {
-			t.Errorf("%s: first line %q, want paymentsd and a module version", arg, first)
+		m := versionLine.FindStringSubmatch(first)
+		if m == nil || m[1] != releaseVersion(t) || m[3] != runtime.Version() {
+			t.Errorf("%s: first line %q, want it to match %s with VERSION's %s and %s", arg, first, versionLine, releaseVersion(t), runtime.Version())
 		}
+	}
+}
+
+// TestVersion_Revision builds paymentsd with the VCS stamp on (this
+// machine's go env may turn it off) and finds the checkout's commit in
+// its first line, +dirty when git sees changes, as go build judges them.
+func TestVersion_Revision(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "--short=7", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	status, err := exec.Command("git", "status", "--porcelain").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "paymentsd")
+	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSpace(string(head))
+	if len(status) > 0 {
+		want += "+dirty"
+	}
+	if info, err := os.Stat(filepath.Join("..", "..", ".git")); err != nil || !info.IsDir() {
+		// The go command stamps a revision only where .git is a
+		// directory: never in a git worktree, whose .git is a file.
+		want = "unknown"
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	if m := versionLine.FindStringSubmatch(first); m == nil || m[2] != want {
+		t.Errorf("first line %q, want rev %s", first, want)
 	}
 }
 
@@ -368,7 +421,7 @@ func TestSubcommand_BadInput_UsageAndExit2(t *testing.T) {
 	}
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
 		paymentsd(t, "", args...).want(t, 0, "paymentsd record", "paymentsd backup", "paymentsd check",
-			"paymentsd hash-token", "paymentsd version", "-api-keys")
+			"paymentsd hash-token", "paymentsd health", "paymentsd version", "-api-keys", "Flags of paymentsd health:\n  -addr")
 	}
 	paymentsd(t, "", "record", "-h").want(t, 0)
 	// No subcommand: the server's flags, as before.

@@ -5,28 +5,32 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/paymentsd/paymentsd/internal/version"
 )
 
-// Version is the version subcommand of program name: what was built, from
-// which revision, as the go command stamped it. A binary built outside a
-// checkout, or with -buildvcs=false, has no revision to tell.
+// Version is the version subcommand of program name: its first line names
+// the release, revision and Go version ("paymentsd v0.4.0 (rev abc1234,
+// go1.26.8)"), for a bug report or a script; the lines after it say the
+// rest of what the go command stamped. A binary built outside a checkout,
+// or with -buildvcs=false, has no revision to tell.
 func Version(name string) func(ctx context.Context, sio *Stdio, args []string) int {
 	return func(_ context.Context, sio *Stdio, args []string) int {
 		if len(args) > 0 {
 			fmt.Fprintf(sio.Err, "%s version: takes no arguments, got %q\nusage: %[1]s version\n", name, args)
 			return ExitUsage
 		}
+		fmt.Fprintf(sio.Out, "%s %s\n", name, version.String())
 		info, ok := debug.ReadBuildInfo()
 		if !ok {
-			fmt.Fprintf(sio.Out, "%s (no build information)\ngo:        %s %s/%s\n", name, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintf(sio.Out, "go:        %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return ExitOK
 		}
 		settings := map[string]string{}
 		for _, s := range info.Settings {
 			settings[s.Key] = s.Value
 		}
-		fmt.Fprintf(sio.Out, "%s %s\n", name, info.Main.Version)
-		fmt.Fprintf(sio.Out, "module:    %s\n", info.Main.Path)
+		fmt.Fprintf(sio.Out, "module:    %s %s\n", info.Main.Path, info.Main.Version)
 		if rev := settings["vcs.revision"]; rev != "" {
 			fmt.Fprintf(sio.Out, "revision:  %s\n", rev)
 			fmt.Fprintf(sio.Out, "time:      %s\n", settings["vcs.time"])

@@ -1,29 +1,36 @@
 // Command openapitidy finishes, in place, the OpenAPI 2.0 document that
 // protoc-gen-openapiv2 writes, for what no option of the generator can say:
 // it drops the definitions that no operation refers to (the response
-// wrappers that response_body unwraps), and makes a body optional where it
+// wrappers that response_body unwraps), makes a body optional where it
 // has no properties, the path holding the whole request (a cancel's empty
-// body). make generate runs it; the order of the generator's keys is kept,
-// so that gen/ diffs stay readable.
+// body), and sets info.version to the release (-version, the VERSION
+// file's), which the protos cannot know. make generate runs it; the order
+// of the generator's keys is kept, so that gen/ diffs stay readable.
 package main
 
 import (
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: openapitidy FILE.swagger.json")
+	fs := flag.NewFlagSet("openapitidy", flag.ExitOnError)
+	version := fs.String("version", "", "the release, set as info.version (make generate gives the VERSION file's)")
+	fs.Parse(os.Args[1:])
+	if fs.NArg() != 1 || *version == "" {
+		fmt.Fprintln(os.Stderr, "usage: openapitidy -version V FILE.swagger.json")
 		os.Exit(2)
 	}
-	if err := tidyFile(os.Args[1]); err != nil {
+	if err := tidyFile(fs.Arg(0), *version); err != nil {
 		fmt.Fprintln(os.Stderr, "openapitidy:", err)
 		os.Exit(1)
 	}
 }
 
-func tidyFile(name string) error {
+func tidyFile(name, version string) error {
 	in, err := os.ReadFile(name)
 	if err != nil {
 		return err
@@ -33,7 +40,23 @@ func tidyFile(name string) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	tidy(doc)
+	if err := setVersion(doc, version); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	return os.WriteFile(name, doc.encode(), 0o644)
+}
+
+// setVersion makes info.version the release, in the place the generator
+// gave the placeholder it writes ("version not set"), so that the
+// document names the build that serves it.
+func setVersion(doc *node, version string) error {
+	info := doc.get("info")
+	if info == nil || info.kind != '{' {
+		return errors.New("no info object")
+	}
+	v, _ := json.Marshal(version)
+	info.set("version", scalar(string(v)))
+	return nil
 }
 
 // tidy makes the document say what the server does.

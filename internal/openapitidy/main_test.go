@@ -51,7 +51,7 @@ func TestTidy_DropsUnusedDefinitionsAndMakesEmptyBodiesOptional(t *testing.T) {
 }
 
 // TestEncode_GeneratedDocumentRoundTrips: the committed document, already
-// tidied, is a fixed point.
+// tidied, is a fixed point, its version the VERSION file's.
 func TestEncode_GeneratedDocumentRoundTrips(t *testing.T) {
 	in, err := os.ReadFile("../../gen/payments/v1/payments.swagger.json")
 	if err != nil {
@@ -62,7 +62,37 @@ func TestEncode_GeneratedDocumentRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	tidy(doc)
+	version, err := os.ReadFile("../../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setVersion(doc, strings.TrimSpace(string(version))); err != nil {
+		t.Fatal(err)
+	}
 	if got := doc.encode(); string(got) != string(in) {
 		t.Errorf("tidy changed the committed document: run make generate")
+	}
+}
+
+// TestSetVersion_InThePlaceholdersPlace: the release replaces the
+// generator's placeholder where it stood, and a document without an info
+// object is refused rather than given one.
+func TestSetVersion_InThePlaceholdersPlace(t *testing.T) {
+	doc, err := parse([]byte("{\n  \"info\": {\n    \"title\": \"t\",\n    \"version\": \"version not set\",\n    \"license\": {}\n  }\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setVersion(doc, "v1.2.3"); err != nil {
+		t.Fatal(err)
+	}
+	want := "{\n  \"info\": {\n    \"title\": \"t\",\n    \"version\": \"v1.2.3\",\n    \"license\": {}\n  }\n}\n"
+	if got := string(doc.encode()); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	for _, in := range []string{`{}`, `{"info":"x"}`} {
+		doc, _ := parse([]byte(in))
+		if err := setVersion(doc, "v1.2.3"); err == nil {
+			t.Errorf("%s: no error", in)
+		}
 	}
 }

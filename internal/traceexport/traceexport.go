@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -24,6 +23,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"google.golang.org/grpc"
+
+	"github.com/paymentsd/paymentsd/internal/version"
 )
 
 // shutdownTimeout bounds the flush of the last spans at Close, so
@@ -54,14 +55,14 @@ func Enabled(getenv func(string) string) bool {
 // (headers, TLS, compression, timeout), the batch processor OTEL_BSP_*, the
 // sampler OTEL_TRACES_SAMPLER, and the resource OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES over the default service.name, paymentsd, and
-// service.version, Version.
+// service.version, the release (version.Version).
 func Start(ctx context.Context, logger *slog.Logger) (*Exporter, error) {
 	if !Enabled(os.Getenv) {
 		return nil, nil
 	}
 	res, err := resource.New(ctx,
 		resource.WithTelemetrySDK(),
-		resource.WithAttributes(semconv.ServiceName("paymentsd"), semconv.ServiceVersion(Version())),
+		resource.WithAttributes(semconv.ServiceName("paymentsd"), semconv.ServiceVersion(version.Version)),
 		resource.WithFromEnv(), // last, so that it wins
 	)
 	if errors.Is(err, resource.ErrPartialResource) {
@@ -114,16 +115,6 @@ func (t *Exporter) HTTPHandler(h http.Handler) http.Handler {
 		otelhttp.WithPropagators(propagation.TraceContext{}),
 		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
 	)
-}
-
-// Version is the version spans carry as service.version: the main
-// module's, as the go command stamped it and paymentsd version prints it,
-// so that a trace names the build that served it.
-func Version() string {
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		return info.Main.Version
-	}
-	return "unknown"
 }
 
 // Shutdown exports the spans still buffered and stops the exporter. Its

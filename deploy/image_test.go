@@ -1,0 +1,280 @@
+package deploy
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"crypto/rand"
+	"crypto/x509"
+	"debug/buildinfo"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestImage builds the image with make image, as a user would, and checks
+// it from the image itself. Containers cannot run on every machine that
+// builds images (on this project's, crun may not set its limits), so the
+// test does not run one: it saves the image as a docker archive, reads its
+// config (user, health check, ports, volume, entrypoint) and its layers'
+// files with their owners, and runs the binary it extracts from them. The
+// image must hold no shell, which no container run could show better
+// than its file list.
+func TestImage(t *testing.T) {
+	tool := imageTool(t)
+	tag := "localhost/paymentsd-imagetest:" + randomHex()
+	context := t.TempDir()
+	cmd := exec.Command("make", "-C", "..", "image", "IMAGE="+tag, "IMAGE_CONTEXT="+context)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make image: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command(tool, "rmi", "-f", tag).Run() })
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if out, err := exec.Command(tool, "push", tag, "docker-archive:"+archive+":"+tag).CombinedOutput(); err != nil {
+		t.Fatalf("%s push %s docker-archive: %v\n%s", tool, tag, err, out)
+	}
+	img := readImage(t, archive)
+
+	c := img.Config.Config
+	if c.User != "65532:65532" {
+		t.Errorf("user %q, want 65532:65532, not root", c.User)
+	}
+	if !slices.Equal(c.Entrypoint, []string{"/usr/local/bin/paymentsd"}) {
+		t.Errorf("entrypoint %q", c.Entrypoint)
+	}
+	for _, port := range []string{"50051/tcp", "8080/tcp", "9090/tcp"} {
+		if _, ok := c.ExposedPorts[port]; !ok {
+			t.Errorf("port %s not exposed: %v", port, c.ExposedPorts)
+		}
+	}
+	if _, ok := c.Volumes["/var/lib/paymentsd"]; !ok {
+		t.Errorf("volumes %v, want /var/lib/paymentsd", c.Volumes)
+	}
+	for _, kv := range []string{"PAYMENTSD_LISTEN=0.0.0.0:50051", "PAYMENTSD_HTTP_LISTEN=0.0.0.0:8080", "PAYMENTSD_DB=/var/lib/paymentsd/paymentsd.db"} {
+		if !slices.Contains(c.Env, kv) {
+			t.Errorf("env %q, want %s", c.Env, kv)
+		}
+	}
+	if c.Healthcheck == nil || !slices.Equal(c.Healthcheck.Test[:3], []string{"CMD", "/usr/local/bin/paymentsd", "health"}) {
+		t.Errorf("health check %+v, want CMD paymentsd health", c.Healthcheck)
+	}
+
+	// Nothing but the binary, the certificates and the license: no shell,
+	// no other program.
+	var files []string
+	for name, h := range img.files {
+		if h.Typeflag != tar.TypeDir {
+			files = append(files, name)
+		}
+	}
+	slices.Sort(files)
+	if want := []string{"etc/ssl/certs/ca-certificates.crt", "usr/local/bin/paymentsd",
+		"usr/share/doc/paymentsd/LICENSE", "usr/share/doc/paymentsd/NOTICE"}; !slices.Equal(files, want) {
+		t.Errorf("the image's files are %q, want %q", files, want)
+	}
+	if _, ok := img.files["bin/sh"]; ok {
+		t.Error("the image holds /bin/sh")
+	}
+	data, ok := img.files["var/lib/paymentsd"]
+	if !ok || data.Typeflag != tar.TypeDir || data.Uid != 65532 || data.Gid != 65532 || data.Mode&0o077 != 0 {
+		t.Errorf("/var/lib/paymentsd: %+v, want a directory of 65532:65532, mode 0700", data)
+	}
+	for _, dir := range []string{"var", "var/lib", "usr/local/bin", "etc/ssl/certs"} {
+		if h, ok := img.files[dir]; ok && (h.Uid != 0 || h.Mode&0o022 != 0) {
+			t.Errorf("/%s: owner %d, mode %o; want root's, writable by no one else", dir, h.Uid, h.Mode)
+		}
+	}
+	for _, file := range []string{"usr/local/bin/paymentsd", "etc/ssl/certs/ca-certificates.crt"} {
+		if h := img.files[file]; h == nil || h.Uid != 0 || h.Mode&0o022 != 0 {
+			t.Errorf("/%s: %+v; want root's, writable by no one else", file, h)
+		}
+	}
+	certs := img.content(t, "etc/ssl/certs/ca-certificates.crt")
+	if block, _ := pem.Decode(certs); block == nil {
+		t.Error("/etc/ssl/certs/ca-certificates.crt holds no PEM certificate")
+	} else if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+		t.Errorf("/etc/ssl/certs/ca-certificates.crt: %v", err)
+	}
+
+	bin := filepath.Join(t.TempDir(), "paymentsd")
+	if err := os.WriteFile(bin, img.content(t, "usr/local/bin/paymentsd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	checkStatic(t, bin)
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("the image's paymentsd --version: %v", err)
+	}
+	version, err := os.ReadFile(filepath.Join("..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	want := regexp.MustCompile(`^paymentsd ` + regexp.QuoteMeta(strings.TrimSpace(string(version))) + ` \(rev (unknown|[0-9a-f]{7}(\+dirty)?), go1\.\S+\)$`)
+	if !want.MatchString(first) {
+		t.Errorf("the image's paymentsd --version: %q, want it to match %s", first, want)
+	}
+}
+
+// checkStatic fails t unless the binary at path needs no dynamic loader
+// and was built with CGO off and the time zone database embedded.
+func checkStatic(t *testing.T, path string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the image's paymentsd is dynamically linked")
+		}
+	}
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	if settings["CGO_ENABLED"] != "0" || !slices.Contains(strings.Split(settings["-tags"], ","), "timetzdata") {
+		t.Errorf("the image's paymentsd was built with CGO_ENABLED=%q and -tags=%q, want 0 and timetzdata", settings["CGO_ENABLED"], settings["-tags"])
+	}
+}
+
+// imageTool is podman, else buildah. Without either the test is skipped,
+// but under CI=true, where .ci/run installs podman, it fails.
+func imageTool(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"podman", "buildah"} {
+		if _, err := exec.LookPath(tool); err == nil {
+			return tool
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("neither podman nor buildah is installed (apt-get install podman); CI=true, so not skipped")
+	}
+	t.Skip("neither podman nor buildah is installed (apt-get install podman)")
+	return ""
+}
+
+// randomHex names this run's image, so that runs side by side, or one
+// after a run that left its image, do not meet.
+func randomHex() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// image is a docker archive's image: its config, and the files of its
+// layers, the last layer's winning.
+type image struct {
+	Config struct {
+		Config struct {
+			User         string
+			Env          []string
+			Entrypoint   []string
+			ExposedPorts map[string]struct{}
+			Volumes      map[string]struct{}
+			Healthcheck  *struct{ Test []string }
+		} `json:"config"`
+	}
+	files    map[string]*tar.Header // by path, without a leading / or ./
+	contents map[string][]byte      // of the regular files
+}
+
+// readImage reads the docker archive at file (docker save's format).
+func readImage(t *testing.T, file string) *image {
+	t.Helper()
+	entries := readTar(t, file)
+	var manifest []struct {
+		Config string
+		Layers []string
+	}
+	if err := json.Unmarshal(entries["manifest.json"], &manifest); err != nil || len(manifest) != 1 {
+		t.Fatalf("manifest.json: %v, %d images", err, len(manifest))
+	}
+	img := &image{files: map[string]*tar.Header{}, contents: map[string][]byte{}}
+	if err := json.Unmarshal(entries[manifest[0].Config], &img.Config); err != nil {
+		t.Fatalf("config %s: %v", manifest[0].Config, err)
+	}
+	for _, layer := range manifest[0].Layers {
+		r := bufio.NewReader(bytes.NewReader(entries[layer]))
+		var src io.Reader = r
+		if magic, _ := r.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+			z, err := gzip.NewReader(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src = z
+		}
+		tr := tar.NewReader(src)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("layer %s: %v", layer, err)
+			}
+			name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+			img.files[name] = h
+			if h.Typeflag == tar.TypeReg {
+				b, err := io.ReadAll(tr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				img.contents[name] = b
+			}
+		}
+	}
+	return img
+}
+
+// content is the regular file name of img; its absence fails t.
+func (img *image) content(t *testing.T, name string) []byte {
+	t.Helper()
+	b, ok := img.contents[name]
+	if !ok {
+		t.Fatalf("the image has no file /%s", name)
+	}
+	return b
+}
+
+// readTar is every regular file of the tar at path, by name.
+func readTar(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if out[h.Name], err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,58 @@
+// Package version says which build of paymentsd this is: the release from
+// the VERSION file, embedded so that a plain go build or go install
+// stamps it, and the revision and Go version the go command recorded.
+package version
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/paymentsd/paymentsd"
+)
+
+// Version is the release, "v0.4.0": the VERSION file's first line.
+var Version = strings.TrimSpace(paymentsd.VersionFile)
+
+// String is the build in one line, "v0.4.0 (rev abc1234, go1.26.8)", as
+// paymentsd version prints it after the program's name.
+func String() string {
+	return fmt.Sprintf("%s (rev %s, %s)", Version, Revision(), runtime.Version())
+}
+
+// Revision is the commit the binary was built from, its first 7 hex
+// digits, with "+dirty" when the tree had changes; "unknown" for a binary
+// built without version control information (outside a checkout, with
+// -buildvcs=false, or by go install of a module version, which the
+// release already names).
+func Revision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	return revision(info.Settings)
+}
+
+func revision(settings []debug.BuildSetting) string {
+	var rev string
+	var dirty bool
+	for _, s := range settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "unknown"
+	}
+	if len(rev) > 7 {
+		rev = rev[:7]
+	}
+	if dirty {
+		rev += "+dirty"
+	}
+	return rev
+}
