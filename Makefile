@@ -7,6 +7,10 @@ SHELL := bash
 # through `go tool`, so a fresh clone needs nothing but Go.
 BUF := go tool -modfile=tools/go.mod buf
 GHZ_VERSION := v0.120.0
+# The binaries we hand out say which commit they were built from
+# (paymentsd version) wherever git can tell, even where GOFLAGS turns that
+# off (-buildvcs=false).
+STAMP := -buildvcs=auto
 # The image's name and build context (make image).
 IMAGE ?= paymentsd:$(strip $(file < VERSION))
 IMAGE_CONTEXT ?= bin/image
@@ -19,7 +23,7 @@ IMAGE_CONTEXT ?= bin/image
 ## binary is run itself, not through go run, so that Ctrl-C reaches it
 ## alone and its clean exit is what make sees.
 run:
-	go build -o bin/paymentsd ./cmd/paymentsd
+	go build $(STAMP) -o bin/paymentsd ./cmd/paymentsd
 	exec bin/paymentsd $(ARGS)
 
 ## certs: a development CA and server and client certificates in ./certs/,
@@ -94,5 +98,5 @@ image-context:
 	rm -rf $(IMAGE_CONTEXT)
 	mkdir -p $(IMAGE_CONTEXT)/data/paymentsd
 	chmod 0700 $(IMAGE_CONTEXT)/data/paymentsd
-	CGO_ENABLED=0 go build -trimpath -tags timetzdata -o $(IMAGE_CONTEXT)/paymentsd ./cmd/paymentsd
+	CGO_ENABLED=0 go build $(STAMP) -trimpath -tags timetzdata -o $(IMAGE_CONTEXT)/paymentsd ./cmd/paymentsd
 	cp /etc/ssl/certs/ca-certificates.crt LICENSE NOTICE $(IMAGE_CONTEXT)/
