@@ -181,7 +181,9 @@ func (e *endpoint) doHTTP(o *op) {
 	case opGet:
 		method, path = http.MethodGet, "/v1/payment_intents/"+o.ID
 	case opCancel:
-		method, path = http.MethodPost, "/v1/payment_intents/"+o.ID+"/cancel"
+		// "{}" rather than no body: a request without one counts as
+		// replayable, and would be sent again (see GetBody below).
+		method, path, body = http.MethodPost, "/v1/payment_intents/"+o.ID+"/cancel", []byte("{}")
 	case opList:
 		method, path = http.MethodGet, "/v1/payment_intents?page_size=1000"
 	}
@@ -191,9 +193,10 @@ func (e *endpoint) doHTTP(o *op) {
 	}
 	// Go's transport sends a request again on a new connection when the
 	// one it reused breaks, if the request counts as idempotent, which
-	// an Idempotency-Key header makes it: a create would then be two
-	// requests recorded as one. Without GetBody a body cannot be sent
-	// again, so every create is one request.
+	// an Idempotency-Key header makes it: a create or cancel would then be
+	// two requests recorded as one (the second refused as in flight, or
+	// replayed). Without GetBody a body cannot be sent again, so each is
+	// sent once; gets and lists may be sent twice, within their call.
 	req.GetBody = nil
 	req.Header.Set("Authorization", "Bearer "+tokens[o.Principal])
 	if body != nil {

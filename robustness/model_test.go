@@ -177,9 +177,29 @@ func canceledShape(pi *paymentsv1.PaymentIntent) bool {
 // that failed are left out (they changed nothing and showed nothing), a
 // list becomes one read per intent it showed, and an operation with an
 // unknown outcome returns at infinity (after every other).
+//
+// Of the unknown outcomes of one partition with the same input (a pause
+// times out dozens of creates of one key and body) only the earliest
+// called is kept: any linearization that uses a later one's effect can
+// use the earliest's at the same point instead, and each of them may stay
+// without effect at the end. Kept all, they make porcupine's search
+// exponential in their number.
 func porcupineHistory(ops []*op) []porcupine.Operation {
+	earliest := map[string]*op{}
+	for _, o := range ops {
+		if !o.Unknown {
+			continue
+		}
+		g := fmt.Sprintf("%s %s %d", partitionOf(o), o.Kind, o.Body)
+		if e, ok := earliest[g]; !ok || o.Call < e.Call {
+			earliest[g] = o
+		}
+	}
 	var out []porcupine.Operation
 	for _, o := range ops {
+		if o.Unknown && earliest[fmt.Sprintf("%s %s %d", partitionOf(o), o.Kind, o.Body)] != o {
+			continue
+		}
 		switch {
 		case o.Kind == opList:
 			if o.Code != codes.OK {

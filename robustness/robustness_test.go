@@ -302,11 +302,11 @@ func (r run) do(t *testing.T) outcome {
 func linearize(t *testing.T, ops []*op) [][]porcupine.Operation {
 	var illegal [][]porcupine.Operation
 	for _, part := range model.Partition(porcupineHistory(ops)) {
-		switch porcupine.CheckOperationsTimeout(model, part, time.Minute) {
+		switch porcupine.CheckOperationsTimeout(model, part, 30*time.Second) {
 		case porcupine.Illegal:
 			illegal = append(illegal, part)
 		case porcupine.Unknown:
-			t.Errorf("porcupine gave up on %s (%d operations) after a minute", partitionOf(part[0].Input.(*op)), len(part))
+			t.Errorf("porcupine gave up on %s (%d operations) after 30s", partitionOf(part[0].Input.(*op)), len(part))
 		}
 	}
 	return illegal
