@@ -15,7 +15,7 @@ STAMP := -buildvcs=auto
 IMAGE ?= paymentsd:$(strip $(file < VERSION))
 IMAGE_CONTEXT ?= bin/image
 
-.PHONY: run test lint generate crashtest bench certs image image-context
+.PHONY: run test lint generate crashtest robustness bench certs image image-context
 
 ## run: start paymentsd in dev mode: gRPC on localhost:50051, HTTP/JSON on
 ## localhost:8080, data in ./data/
@@ -49,6 +49,16 @@ test:
 ## test; PAYMENTSD_FAILOVER_ROUNDS sets them)
 crashtest:
 	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 go test -count=1 -timeout 30m -v -run '^TestCrash' ./cmd/paymentsd
+
+## robustness: the robustness suite for about 10 minutes: 20 runs on bbolt
+## and 20 on three PostgreSQL replicas, random operations under a seeded
+## schedule of faults (each kind in turn), every history checked with
+## porcupine; make test runs one short run of each. A failure names its
+## seed (PAYMENTSD_ROBUSTNESS_SEED=... PAYMENTSD_ROBUSTNESS_RUNS=1 replays
+## its schedule) and where its report went (PAYMENTSD_ROBUSTNESS_OUT)
+robustness:
+	PAYMENTSD_ROBUSTNESS_RUNS=$${PAYMENTSD_ROBUSTNESS_RUNS:-20} PAYMENTSD_ROBUSTNESS_DURATION=$${PAYMENTSD_ROBUSTNESS_DURATION:-10s} \
+		go test -count=1 -timeout 40m -v -run '^TestRobustness' ./robustness
 
 ## bench: Go benchmarks of the store and interceptor, then ghz against the
 ## real binary with and without the interceptor (see BENCHMARKS.md)

@@ -3,6 +3,7 @@ module github.com/paymentsd/paymentsd
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/chromedp v0.23.0
 	github.com/felixge/httpsnoop v1.1.0
 	github.com/go-openapi/loads v0.25.4

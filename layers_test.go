@@ -44,7 +44,7 @@ var floors = [][]string{
 	// The operator console, which shows records as recordview does.
 	{"console"},
 	// Programs.
-	{"cmd/paymentsd", "bench", "deploy"},
+	{"cmd/paymentsd", "bench", "deploy", "robustness"},
 }
 
 const module = "github.com/paymentsd/paymentsd"

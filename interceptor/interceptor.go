@@ -121,7 +121,7 @@ func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHan
 	if !again {
 		expires[wire.ExpiresAtHeader] = []string{rec.Expiry.UTC().Format(time.RFC3339)}
 	}
-	if outcome == storage.OutcomeReplay {
+	if outcome == storage.OutcomeReplay || replayMismatch && outcome == storage.OutcomeMismatch && rec.Result != nil {
 		return replay(ctx, rec.Result, expires)
 	}
 	if !again {

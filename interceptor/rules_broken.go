@@ -1,0 +1,7 @@
+//go:build robustness_broken
+
+package interceptor
+
+// replayMismatch is true in the robustness suite's broken build only; see
+// rules.go. Never build a binary to serve with this tag.
+const replayMismatch = true

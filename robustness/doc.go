@@ -1,0 +1,16 @@
+// Package robustness holds paymentsd's robustness suite, in its tests: the
+// real binary, on bbolt and on three PostgreSQL replicas, under clients
+// sending random operations over gRPC and HTTP/JSON while a seeded schedule
+// of faults kills, pauses, cuts and slows it. Every operation is recorded
+// and the whole history is checked with a linearizability checker
+// (porcupine) against a small sequential model of the idempotency contract
+// and of an intent's life; intents that no answer names (orphans) are
+// counted at the end. The single-scenario fault tests of cmd/paymentsd each
+// check the case they were written for; this suite looks for the bugs
+// between those cases.
+//
+// go test runs a short version (make test); make robustness runs about ten
+// minutes. PAYMENTSD_ROBUSTNESS_SEED replays a failing run's schedule,
+// PAYMENTSD_ROBUSTNESS_RUNS and PAYMENTSD_ROBUSTNESS_DURATION size it,
+// PAYMENTSD_ROBUSTNESS_OUT says where a failure's report goes.
+package robustness

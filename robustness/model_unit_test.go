@@ -1,0 +1,64 @@
+package robustness
+
+import (
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
+)
+
+// The model, on small histories written by hand: what it must accept and
+// what it must refuse, so that a run's verdict means what it says.
+func TestModel_AcceptsTheContractRefusesItsBreaches(t *testing.T) {
+	created := &paymentsv1.PaymentIntent{Id: "pi_1", State: paymentsv1.State_STATE_CREATED, Version: 1, Amount: "1"}
+	canceled := &paymentsv1.PaymentIntent{Id: "pi_1", State: paymentsv1.State_STATE_CANCELED, Version: 2, Amount: "1",
+		CancellationReason: paymentsv1.CancellationReason_CANCELLATION_REASON_REQUESTED, CancelTime: timestamppb.Now()}
+	other := &paymentsv1.PaymentIntent{Id: "pi_2", State: paymentsv1.State_STATE_CREATED, Version: 1, Amount: "1"}
+	create := func(call, ret int64, body int, pi *paymentsv1.PaymentIntent, replayed bool) *op {
+		return &op{Kind: opCreate, Key: "k0001", Body: body, Call: call, Return: ret, Intent: pi, Result: intentResult(pi), Replayed: replayed}
+	}
+	refused := func(call, ret int64, body int, code codes.Code, reason string) *op {
+		return &op{Kind: opCreate, Key: "k0001", Body: body, Call: call, Return: ret, Code: code, Reason: reason}
+	}
+	unknown := func(call int64, o *op) *op {
+		o.Call, o.Unknown, o.Code, o.Intent, o.Result = call, true, codes.Unavailable, nil, ""
+		return o
+	}
+	read := func(k kind, call, ret int64, pi *paymentsv1.PaymentIntent) *op {
+		return &op{Kind: k, ID: "pi_1", Call: call, Return: ret, Intent: pi, Result: intentResult(pi)}
+	}
+	for _, c := range []struct {
+		name string
+		ok   bool
+		ops  []*op
+	}{
+		{"fresh, then replays", true, []*op{create(0, 1, 0, created, false), create(2, 3, 0, created, true), create(4, 5, 0, created, true)}},
+		{"a replay of other bytes", false, []*op{create(0, 1, 0, created, false), create(2, 3, 0, other, true)}},
+		{"two fresh runs of a key", false, []*op{create(0, 1, 0, created, false), create(2, 3, 0, other, false)}},
+		{"a replay before any run", false, []*op{create(0, 1, 0, created, true)}},
+		{"the other body refused", true, []*op{create(0, 1, 0, created, false), refused(2, 3, 1, codes.FailedPrecondition, wire.ReasonKeyReused)}},
+		{"the same body refused as another", false, []*op{create(0, 1, 0, created, false), refused(2, 3, 0, codes.FailedPrecondition, wire.ReasonKeyReused)}},
+		{"in flight while the first runs", true, []*op{create(0, 5, 0, created, false), refused(1, 2, 0, codes.Aborted, wire.ReasonKeyInUse)}},
+		{"in flight after the result is fixed", false, []*op{create(0, 1, 0, created, false), refused(2, 3, 0, codes.Aborted, wire.ReasonKeyInUse)}},
+		{"an unknown outcome, replayed later", true, []*op{unknown(0, create(0, 0, 0, nil, false)), create(2, 3, 0, created, true)}},
+		{"an unknown outcome that never took effect", true, []*op{unknown(0, create(0, 0, 0, nil, false)), create(2, 3, 0, created, false)}},
+		{"created, canceled, read canceled", true, []*op{read(opGet, 0, 1, created), read(opCancel, 2, 3, canceled), read(opGet, 4, 5, canceled)}},
+		{"a read misses a completed cancel", false, []*op{read(opCancel, 0, 1, canceled), read(opGet, 2, 3, created)}},
+		{"canceled, then created again", false, []*op{read(opListRead, 0, 1, canceled), read(opGet, 2, 3, created)}},
+		{"a read concurrent with a cancel", true, []*op{read(opCancel, 0, 4, canceled), read(opGet, 1, 2, created)}},
+		{"an unknown cancel seen later", true, []*op{unknown(0, read(opCancel, 0, 0, canceled)), read(opGet, 2, 3, canceled)}},
+		{"not found after an answer named it", false, []*op{{Kind: opGet, ID: "pi_1", Call: 0, Return: 1, Code: codes.NotFound}}},
+	} {
+		var h []porcupine.Operation
+		for _, o := range c.ops {
+			h = append(h, operation(o))
+		}
+		if got := porcupine.CheckOperations(model, h); got != c.ok {
+			t.Errorf("%s: linearizable %t, want %t", c.name, got, c.ok)
+		}
+	}
+}
