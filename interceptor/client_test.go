@@ -30,6 +30,10 @@ type flaky struct {
 	mu   sync.Mutex
 	keys []string
 	fail func(attempt int, ctx context.Context) error // nil passes the attempt on
+	// lose, when it says so of an attempt, loses its answer after its
+	// header went out, as a connection cut between the header and the
+	// status does: the client sees the header, then UNAVAILABLE.
+	lose func(attempt int) bool
 }
 
 func (f *flaky) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -42,7 +46,12 @@ func (f *flaky) intercept(ctx context.Context, req any, info *grpc.UnaryServerIn
 			return nil, err
 		}
 	}
-	return handler(ctx, req)
+	resp, err := handler(ctx, req)
+	if f.lose != nil && f.lose(n) {
+		grpc.SendHeader(ctx, nil) // what the handler set, the replayed marker included
+		return nil, status.Error(codes.Unavailable, "connection lost after the header")
+	}
+	return resp, err
 }
 
 func (f *flaky) attempts() []string {
@@ -158,6 +167,26 @@ func TestClient_NeverRetriesAStoredResultOrMismatch(t *testing.T) {
 	if n := len(h.flaky.attempts()) - before; n != 1 {
 		t.Errorf("a mismatch was tried %d times, want 1", n)
 	}
+}
+
+// A replay whose header arrived but whose status did not (the connection
+// was cut between them) is retried, and the next attempt gets the answer:
+// only a stored error, whose marker comes with its status, is final.
+func TestClient_RetriesAReplayCutBeforeItsStatus(t *testing.T) {
+	h := startClient(t)
+	h.flaky.lose = func(n int) bool { return n == 2 }
+	ctx := metadata.AppendToOutgoingContext(authed(), wire.KeyHeader, "cut")
+	if _, err := h.plain.UnaryCall(ctx, payload("x")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.client.UnaryCall(ctx, payload("x"))
+	if err != nil || string(resp.Payload.Body) != "x" {
+		t.Fatalf("a replay cut before its status: %v, %v; want it retried and answered", resp, err)
+	}
+	if n := len(h.flaky.attempts()); n != 3 {
+		t.Errorf("%d attempts, want 3: the first, the replay cut, the replay", n)
+	}
+	h.wantCallsOf(t, 1)
 }
 
 func TestClient_WaitsOutKeyInUseThenGetsTheResult(t *testing.T) {

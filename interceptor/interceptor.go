@@ -406,14 +406,22 @@ func (i *idempotency) renewWhileRunning(ctx context.Context, rk storage.RecordKe
 	}
 }
 
-// replay answers with a stored result, marked as replayed, its header
-// sent after header (the record's expiry) in one piece.
+// replay answers with a stored result, marked as replayed (a stored
+// error in its trailer too), its header sent after header (the record's
+// expiry) in one piece.
 func replay(ctx context.Context, result *storage.Result, header metadata.MD) (any, error) {
 	for k, vs := range result.Header {
 		header[k] = append(header[k], vs...) // copies: the stored result is shared
 	}
 	header[wire.ReplayedHeader] = append(header[wire.ReplayedHeader], "true")
-	if err := sendMetadata(ctx, header, result.Trailer); err != nil {
+	trailer := result.Trailer
+	if result.Status != nil {
+		// A stored error carries the marker in its trailer too: it comes
+		// with the status, so that a client can tell the stored error from
+		// its connection's, cut after the header (see package retry).
+		trailer = metadata.Join(trailer, metadata.Pairs(wire.ReplayedHeader, "true"))
+	}
+	if err := sendMetadata(ctx, header, trailer); err != nil {
 		return nil, err
 	}
 	if result.Status != nil {

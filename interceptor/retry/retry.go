@@ -154,11 +154,11 @@ func (o *options) intercept(ctx context.Context, method string, req, reply any, 
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		header, err := o.attempt(ctx, method, req, reply, cc, invoker, callOpts)
+		trailer, err := o.attempt(ctx, method, req, reply, cc, invoker, callOpts)
 		if err == nil {
 			return nil
 		}
-		wait, retry := retryable(ctx, err, header)
+		wait, retry := retryable(ctx, err, trailer)
 		if !retry || attempt >= o.maxAttempts {
 			return err
 		}
@@ -177,22 +177,25 @@ func (o *options) intercept(ctx context.Context, method string, req, reply any, 
 }
 
 // attempt makes one attempt, under its own timeout if one is set, and
-// returns the header the server sent with its answer.
-func (o *options) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts []grpc.CallOption) (metadata.MD, error) {
+// returns the trailer the server sent with its answer.
+func (o *options) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts []grpc.CallOption) (trailer metadata.MD, err error) {
 	if o.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.attemptTimeout)
 		defer cancel()
 	}
-	var header metadata.MD
-	err := invoker(ctx, method, req, reply, cc, append(callOpts[:len(callOpts):len(callOpts)], grpc.Header(&header))...)
-	return header, err
+	err = invoker(ctx, method, req, reply, cc, append(callOpts[:len(callOpts):len(callOpts)], grpc.Trailer(&trailer))...)
+	return trailer, err
 }
 
 // retryable says whether an attempt's error may be retried with the same
-// key, and how long the server asked to wait first.
-func retryable(ctx context.Context, err error, header metadata.MD) (time.Duration, bool) {
-	if ctx.Err() != nil || len(header.Get(wire.ReplayedHeader)) > 0 {
+// key, and how long the server asked to wait first. A stored error is
+// final: the server replays it with the replayed marker in its trailer,
+// which comes with the status. A marker in the header alone was a replay
+// whose status was lost on the way, a connection cut between them: the
+// error is the connection's, and the next attempt gets the answer.
+func retryable(ctx context.Context, err error, trailer metadata.MD) (time.Duration, bool) {
+	if ctx.Err() != nil || len(trailer.Get(wire.ReplayedHeader)) > 0 {
 		return 0, false // the caller gave up, or this is the stored result
 	}
 	st := status.Convert(err)
