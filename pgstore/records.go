@@ -52,10 +52,11 @@ func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable sto
 }
 
 // claim decides req on the key's record, read under the key's lock (an
-// advisory lock of the claim's transaction): a fresh key is claimed in one round trip, and a
-// duplicate of a claim not yet committed, in any process, waits for the
-// lock (LockTimeout at most) and then reads what it committed. Completed
-// records found before are answered from memory, without the database.
+// advisory lock of the claim's transaction): a fresh key is claimed in one
+// round trip, and a duplicate of a claim not yet committed, in any
+// process, waits for the lock (LockTimeout at most) and then reads what it
+// committed. Completed records found before are answered from memory,
+// without the database.
 func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
