@@ -26,7 +26,7 @@ func expected(o *op) bool {
 			o.Code == codes.FailedPrecondition && o.Reason == wire.ReasonKeyReused ||
 			o.Code == codes.Aborted && (o.Reason == wire.ReasonKeyInUse || o.Reason == wire.ReasonAttemptSuperseded)
 	case opCancel:
-		return o.Code == codes.Aborted && o.Reason == wire.ReasonWriteConflict
+		return o.Code == codes.Aborted && (o.Reason == wire.ReasonWriteConflict || o.Reason == wire.ReasonAttemptSuperseded)
 	}
 	return false // get and list: NOT_FOUND is the model's to judge
 }

@@ -9,6 +9,11 @@
 // check the case they were written for; this suite looks for the bugs
 // between those cases.
 //
+// Every other seed runs a binary built with the tag robustness_durable,
+// whose creates and cancels take durable claims with leases, so that a
+// pause past the lease lets another replica take a claim over
+// (takeover_test.go).
+//
 // go test runs a short version (make test); make robustness runs about ten
 // minutes. PAYMENTSD_ROBUSTNESS_SEED replays a failing run's schedule,
 // PAYMENTSD_ROBUSTNESS_RUNS and PAYMENTSD_ROBUSTNESS_DURATION size it,

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -83,6 +84,12 @@ type cluster struct {
 	dbProxes []*faultproxy.Proxy    // per PostgreSQL node
 	pair     *pgtest.Pair
 
+	// For the bursts of a pause on a run with durable claims (burst):
+	durable    bool
+	w          *workload
+	clientBase int // the bursts' client ids start here
+	burstKeys  atomic.Int64
+
 	mu     sync.Mutex
 	log    []faultEvent
 	counts map[string]int // faults injected, by kind
@@ -114,11 +121,27 @@ func (c *cluster) inject(f fault) error {
 		c.note(f.Kind, "%s runs again (pid %d)", s.name, s.pid())
 	case faultPause:
 		d := lease + f.Hold
+		var b *burst
+		if c.durable && len(c.servers) > 1 {
+			// Time to take the paused claims over (takeover_test.go).
+			d += 500 * time.Millisecond
+			b = c.startBurst(f.Target % len(c.servers))
+		}
 		c.note(f.Kind, "SIGSTOP %s (pid %d) for %v (lease %v)", s.name, s.pid(), d, lease)
 		s.signal(syscall.SIGSTOP)
-		time.Sleep(d)
+		stopped := time.Now()
+		if b != nil {
+			time.Sleep(lease + 100*time.Millisecond)
+			other := c.servers[(f.Target+1)%len(c.servers)]
+			n, fresh := b.takeOver((f.Target+1)%len(c.servers), stopped.Add(d-100*time.Millisecond))
+			c.note(f.Kind, "the %d creates %s had not answered sent again to %s: %d ran fresh there", n, s.name, other.name, fresh)
+		}
+		time.Sleep(time.Until(stopped.Add(d)))
 		s.signal(syscall.SIGCONT)
 		c.note(f.Kind, "SIGCONT %s", s.name)
+		if b != nil {
+			b.wait()
+		}
 	case faultCutClients:
 		p := c.proxies[f.Target%len(c.proxies)]
 		p[0].CutAll()

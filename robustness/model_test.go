@@ -135,8 +135,11 @@ func stepIntent(s intentState, o *op) (bool, intentState) {
 		case o.Unknown:
 			s.canceled = true
 			return true, s
-		case o.Code == codes.Aborted && o.Reason == wire.ReasonWriteConflict:
-			return true, s // nothing stored
+		case o.Code == codes.Aborted && (o.Reason == wire.ReasonWriteConflict || o.Reason == wire.ReasonAttemptSuperseded):
+			// Nothing stored: a conflict, or, with a durable claim, a
+			// newer attempt of the key (its writes commit with its
+			// completion, guarded by the attempt, or not at all).
+			return true, s
 		case o.Code != codes.OK:
 			return false, s
 		}
