@@ -25,6 +25,8 @@ func expected(o *op) bool {
 		return o.Code == codes.InvalidArgument && o.Result != "" ||
 			o.Code == codes.FailedPrecondition && o.Reason == wire.ReasonKeyReused ||
 			o.Code == codes.Aborted && (o.Reason == wire.ReasonKeyInUse || o.Reason == wire.ReasonAttemptSuperseded)
+	case opRelease:
+		return o.Code == codes.FailedPrecondition && o.Reason != ""
 	case opCancel:
 		return o.Code == codes.Aborted && (o.Reason == wire.ReasonWriteConflict || o.Reason == wire.ReasonAttemptSuperseded)
 	}

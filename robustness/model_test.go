@@ -47,7 +47,7 @@ type intentState struct {
 
 // partitionOf names o's partition.
 func partitionOf(o *op) string {
-	if o.Kind == opCreate {
+	if o.Kind == opCreate || o.Kind == opRelease {
 		return fmt.Sprintf("key p%d %s", o.Principal, o.Key)
 	}
 	return "intent " + o.ID
@@ -74,10 +74,13 @@ var model = porcupine.Model{
 	Init: func() any { return nil }, // the first step tells which partition it is
 	Step: func(state, input, _ any) (bool, any) {
 		o := input.(*op)
-		if o.Kind == opCreate {
+		if o.Kind == opCreate || o.Kind == opRelease {
 			s, ok := state.(keyState)
 			if !ok {
 				s = keyState{body: -1}
+			}
+			if o.Kind == opRelease {
+				return stepRelease(s, o)
 			}
 			return stepKey(s, o)
 		}

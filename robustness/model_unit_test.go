@@ -31,6 +31,17 @@ func TestModel_AcceptsTheContractRefusesItsBreaches(t *testing.T) {
 	read := func(k kind, call, ret int64, pi *paymentsv1.PaymentIntent) *op {
 		return &op{Kind: k, ID: "pi_1", Call: call, Return: ret, Intent: pi, Result: intentResult(pi)}
 	}
+	// Key k0003's second body is refused with a stored INVALID_ARGUMENT;
+	// a release clears it, and then the key runs fresh.
+	invalid := func(call, ret int64, replayed bool) *op {
+		return &op{Kind: opCreate, Key: "k0003", Body: 1, Call: call, Return: ret, Code: codes.InvalidArgument, Result: "error InvalidArgument", Replayed: replayed}
+	}
+	fixed := func(call, ret int64, replayed bool) *op {
+		return &op{Kind: opCreate, Key: "k0003", Body: 0, Call: call, Return: ret, Intent: created, Result: intentResult(created), Replayed: replayed}
+	}
+	release := func(call, ret int64, code codes.Code, refusal string) *op {
+		return &op{Kind: opRelease, Key: "k0003", Call: call, Return: ret, Code: code, Reason: refusal}
+	}
 	for _, c := range []struct {
 		name string
 		ok   bool
@@ -54,6 +65,14 @@ func TestModel_AcceptsTheContractRefusesItsBreaches(t *testing.T) {
 		{"canceled, then created again", false, []*op{read(opListRead, 0, 1, canceled), read(opGet, 2, 3, created)}},
 		{"a read concurrent with a cancel", true, []*op{read(opCancel, 0, 4, canceled), read(opGet, 1, 2, created)}},
 		{"an unknown cancel seen later", true, []*op{unknown(0, read(opCancel, 0, 0, canceled)), read(opGet, 2, 3, canceled)}},
+		{"a stored error released, then the corrected request runs fresh", true, []*op{invalid(0, 1, false), release(2, 3, codes.OK, ""), fixed(4, 5, false), fixed(6, 7, true)}},
+		{"the corrected request before the release", false, []*op{invalid(0, 1, false), fixed(2, 3, false), release(4, 5, codes.OK, "")}},
+		{"a replay of a released error", false, []*op{invalid(0, 1, false), release(2, 3, codes.OK, ""), invalid(4, 5, true)}},
+		{"a success released", false, []*op{fixed(0, 1, false), release(2, 3, codes.OK, "")}},
+		{"a success refused as one", true, []*op{fixed(0, 1, false), release(2, 3, codes.FailedPrecondition, "success"), fixed(4, 5, true)}},
+		{"a stored error refused as a success", false, []*op{invalid(0, 1, false), release(2, 3, codes.FailedPrecondition, "success")}},
+		{"no record refused", true, []*op{release(0, 1, codes.FailedPrecondition, "no_record"), invalid(2, 3, false)}},
+		{"a release with an unknown outcome", true, []*op{invalid(0, 1, false), unknown(2, release(2, 0, codes.OK, "")), fixed(4, 5, false)}},
 		{"not found after an answer named it", false, []*op{{Kind: opGet, ID: "pi_1", Call: 0, Return: 1, Code: codes.NotFound}}},
 	} {
 		var h []porcupine.Operation

@@ -76,6 +76,8 @@ type run struct {
 	// transactional_durable.go), which a pause past the lease lets
 	// another replica take over.
 	durable bool
+	// noRelease: no paymentsd release during the run.
+	noRelease bool
 }
 
 // durableTag is the build tag of the binary whose claims are durable.
@@ -98,6 +100,8 @@ type outcome struct {
 	counts     map[string]int
 	timing     string // how long the load, the finish and the check took
 	takeovers  int    // the servers' log lines of a takeover ("idempotency":"takeover")
+	releases   int    // paymentsd release runs
+	released   int    // of which released the key
 	superseded int    // answers ABORTED, IDEMPOTENCY_ATTEMPT_SUPERSEDED
 }
 
@@ -122,7 +126,7 @@ func TestRobustness_Postgres(t *testing.T) {
 // suite runs s.runs runs made by mk, fails on the first that finds a
 // violation (with its seed and report), and logs the summary line.
 func suite(t *testing.T, s settings, mk func(i int) run) {
-	var ops, stored, orphans, takeovers, superseded, durableRuns int
+	var ops, stored, orphans, takeovers, superseded, durableRuns, releases, released int
 	faults := map[string]int{}
 	var backend string
 	for i := range s.runs {
@@ -145,6 +149,8 @@ func suite(t *testing.T, s settings, mk func(i int) run) {
 		orphans += len(o.orphans)
 		takeovers += o.takeovers
 		superseded += o.superseded
+		releases += o.releases
+		released += o.released
 		nfaults := 0
 		for k, n := range o.counts {
 			faults[k] += n
@@ -162,21 +168,24 @@ func suite(t *testing.T, s settings, mk func(i int) run) {
 		if r.durable {
 			claims = "durable"
 		}
-		t.Logf("%s run %d (seed %d, %s claims): %d operations, %d faults, %d takeovers, %d superseded, %d intents stored, 0 orphans, 0 violations (%v)",
-			r.backend, i, r.seed, claims, len(o.ops), nfaults, o.takeovers, o.superseded, o.stored, o.timing)
+		t.Logf("%s run %d (seed %d, %s claims): %d operations, %d faults, %d takeovers, %d superseded, %d releases (%d released), %d intents stored, 0 orphans, 0 violations (%v)",
+			r.backend, i, r.seed, claims, len(o.ops), nfaults, o.takeovers, o.superseded, o.releases, o.released, o.stored, o.timing)
 	}
 	var kinds []string
 	for k, n := range faults {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
 	}
 	slices.Sort(kinds)
-	t.Logf("robustness %s: %d runs (%d with durable claims), %d operations, faults %s, takeovers %d, superseded %d, intents %d, orphans %d, violations 0",
-		backend, s.runs, durableRuns, ops, strings.Join(kinds, " "), takeovers, superseded, stored, orphans)
+	t.Logf("robustness %s: %d runs (%d with durable claims), %d operations, faults %s, takeovers %d, superseded %d, releases %d (%d released), intents %d, orphans %d, violations 0",
+		backend, s.runs, durableRuns, ops, strings.Join(kinds, " "), takeovers, superseded, releases, released, stored, orphans)
 	// A takeover needs a durable claim and a worker that stops past its
 	// lease: the suite's long version must show some, or the path they
 	// take is no longer tested.
 	if s.long && durableRuns > 0 && takeovers == 0 {
 		t.Errorf("robustness %s: %d runs with durable claims and no takeover: a paused or killed worker's claim was never taken over", backend, durableRuns)
+	}
+	if s.long && durableRuns < s.runs && released == 0 {
+		t.Errorf("robustness %s: %d releases and none released a key: the path of a released key was never taken", backend, releases)
 	}
 }
 
@@ -218,6 +227,7 @@ func (r run) do(t *testing.T) outcome {
 	} else {
 		args = append(args, "--db", filepath.Join(dir, "paymentsd.db"))
 	}
+	db := args[len(args)-1]
 	var o outcome
 	for i := range n {
 		name := fmt.Sprintf("%s-%d", r.backend, i)
@@ -257,6 +267,17 @@ func (r run) do(t *testing.T) outcome {
 		wg.Go(func() {
 			defer ep.close()
 			w.client(i, rand.New(rand.NewPCG(r.seed, uint64(i)+1)), ep, h, &stop)
+		})
+	}
+	if !r.noRelease {
+		p := c.proxies[0]
+		ep, err := dialEndpoint(p[0].Addr(), p[1].Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			defer ep.close()
+			c.releaser(rand.New(rand.NewPCG(r.seed, 1<<32)), w, ep, r.bin, db, r.duration, &stop, r.durable)
 		})
 	}
 
@@ -335,8 +356,14 @@ func (r run) do(t *testing.T) outcome {
 		o.violations = append(o.violations, "key with two intents: "+s)
 	}
 	for _, x := range o.ops {
-		if x.Reason == wire.ReasonAttemptSuperseded {
+		switch {
+		case x.Reason == wire.ReasonAttemptSuperseded:
 			o.superseded++
+		case x.Kind == opRelease:
+			o.releases++
+			if x.Code == codes.OK {
+				o.released++
+			}
 		}
 	}
 	for _, l := range o.logs {
