@@ -118,8 +118,9 @@ func TestRobustness_Postgres(t *testing.T) {
 	// One pair for every run, each run on a database of its own: a
 	// synchronous standby, so that a failover loses nothing acknowledged.
 	pair := pgtest.StartPair(t, pgtest.Synchronous)
+	kinds := needStrace(t, postgresFaults)
 	suite(t, s, func(i int) run {
-		return run{backend: "postgres", bin: binary(t, ""), kinds: postgresFaults, pair: pair}
+		return run{backend: "postgres", bin: binary(t, ""), kinds: kinds, pair: pair}
 	})
 }
 
