@@ -51,6 +51,9 @@ type op struct {
 	Code     codes.Code
 	Reason   string // the ErrorInfo reason of an error of the idempotency layer; a release's refusal
 	Replayed bool
+	// Stale says a create overlaps a release of its key (markStale): it
+	// may be answered from the record the release cleared.
+	Stale bool
 	// Result is what a replay must repeat: the intent's deterministic
 	// encoding for a success, the code for a stored error.
 	Result  string

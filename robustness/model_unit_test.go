@@ -42,6 +42,11 @@ func TestModel_AcceptsTheContractRefusesItsBreaches(t *testing.T) {
 	release := func(call, ret int64, code codes.Code, refusal string) *op {
 		return &op{Kind: opRelease, Key: "k0003", Call: call, Return: ret, Code: code, Reason: refusal}
 	}
+	// The corrected request refused as another, by a replica that still
+	// answers from the released record it keeps in memory.
+	fixedReused := func(call, ret int64) *op {
+		return &op{Kind: opCreate, Key: "k0003", Body: 0, Call: call, Return: ret, Code: codes.FailedPrecondition, Reason: wire.ReasonKeyReused}
+	}
 	for _, c := range []struct {
 		name string
 		ok   bool
@@ -73,9 +78,26 @@ func TestModel_AcceptsTheContractRefusesItsBreaches(t *testing.T) {
 		{"a stored error refused as a success", false, []*op{invalid(0, 1, false), release(2, 3, codes.FailedPrecondition, "success")}},
 		{"no record refused", true, []*op{release(0, 1, codes.FailedPrecondition, "no_record"), invalid(2, 3, false)}},
 		{"a release with an unknown outcome", true, []*op{invalid(0, 1, false), unknown(2, release(2, 0, codes.OK, "")), fixed(4, 5, false)}},
+		// PostgreSQL: a replica answers from memory for up to 1s after the
+		// release's delete, which returns only after that (seed
+		// 1796168393701859654: the corrected create ran fresh on one
+		// replica, then was refused as another by a second).
+		{"the corrected request refused against the released record while the release runs", true,
+			[]*op{invalid(0, 1, false), release(10, 50, codes.OK, ""), fixed(20, 21, false), fixedReused(22, 23), fixed(60, 61, true)}},
+		{"the released error replayed while the release runs, after the fresh run", true,
+			[]*op{invalid(0, 1, false), release(10, 50, codes.OK, ""), fixed(20, 21, false), invalid(22, 23, true), fixed(60, 61, true)}},
+		{"the corrected request refused against the released record after the release returned", false,
+			[]*op{invalid(0, 1, false), release(10, 50, codes.OK, ""), fixed(20, 21, false), fixedReused(52, 53)}},
+		{"the released error replayed after the release returned", false,
+			[]*op{invalid(0, 1, false), release(10, 50, codes.OK, ""), fixed(20, 21, false), invalid(52, 53, true)}},
+		{"refused against the released record during an unknown release", true,
+			[]*op{invalid(0, 1, false), unknown(10, release(10, 0, codes.OK, "")), fixed(20, 21, false), fixedReused(22, 23)}},
+		{"a stale answer while a release that released nothing runs", false,
+			[]*op{fixed(0, 1, false), release(10, 50, codes.FailedPrecondition, "success"), fixedReused(22, 23)}},
 		{"not found after an answer named it", false, []*op{{Kind: opGet, ID: "pi_1", Call: 0, Return: 1, Code: codes.NotFound}}},
 	} {
 		var h []porcupine.Operation
+		markStale(c.ops)
 		for _, o := range c.ops {
 			h = append(h, operation(o))
 		}

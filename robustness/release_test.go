@@ -121,6 +121,8 @@ func runRelease(o *op, bin, db string) {
 // stepRelease is a release in the key's partition: acknowledged, it
 // clears a stored error (the key runs fresh next); refused, it leaves the
 // state, for the reason the state gives; unknown, it may have done either.
+// The record it cleared is kept as stale: creates that overlap the release
+// may still be answered from it (see keyState).
 // A build with durable claims stores no error a release may clear.
 func stepRelease(s keyState, o *op) (bool, keyState) {
 	stored := s.body >= 0
@@ -128,11 +130,11 @@ func stepRelease(s keyState, o *op) (bool, keyState) {
 	switch {
 	case o.Unknown:
 		if releasable {
-			return true, keyState{body: -1}
+			return true, keyState{body: -1, stale: record{s.body, s.result}}
 		}
 		return true, s
 	case o.Code == codes.OK:
-		return releasable, keyState{body: -1}
+		return releasable, keyState{body: -1, stale: record{s.body, s.result}}
 	}
 	switch o.Reason {
 	case "no_record":
