@@ -25,8 +25,10 @@ func expected(o *op) bool {
 		return o.Code == codes.InvalidArgument && o.Result != "" ||
 			o.Code == codes.FailedPrecondition && o.Reason == wire.ReasonKeyReused ||
 			o.Code == codes.Aborted && (o.Reason == wire.ReasonKeyInUse || o.Reason == wire.ReasonAttemptSuperseded)
+	case opRelease:
+		return o.Code == codes.FailedPrecondition && o.Reason != ""
 	case opCancel:
-		return o.Code == codes.Aborted && o.Reason == wire.ReasonWriteConflict
+		return o.Code == codes.Aborted && (o.Reason == wire.ReasonWriteConflict || o.Reason == wire.ReasonAttemptSuperseded)
 	}
 	return false // get and list: NOT_FOUND is the model's to judge
 }

@@ -36,6 +36,9 @@ type endpoint struct {
 	rpc  paymentsv1.PaymentIntentServiceClient
 	http *http.Client
 	base string // http://host:port
+	// timeout bounds each call: callTimeout, or durableCallTimeout on a
+	// run whose claims are durable.
+	timeout time.Duration
 }
 
 func dialEndpoint(grpcAddr, httpAddr string) (*endpoint, error) {
@@ -48,7 +51,8 @@ func dialEndpoint(grpcAddr, httpAddr string) (*endpoint, error) {
 		return nil, err
 	}
 	return &endpoint{conn: conn, rpc: paymentsv1.NewPaymentIntentServiceClient(conn),
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, base: "http://" + httpAddr}, nil
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, base: "http://" + httpAddr,
+		timeout: callTimeout}, nil
 }
 
 func (e *endpoint) close() {
@@ -60,12 +64,19 @@ func (e *endpoint) close() {
 // than a pause, so that calls caught by one end with an unknown outcome.
 const callTimeout = 2 * time.Second
 
-func grpcContext(principal int, key string) (context.Context, context.CancelFunc) {
+// durableCallTimeout bounds every call of a run whose claims are durable:
+// longer than the longest pause (lease + 1.5s), so that a client whose
+// worker was paused past its lease and taken over hears what its worker
+// answers after SIGCONT (ABORTED, IDEMPOTENCY_ATTEMPT_SUPERSEDED) instead
+// of giving up first.
+const durableCallTimeout = 4 * time.Second
+
+func (e *endpoint) grpcContext(principal int, key string) (context.Context, context.CancelFunc) {
 	kv := []string{"authorization", "Bearer " + tokens[principal]}
 	if key != "" {
 		kv = append(kv, wire.KeyHeader, key)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	return metadata.NewOutgoingContext(ctx, metadata.Pairs(kv...)), cancel
 }
 
@@ -85,25 +96,25 @@ func (e *endpoint) doGRPC(o *op) {
 	var err error
 	switch o.Kind {
 	case opCreate:
-		ctx, cancel := grpcContext(o.Principal, o.Key)
+		ctx, cancel := e.grpcContext(o.Principal, o.Key)
 		defer cancel()
 		var resp *paymentsv1.CreatePaymentIntentResponse
 		resp, err = e.rpc.CreatePaymentIntent(ctx, createRequest(o.Principal, keyIndex(o.Key), o.Body), opts...)
 		pi = resp.GetPaymentIntent()
 	case opGet:
-		ctx, cancel := grpcContext(o.Principal, "")
+		ctx, cancel := e.grpcContext(o.Principal, "")
 		defer cancel()
 		var resp *paymentsv1.GetPaymentIntentResponse
 		resp, err = e.rpc.GetPaymentIntent(ctx, &paymentsv1.GetPaymentIntentRequest{Id: o.ID}, opts...)
 		pi = resp.GetPaymentIntent()
 	case opCancel:
-		ctx, cancel := grpcContext(o.Principal, o.Key)
+		ctx, cancel := e.grpcContext(o.Principal, o.Key)
 		defer cancel()
 		var resp *paymentsv1.CancelPaymentIntentResponse
 		resp, err = e.rpc.CancelPaymentIntent(ctx, &paymentsv1.CancelPaymentIntentRequest{Id: o.ID}, opts...)
 		pi = resp.GetPaymentIntent()
 	case opList:
-		ctx, cancel := grpcContext(o.Principal, "")
+		ctx, cancel := e.grpcContext(o.Principal, "")
 		defer cancel()
 		var resp *paymentsv1.ListPaymentIntentsResponse
 		resp, err = e.rpc.ListPaymentIntents(ctx, &paymentsv1.ListPaymentIntentsRequest{PageSize: 1000}, opts...)
@@ -170,7 +181,7 @@ var httpErrors = map[string]struct {
 }
 
 func (e *endpoint) doHTTP(o *op) {
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	var method, path string
 	var body []byte

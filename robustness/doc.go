@@ -9,6 +9,20 @@
 // check the case they were written for; this suite looks for the bugs
 // between those cases.
 //
+// Every other seed runs a binary built with the tag robustness_durable,
+// whose creates and cancels take durable claims with leases, so that a
+// pause past the lease lets another replica take a claim over
+// (takeover_test.go). Twice a run the real binary's paymentsd release
+// clears a key's stored error, and the corrected request follows
+// (release_test.go); creates that overlap the release may be answered from
+// the released record, which a PostgreSQL replica keeps in memory for up
+// to a second (model_test.go, markStale).
+//
+// On success each backend logs one line: runs (and those with durable
+// claims), operations, faults by kind, takeovers, superseded answers,
+// releases (and those that released a key), intents stored, orphans and
+// violations.
+//
 // go test runs a short version (make test); make robustness runs about ten
 // minutes. PAYMENTSD_ROBUSTNESS_SEED replays a failing run's schedule,
 // PAYMENTSD_ROBUSTNESS_RUNS and PAYMENTSD_ROBUSTNESS_DURATION size it,

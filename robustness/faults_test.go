@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ const (
 	faultKill       = "kill"        // SIGKILL a server, then start it again
 	faultPause      = "pause"       // SIGSTOP a server for longer than its lease, then SIGCONT
 	faultCutClients = "cut-clients" // reset every client connection to a server
-	faultSlowFsync  = "slow-fsync"  // delay every fdatasync of a bbolt server by 400 ms (strace)
+	faultSlowFsync  = "slow-fsync"  // delay every fdatasync and fsync of a bbolt server, or of the PostgreSQL primary's processes, by 400 ms (strace)
 	faultCutDB      = "cut-db"      // reset every connection between the servers and PostgreSQL
 	faultPGRestart  = "pg-restart"  // crash the PostgreSQL primary (immediate stop) and start it again
 	faultFailover   = "failover"    // kill the primary, promote its synchronous standby
@@ -31,7 +32,7 @@ const (
 
 var (
 	boltFaults     = []string{faultKill, faultPause, faultCutClients, faultSlowFsync}
-	postgresFaults = []string{faultKill, faultPause, faultCutClients, faultCutDB, faultPGRestart, faultFailover}
+	postgresFaults = []string{faultKill, faultPause, faultCutClients, faultCutDB, faultPGRestart, faultFailover, faultSlowFsync}
 )
 
 // lease is the servers' --lease: short, so that a pause outlasts it.
@@ -83,6 +84,12 @@ type cluster struct {
 	dbProxes []*faultproxy.Proxy    // per PostgreSQL node
 	pair     *pgtest.Pair
 
+	// For the bursts of a pause on a run with durable claims (burst):
+	durable    bool
+	w          *workload
+	clientBase int // the bursts' client ids start here
+	burstKeys  atomic.Int64
+
 	mu     sync.Mutex
 	log    []faultEvent
 	counts map[string]int // faults injected, by kind
@@ -114,11 +121,27 @@ func (c *cluster) inject(f fault) error {
 		c.note(f.Kind, "%s runs again (pid %d)", s.name, s.pid())
 	case faultPause:
 		d := lease + f.Hold
+		var b *burst
+		if c.durable && len(c.servers) > 1 {
+			// Time to take the paused claims over (takeover_test.go).
+			d += 500 * time.Millisecond
+			b = c.startBurst(f.Target % len(c.servers))
+		}
 		c.note(f.Kind, "SIGSTOP %s (pid %d) for %v (lease %v)", s.name, s.pid(), d, lease)
 		s.signal(syscall.SIGSTOP)
-		time.Sleep(d)
+		stopped := time.Now()
+		if b != nil {
+			time.Sleep(lease + 100*time.Millisecond)
+			other := c.servers[(f.Target+1)%len(c.servers)]
+			n, fresh := b.takeOver((f.Target+1)%len(c.servers), stopped.Add(d-100*time.Millisecond))
+			c.note(f.Kind, "the %d creates %s had not answered sent again to %s: %d ran fresh there", n, s.name, other.name, fresh)
+		}
+		time.Sleep(time.Until(stopped.Add(d)))
 		s.signal(syscall.SIGCONT)
 		c.note(f.Kind, "SIGCONT %s", s.name)
+		if b != nil {
+			b.wait()
+		}
 	case faultCutClients:
 		p := c.proxies[f.Target%len(c.proxies)]
 		p[0].CutAll()
@@ -148,27 +171,44 @@ func (c *cluster) inject(f fault) error {
 		failedOver[c.pair] = true
 		c.note(f.Kind, "promoted %s", c.pair.Primary().Addr())
 	case faultSlowFsync:
-		detach, err := slowFsync(s.pid(), 400*time.Millisecond)
+		// bbolt: the server. PostgreSQL: the primary's postmaster (-f:
+		// the backends it starts meanwhile too) and every process it has
+		// started, the WAL writer and the backends that flush the WAL
+		// at commit among them.
+		name, pids := s.name, []int{s.pid()}
+		if c.pair != nil {
+			var err error
+			if pids, err = c.pair.Primary().PIDs(); err != nil {
+				return err
+			}
+			name = fmt.Sprintf("the PostgreSQL primary %s (%d processes)", c.pair.Primary().Addr(), len(pids))
+		}
+		detach, err := slowFsync(pids, 400*time.Millisecond)
 		if err != nil {
 			return err
 		}
-		c.note(f.Kind, "strace on %s: every fdatasync and fsync 400ms late, for %v", s.name, 2*f.Hold)
+		c.note(f.Kind, "strace on %s: every fdatasync and fsync 400ms late, for %v", name, 2*f.Hold)
 		time.Sleep(2 * f.Hold)
 		detach()
-		c.note(f.Kind, "strace detached from %s", s.name)
+		c.note(f.Kind, "strace detached from %s", name)
 	default:
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
 	}
 	return nil
 }
 
-// slowFsync attaches strace to every thread of pid, delaying each
-// fdatasync and fsync, and returns the func that detaches it. It returns
-// once the kernel names a tracer for each of pid's threads.
-func slowFsync(pid int, delay time.Duration) (detach func(), err error) {
+// slowFsync attaches strace to every thread of pids (and, -f, to the
+// processes and threads they start), delaying each fdatasync and fsync,
+// and returns the func that detaches it. It returns once the kernel names
+// a tracer for each of their threads.
+func slowFsync(pids []int, delay time.Duration) (detach func(), err error) {
 	us := strconv.FormatInt(delay.Microseconds(), 10)
-	cmd := exec.Command("strace", "-f", "-p", strconv.Itoa(pid), "-o", "/dev/null", "-e", "trace=fdatasync,fsync",
-		"-e", "inject=fdatasync:delay_enter="+us, "-e", "inject=fsync:delay_enter="+us)
+	args := []string{"-f", "-o", "/dev/null", "-e", "trace=fdatasync,fsync",
+		"-e", "inject=fdatasync:delay_enter=" + us, "-e", "inject=fsync:delay_enter=" + us}
+	for _, pid := range pids {
+		args = append(args, "-p", strconv.Itoa(pid))
+	}
+	cmd := exec.Command("strace", args...)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("strace (apt-get install strace): %w", err)
 	}
@@ -177,12 +217,24 @@ func slowFsync(pid int, delay time.Duration) (detach func(), err error) {
 		cmd.Wait()
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if traced(pid) {
+		if tracedAll(pids) {
 			return detach, nil
 		}
 	}
 	detach()
-	return nil, fmt.Errorf("strace did not attach to every thread of pid %d", pid)
+	return nil, fmt.Errorf("strace did not attach to every thread of pids %v", pids)
+}
+
+// tracedAll reports whether every thread of pids has a tracer; a process
+// that has ended meanwhile (a backend whose connection closed) counts as
+// traced.
+func tracedAll(pids []int) bool {
+	for _, pid := range pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil && !traced(pid) {
+			return false
+		}
+	}
+	return true
 }
 
 // traced reports whether every thread of pid has a tracer

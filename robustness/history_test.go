@@ -20,10 +20,11 @@ const (
 	opCancel
 	opList
 	opListRead // one intent of a list's answer, as a read of it (see expandLists)
+	opRelease  // paymentsd release of a key (release_test.go)
 )
 
 func (k kind) String() string {
-	return [...]string{"create", "get", "cancel", "list", "list-read"}[k]
+	return [...]string{"create", "get", "cancel", "list", "list-read", "release"}[k]
 }
 
 // op is one recorded operation: who sent what over which face, what came
@@ -31,7 +32,7 @@ func (k kind) String() string {
 // began (monotonic).
 type op struct {
 	Client    int
-	Face      string // "grpc" or "http"
+	Face      string // "grpc" or "http"; "cli" for a release
 	Kind      kind
 	Principal int
 	Key       string // create: the idempotency key
@@ -39,14 +40,20 @@ type op struct {
 	ID        string // get, cancel: the intent
 	Call      int64
 	Return    int64
+	// Durable says the run's claims are durable (a release then refuses
+	// a stored error).
+	Durable bool
 
 	// Unknown says the client cannot know whether the operation took
 	// effect (a deadline, UNAVAILABLE, a cut connection): it is modelled
 	// as taking effect at any moment after its call, or never.
 	Unknown  bool
 	Code     codes.Code
-	Reason   string // the ErrorInfo reason of an error of the idempotency layer
+	Reason   string // the ErrorInfo reason of an error of the idempotency layer; a release's refusal
 	Replayed bool
+	// Stale says a create overlaps a release of its key (markStale): it
+	// may be answered from the record the release cleared.
+	Stale bool
 	// Result is what a replay must repeat: the intent's deterministic
 	// encoding for a success, the code for a stored error.
 	Result  string
@@ -65,6 +72,8 @@ func (o *op) String() string {
 		in = fmt.Sprintf("%s p%d %s", o.Kind, o.Principal, o.ID)
 	case opList:
 		in = fmt.Sprintf("list p%d", o.Principal)
+	case opRelease:
+		in = fmt.Sprintf("release p%d %s", o.Principal, o.Key)
 	}
 	return fmt.Sprintf("c%d %s %s -> %s", o.Client, o.Face, in, o.outcome())
 }

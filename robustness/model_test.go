@@ -31,9 +31,26 @@ import (
 // An operation whose outcome the client could not know has its return at
 // infinity and is accepted either way: porcupine may place it anywhere
 // after its call, the end included, where it changes nothing anyone saw.
+//
+// A release of a key deletes its record, and on PostgreSQL a replica may
+// still answer from the record it keeps in memory for up to a second
+// after (pgstore/cache.go, completedTrust); Release waits that long before
+// it returns. So a create of the key whose call and return overlap a
+// release's (op.Stale, set by markStale) may also get an answer of the
+// record the last applied release cleared: a replay of its stored result,
+// or a mismatch against its body, which changes nothing. Once the release
+// has returned, such an answer is a violation.
 
-// keyState is a key's record in the model; body -1 is no record.
+// keyState is a key's record in the model; body -1 is no record. stale is
+// the record the last applied release cleared (body -1: none).
 type keyState struct {
+	body   int
+	result string
+	stale  record
+}
+
+// record is a key's record: the body that took effect and its result.
+type record struct {
 	body   int
 	result string
 }
@@ -47,7 +64,7 @@ type intentState struct {
 
 // partitionOf names o's partition.
 func partitionOf(o *op) string {
-	if o.Kind == opCreate {
+	if o.Kind == opCreate || o.Kind == opRelease {
 		return fmt.Sprintf("key p%d %s", o.Principal, o.Key)
 	}
 	return "intent " + o.ID
@@ -74,27 +91,40 @@ var model = porcupine.Model{
 	Init: func() any { return nil }, // the first step tells which partition it is
 	Step: func(state, input, _ any) (bool, any) {
 		o := input.(*op)
-		if o.Kind == opCreate {
+		if o.Kind == opCreate || o.Kind == opRelease {
 			s, ok := state.(keyState)
 			if !ok {
-				s = keyState{body: -1}
+				s = keyState{body: -1, stale: record{body: -1}}
+			}
+			if o.Kind == opRelease {
+				return stepRelease(s, o)
 			}
 			return stepKey(s, o)
 		}
 		s, _ := state.(intentState)
 		return stepIntent(s, o)
 	},
-	DescribeOperation: func(input, _ any) string { return input.(*op).String() },
+	DescribeOperation: func(input, _ any) string {
+		o := input.(*op)
+		if o.Stale {
+			return o.String() + " (during a release)"
+		}
+		return o.String()
+	},
 	DescribeState: func(state any) string {
 		switch s := state.(type) {
 		case keyState:
 			if s.body < 0 {
 				return "no record"
 			}
+			d := fmt.Sprintf("body%d, result %.16s…", s.body, s.result)
 			if s.result == "" {
-				return fmt.Sprintf("body%d, result not yet seen", s.body)
+				d = fmt.Sprintf("body%d, result not yet seen", s.body)
 			}
-			return fmt.Sprintf("body%d, result %.16s…", s.body, s.result)
+			if s.stale.body >= 0 {
+				d += fmt.Sprintf("; released body%d", s.stale.body)
+			}
+			return d
 		case intentState:
 			if s.canceled {
 				return "canceled"
@@ -106,17 +136,29 @@ var model = porcupine.Model{
 }
 
 func stepKey(s keyState, o *op) (bool, keyState) {
+	ok, next := stepRecord(s, o)
+	if !ok && o.Stale && staleAnswer(s.stale, o) {
+		return true, s
+	}
+	return ok, next
+}
+
+// stepRecord is a create against the key's record as it is.
+func stepRecord(s keyState, o *op) (bool, keyState) {
+	set := func(body int, result string) keyState { // s with another record, s unchanged
+		return keyState{body: body, result: result, stale: s.stale}
+	}
 	switch {
 	case o.Unknown:
 		if s.body < 0 {
-			return true, keyState{body: o.Body}
+			return true, set(o.Body, "")
 		}
 		return true, s
 	case o.Result != "" && !o.Replayed: // a fresh run
-		return s.body < 0, keyState{o.Body, o.Result}
+		return s.body < 0, set(o.Body, o.Result)
 	case o.Result != "": // a replay
 		ok := s.body == o.Body && (s.result == "" || s.result == o.Result)
-		return ok, keyState{o.Body, o.Result}
+		return ok, set(o.Body, o.Result)
 	case o.Code == codes.FailedPrecondition && o.Reason == wire.ReasonKeyReused:
 		// Refused as another request: right against another body's
 		// record, or while another body's create is in flight (the
@@ -128,6 +170,51 @@ func stepKey(s keyState, o *op) (bool, keyState) {
 	return false, s // an answer the contract has no place for
 }
 
+// staleAnswer says whether o's answer is one of r, a record a release
+// cleared: a replay of its result, or a mismatch against its body.
+func staleAnswer(r record, o *op) bool {
+	switch {
+	case r.body < 0 || o.Unknown:
+		return false
+	case o.Result != "" && o.Replayed:
+		return o.Body == r.body && (r.result == "" || r.result == o.Result)
+	case o.Code == codes.FailedPrecondition && o.Reason == wire.ReasonKeyReused:
+		return o.Body != r.body
+	}
+	return false
+}
+
+// markStale marks each create whose call and return overlap those of a
+// release of the same key (an unknown outcome returns at infinity): it
+// may be answered from the record the release cleared (see keyState).
+func markStale(ops []*op) {
+	type span struct{ call, ret int64 }
+	releases := map[string][]span{}
+	end := func(o *op) int64 {
+		if o.Unknown {
+			return math.MaxInt64
+		}
+		return o.Return
+	}
+	for _, o := range ops {
+		if o.Kind == opRelease {
+			releases[partitionOf(o)] = append(releases[partitionOf(o)], span{o.Call, end(o)})
+		}
+	}
+	for _, o := range ops {
+		if o.Kind != opCreate {
+			continue
+		}
+		o.Stale = false
+		for _, r := range releases[partitionOf(o)] {
+			if o.Call <= r.ret && r.call <= end(o) {
+				o.Stale = true
+				break
+			}
+		}
+	}
+}
+
 func stepIntent(s intentState, o *op) (bool, intentState) {
 	switch o.Kind {
 	case opCancel:
@@ -135,8 +222,11 @@ func stepIntent(s intentState, o *op) (bool, intentState) {
 		case o.Unknown:
 			s.canceled = true
 			return true, s
-		case o.Code == codes.Aborted && o.Reason == wire.ReasonWriteConflict:
-			return true, s // nothing stored
+		case o.Code == codes.Aborted && (o.Reason == wire.ReasonWriteConflict || o.Reason == wire.ReasonAttemptSuperseded):
+			// Nothing stored: a conflict, or, with a durable claim, a
+			// newer attempt of the key (its writes commit with its
+			// completion, guarded by the attempt, or not at all).
+			return true, s
 		case o.Code != codes.OK:
 			return false, s
 		}
@@ -183,8 +273,10 @@ func canceledShape(pi *paymentsv1.PaymentIntent) bool {
 // called is kept: any linearization that uses a later one's effect can
 // use the earliest's at the same point instead, and each of them may stay
 // without effect at the end. Kept all, they make porcupine's search
-// exponential in their number.
+// exponential in their number. Creates that overlap a release are marked
+// first (markStale).
 func porcupineHistory(ops []*op) []porcupine.Operation {
+	markStale(ops)
 	earliest := map[string]*op{}
 	for _, o := range ops {
 		if !o.Unknown {

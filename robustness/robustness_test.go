@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
 	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
@@ -35,6 +36,9 @@ type settings struct {
 	runs     int
 	duration time.Duration
 	clients  int
+	// long is make robustness's suite (several runs), which must show
+	// what a single short run may miss by chance: takeovers.
+	long bool
 }
 
 func readSettings(t *testing.T) settings {
@@ -45,6 +49,7 @@ func readSettings(t *testing.T) settings {
 			t.Fatalf("PAYMENTSD_ROBUSTNESS_SEED=%q: %v", v, err)
 		}
 	}
+	s.long = s.runs >= 4
 	if v := os.Getenv("PAYMENTSD_ROBUSTNESS_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -66,7 +71,21 @@ type run struct {
 	kinds    []string // fault kinds to draw from; none: no faults
 	forced   string
 	pair     *pgtest.Pair
+	// durable: bin was built with robustness_durable, so that creates and
+	// cancels take durable claims with leases (cmd/paymentsd,
+	// transactional_durable.go), which a pause past the lease lets
+	// another replica take over.
+	durable bool
+	// noRelease: no paymentsd release during the run.
+	noRelease bool
 }
+
+// durableTag is the build tag of the binary whose claims are durable.
+const durableTag = "robustness_durable"
+
+// durableSeed says whether the run of seed uses the durable binary: every
+// other seed, so that a suite's runs alternate.
+func durableSeed(seed uint64) bool { return seed%2 == 1 }
 
 // outcome is what a run found.
 type outcome struct {
@@ -80,6 +99,10 @@ type outcome struct {
 	logs       []string // the servers' log files
 	counts     map[string]int
 	timing     string // how long the load, the finish and the check took
+	takeovers  int    // the servers' log lines of a takeover ("idempotency":"takeover")
+	releases   int    // paymentsd release runs
+	released   int    // of which released the key
+	superseded int    // answers ABORTED, IDEMPOTENCY_ATTEMPT_SUPERSEDED
 }
 
 func TestRobustness_Bolt(t *testing.T) {
@@ -95,20 +118,25 @@ func TestRobustness_Postgres(t *testing.T) {
 	// One pair for every run, each run on a database of its own: a
 	// synchronous standby, so that a failover loses nothing acknowledged.
 	pair := pgtest.StartPair(t, pgtest.Synchronous)
+	kinds := needStrace(t, postgresFaults)
 	suite(t, s, func(i int) run {
-		return run{backend: "postgres", bin: binary(t, ""), kinds: postgresFaults, pair: pair}
+		return run{backend: "postgres", bin: binary(t, ""), kinds: kinds, pair: pair}
 	})
 }
 
 // suite runs s.runs runs made by mk, fails on the first that finds a
 // violation (with its seed and report), and logs the summary line.
 func suite(t *testing.T, s settings, mk func(i int) run) {
-	var ops, stored, orphans int
+	var ops, stored, orphans, takeovers, superseded, durableRuns, releases, released int
 	faults := map[string]int{}
 	var backend string
 	for i := range s.runs {
 		r := mk(i)
 		r.seed, r.duration, r.clients = s.seed+uint64(i), s.duration, s.clients
+		if r.durable = durableSeed(r.seed); r.durable {
+			r.bin = binary(t, durableTag)
+			durableRuns++
+		}
 		// The seed picks the kind a run must include, so that the runs of
 		// one suite, whose seeds follow each other, take every kind in
 		// turn, and one seed alone replays its run's whole schedule.
@@ -120,6 +148,10 @@ func suite(t *testing.T, s settings, mk func(i int) run) {
 		ops += len(o.ops)
 		stored += o.stored
 		orphans += len(o.orphans)
+		takeovers += o.takeovers
+		superseded += o.superseded
+		releases += o.releases
+		released += o.released
 		nfaults := 0
 		for k, n := range o.counts {
 			faults[k] += n
@@ -130,15 +162,32 @@ func suite(t *testing.T, s settings, mk func(i int) run) {
 			t.Fatalf("%s run %d: %d violations; replay with PAYMENTSD_ROBUSTNESS_SEED=%d PAYMENTSD_ROBUSTNESS_RUNS=1 (the fault schedule and operations, not their timing); report in %s; the first:\n%s",
 				r.backend, i, len(o.violations), r.seed, dir, strings.Join(o.violations[:min(len(o.violations), 10)], "\n"))
 		}
-		t.Logf("%s run %d (seed %d): %d operations, %d faults, %d intents stored, 0 orphans, 0 violations (%v)", r.backend, i, r.seed, len(o.ops), nfaults, o.stored, o.timing)
+		if os.Getenv("PAYMENTSD_ROBUSTNESS_KEEP") != "" {
+			t.Logf("%s run %d: report kept in %s", r.backend, i, report(t, r, o))
+		}
+		claims := "transactional"
+		if r.durable {
+			claims = "durable"
+		}
+		t.Logf("%s run %d (seed %d, %s claims): %d operations, %d faults, %d takeovers, %d superseded, %d releases (%d released), %d intents stored, 0 orphans, 0 violations (%v)",
+			r.backend, i, r.seed, claims, len(o.ops), nfaults, o.takeovers, o.superseded, o.releases, o.released, o.stored, o.timing)
 	}
 	var kinds []string
 	for k, n := range faults {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
 	}
 	slices.Sort(kinds)
-	t.Logf("robustness %s: %d runs, %d operations, faults %s, intents %d, orphans %d, violations 0",
-		backend, s.runs, ops, strings.Join(kinds, " "), stored, orphans)
+	t.Logf("robustness %s: %d runs (%d with durable claims), %d operations, faults %s, takeovers %d, superseded %d, releases %d (%d released), intents %d, orphans %d, violations 0",
+		backend, s.runs, durableRuns, ops, strings.Join(kinds, " "), takeovers, superseded, releases, released, stored, orphans)
+	// A takeover needs a durable claim and a worker that stops past its
+	// lease: the suite's long version must show some, or the path they
+	// take is no longer tested.
+	if s.long && durableRuns > 0 && takeovers == 0 {
+		t.Errorf("robustness %s: %d runs with durable claims and no takeover: a paused or killed worker's claim was never taken over", backend, durableRuns)
+	}
+	if s.long && durableRuns < s.runs && released == 0 {
+		t.Errorf("robustness %s: %d releases and none released a key: the path of a released key was never taken", backend, releases)
+	}
 }
 
 // do runs r: servers, proxies, clients and faults for r.duration, then
@@ -149,7 +198,8 @@ func (r run) do(t *testing.T) outcome {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(r.seed, 0))
 	h := newHistory()
-	c := &cluster{t: t, h: h, pair: r.pair, counts: map[string]int{}}
+	w := newWorkload()
+	c := &cluster{t: t, h: h, pair: r.pair, counts: map[string]int{}, durable: r.durable, w: w, clientBase: r.clients + 1}
 	inFlightWait := []string{"0s", "300ms"}[rng.IntN(2)]
 	args := []string{"--lease", lease.String(), "--in-flight-wait", inFlightWait}
 	n := 1
@@ -178,6 +228,7 @@ func (r run) do(t *testing.T) outcome {
 	} else {
 		args = append(args, "--db", filepath.Join(dir, "paymentsd.db"))
 	}
+	db := args[len(args)-1]
 	var o outcome
 	for i := range n {
 		name := fmt.Sprintf("%s-%d", r.backend, i)
@@ -196,21 +247,38 @@ func (r run) do(t *testing.T) outcome {
 		c.servers = append(c.servers, s)
 		c.proxies = append(c.proxies, [2]*faultproxy.Proxy{g, hp})
 	}
-	c.note("start", "%d %s server(s), --lease %v --in-flight-wait %s, %d clients, seed %d", n, r.backend, lease, inFlightWait, r.clients, r.seed)
+	claims := "transactional"
+	if r.durable {
+		claims = "durable"
+	}
+	c.note("start", "%d %s server(s), %s claims, --lease %v --in-flight-wait %s, %d clients, seed %d", n, r.backend, claims, lease, inFlightWait, r.clients, r.seed)
 
 	// The clients, until stop.
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	w := newWorkload()
 	for i := range r.clients {
 		p := c.proxies[i%n]
 		ep, err := dialEndpoint(p[0].Addr(), p[1].Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
+		if r.durable {
+			ep.timeout = durableCallTimeout
+		}
 		wg.Go(func() {
 			defer ep.close()
 			w.client(i, rand.New(rand.NewPCG(r.seed, uint64(i)+1)), ep, h, &stop)
+		})
+	}
+	if !r.noRelease {
+		p := c.proxies[0]
+		ep, err := dialEndpoint(p[0].Addr(), p[1].Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			defer ep.close()
+			c.releaser(rand.New(rand.NewPCG(r.seed, 1<<32)), w, ep, r.bin, db, r.duration, &stop, r.durable)
 		})
 	}
 
@@ -288,6 +356,29 @@ func (r run) do(t *testing.T) outcome {
 	for _, s := range o.doubled {
 		o.violations = append(o.violations, "key with two intents: "+s)
 	}
+	for _, x := range o.ops {
+		switch {
+		case x.Reason == wire.ReasonAttemptSuperseded:
+			o.superseded++
+		case x.Kind == opRelease:
+			o.releases++
+			if x.Code == codes.OK {
+				o.released++
+			}
+		}
+	}
+	for _, l := range o.logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.takeovers += strings.Count(string(b), `"idempotency":"takeover"`)
+	}
+	// A transactional claim commits with its writes and answer, never in
+	// flight on its own: nothing is ever left to take over.
+	if !r.durable && o.takeovers > 0 {
+		o.violations = append(o.violations, fmt.Sprintf("%d takeovers logged by a build whose creates and cancels are transactional", o.takeovers))
+	}
 	o.illegal = linearize(t, o.ops)
 	for _, part := range o.illegal {
 		o.violations = append(o.violations, fmt.Sprintf("not linearizable: %s (%d operations)", partitionOf(part[0].Input.(*op)), len(part)))
@@ -317,7 +408,7 @@ func (e *endpoint) listAll(p int) ([]*paymentsv1.PaymentIntent, error) {
 	var all []*paymentsv1.PaymentIntent
 	req := &paymentsv1.ListPaymentIntentsRequest{PageSize: 1000}
 	for deadline := time.Now().Add(time.Minute); ; {
-		ctx, cancel := grpcContext(p, "")
+		ctx, cancel := e.grpcContext(p, "")
 		resp, err := e.rpc.ListPaymentIntents(ctx, req)
 		cancel()
 		if err != nil {

@@ -25,7 +25,10 @@ type workload struct {
 	mu   sync.Mutex
 	seen [2][]string
 	ids  map[string]bool
-	used map[[2]int]bool // principal, key
+	// refusedKeys: per principal, the keys a create was refused with a
+	// stored error (INVALID_ARGUMENT), for the releaser.
+	refusedKeys [2][]int
+	used        map[[2]int]bool // principal, key
 }
 
 func newWorkload() *workload {
@@ -93,6 +96,11 @@ func (w *workload) pick(p int, rng *rand.Rand) string {
 
 // learn keeps the ids o's answer shows.
 func (w *workload) learn(o *op) {
+	if o.Kind == opCreate && o.Code == codes.InvalidArgument && !o.Unknown {
+		w.mu.Lock()
+		w.refusedKeys[o.Principal] = append(w.refusedKeys[o.Principal], keyIndex(o.Key))
+		w.mu.Unlock()
+	}
 	if o.Code != codes.OK || o.Unknown {
 		return
 	}
@@ -110,6 +118,21 @@ func (w *workload) learn(o *op) {
 	for _, pi := range o.Intents {
 		add(pi.Id)
 	}
+}
+
+// refused is a key whose create was refused with a stored error, the
+// latest of a random principal's (false while there is none).
+func (w *workload) refused(rng *rand.Rand) (principal, key int, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := rng.IntN(len(tokens))
+	for range tokens {
+		if n := len(w.refusedKeys[p]); n > 0 {
+			return p, w.refusedKeys[p][n-1], true
+		}
+		p = (p + 1) % len(tokens)
+	}
+	return 0, 0, false
 }
 
 // usedKey is a key some create sent.

@@ -253,11 +253,10 @@ func (m *Main) idempotency() grpc.UnaryServerInterceptor {
 		interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName, interceptor.KeyOptional),
 		interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyIgnored),
 		interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_ListPaymentIntents_FullMethodName, interceptor.KeyIgnored),
-		// Their only effect is the intent they write through the store.
-		interceptor.WithTransactional(
-			paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName,
-			paymentsv1.PaymentIntentService_CancelPaymentIntent_FullMethodName,
-		),
+		// Create and Cancel: their only effect is the intent they write
+		// through the store (transactional.go; none in the robustness
+		// suite's robustness_durable build).
+		interceptor.WithTransactional(transactionalMethods...),
 		interceptor.WithObserver(rpclog.Observer{Metrics: m.metrics}),
 		interceptor.WithObserver(tracing.Observer{}),
 		interceptor.WithLogger(m.Logger),

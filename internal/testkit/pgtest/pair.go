@@ -413,3 +413,17 @@ func (c *Cluster) Promote(t testing.TB) {
 		t.Fatalf("pgtest: pg_ctl promote: %v\n%s\nserver log:\n%s", err, out, logTail(c.logFile(), 0))
 	}
 }
+
+// PIDs returns the pids of the running server: its postmaster first, then
+// every process it has started (backends, the WAL writer, the
+// checkpointer), for a test that traces them (the robustness suite slows
+// their fsyncs with strace).
+func (c *Cluster) PIDs() ([]int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pid, err := c.postmasterPID()
+	if err != nil {
+		return nil, err
+	}
+	return append([]int{pid}, children(pid)...), nil
+}
