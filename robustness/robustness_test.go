@@ -87,6 +87,14 @@ const durableTag = "robustness_durable"
 // other seed, so that a suite's runs alternate.
 func durableSeed(seed uint64) bool { return seed%2 == 1 }
 
+// claims names the kind of claim r's binary takes, for its log lines.
+func (r run) claims() string {
+	if r.durable {
+		return "durable"
+	}
+	return "transactional"
+}
+
 // outcome is what a run found.
 type outcome struct {
 	ops        []*op
@@ -165,12 +173,8 @@ func suite(t *testing.T, s settings, mk func(i int) run) {
 		if os.Getenv("PAYMENTSD_ROBUSTNESS_KEEP") != "" {
 			t.Logf("%s run %d: report kept in %s", r.backend, i, report(t, r, o))
 		}
-		claims := "transactional"
-		if r.durable {
-			claims = "durable"
-		}
 		t.Logf("%s run %d (seed %d, %s claims): %d operations, %d faults, %d takeovers, %d superseded, %d releases (%d released), %d intents stored, 0 orphans, 0 violations (%v)",
-			r.backend, i, r.seed, claims, len(o.ops), nfaults, o.takeovers, o.superseded, o.releases, o.released, o.stored, o.timing)
+			r.backend, i, r.seed, r.claims(), len(o.ops), nfaults, o.takeovers, o.superseded, o.releases, o.released, o.stored, o.timing)
 	}
 	var kinds []string
 	for k, n := range faults {
@@ -247,11 +251,7 @@ func (r run) do(t *testing.T) outcome {
 		c.servers = append(c.servers, s)
 		c.proxies = append(c.proxies, [2]*faultproxy.Proxy{g, hp})
 	}
-	claims := "transactional"
-	if r.durable {
-		claims = "durable"
-	}
-	c.note("start", "%d %s server(s), %s claims, --lease %v --in-flight-wait %s, %d clients, seed %d", n, r.backend, claims, lease, inFlightWait, r.clients, r.seed)
+	c.note("start", "%d %s server(s), %s claims, --lease %v --in-flight-wait %s, %d clients, seed %d", n, r.backend, r.claims(), lease, inFlightWait, r.clients, r.seed)
 
 	// The clients, until stop.
 	var stop atomic.Bool
