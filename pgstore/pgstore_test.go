@@ -349,10 +349,7 @@ func TestClaim_ReadTimesOutAfterKeyLock_LeavesNoLock(t *testing.T) {
 	}
 	tx.Rollback(ctx)
 
-	var advisory int
-	if err := locker.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&advisory); err != nil || advisory != 0 {
-		t.Errorf("advisory locks held after the claim gave up = %d, %v; want 0", advisory, err)
-	}
+	wantNoAdvisoryLocks(t, locker, "after the claim gave up")
 	claim(t, b, request("k", time.Now()), storage.OutcomeFresh)
 }
 
@@ -512,8 +509,15 @@ func TestCommit_DroppedWrites_KeyLockedUntilTheRecordCommits(t *testing.T) {
 		t.Fatalf("Commit: %v", err)
 	}
 	claim(t, db, request("k", time.Now()), storage.OutcomeReplay)
+	wantNoAdvisoryLocks(t, asker, "once the record committed")
+}
+
+// wantNoAdvisoryLocks fails t if any session of conn's database server
+// holds an advisory lock: a key left locked, for every process.
+func wantNoAdvisoryLocks(t *testing.T, conn *pgx.Conn, when string) {
+	t.Helper()
 	var advisory int
-	if err := asker.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&advisory); err != nil || advisory != 0 {
-		t.Errorf("advisory locks held once the record committed = %d, %v; want 0", advisory, err)
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&advisory); err != nil || advisory != 0 {
+		t.Errorf("advisory locks held %s = %d, %v; want 0", when, advisory, err)
 	}
 }
