@@ -22,6 +22,11 @@ func TestClaim_DamagedRecord_ErrDamaged(t *testing.T) {
 		{"result does not decode", true, `UPDATE idempotency_records SET result = '\xff'::bytea WHERE key = $1`},
 		{"fingerprint too short", false, `UPDATE idempotency_records SET fingerprint = '\x00'::bytea WHERE key = $1`},
 		{"claim token too long", true, `UPDATE idempotency_records SET claim_token = claim_token || '\x00'::bytea WHERE key = $1`},
+		// The table has no CHECK constraints: these rules are the reader's.
+		{"unknown state", true, `UPDATE idempotency_records SET state = 3 WHERE key = $1`},
+		{"attempt 0", false, `UPDATE idempotency_records SET attempt = 0 WHERE key = $1`},
+		{"completed without a result", true, `UPDATE idempotency_records SET result = NULL WHERE key = $1`},
+		{"in flight with a result", false, `UPDATE idempotency_records SET result = '\x'::bytea WHERE key = $1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

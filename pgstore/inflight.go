@@ -5,23 +5,20 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
 // DB lists its claims in flight.
 var _ storage.InFlightLister = (*DB)(nil)
 
-// recordColumns are a record's columns, as scanRecord reads them after the
-// clock.
+// recordColumns are a record's columns, as scanRecord reads them.
 const recordColumns = `r.fingerprint, r.fingerprint_scheme, r.state, r.attempt,
 		r.claim_token, r.owner, r.lease_expire_time, r.expire_time, r.result, r.transactional, r.claim_time`
 
 // selectInFlight reads a page of the claims stored in flight, through
 // their partial index: a page costs its rows, whatever the table holds.
 // The zero RecordKey comes before every key the interceptor stores.
-const selectInFlight = `SELECT r.scope, r.key, clock_timestamp(), ` + recordColumns + `
+const selectInFlight = `SELECT r.scope, r.key, ` + recordColumns + `
 	FROM idempotency_records r
 	WHERE r.state = 1 AND (r.scope, r.key) > ($1, $2)
 	ORDER BY r.scope, r.key LIMIT $3`
@@ -39,7 +36,7 @@ func (db *DB) InFlight(ctx context.Context, after storage.RecordKey, limit int) 
 	var stored []storage.KeyedRecord
 	for rows.Next() {
 		var k storage.RecordKey
-		rec, _, err := scanRecord(keyedRow{rows, &k})
+		rec, err := scanRecord(rows, &k.Scope, &k.Key)
 		if err != nil {
 			return nil, err
 		}
@@ -65,17 +62,6 @@ func (db *DB) pendingAfter(after storage.RecordKey, limit int) []storage.KeyedRe
 	db.mu.Unlock()
 	slices.SortFunc(claims, func(a, b storage.KeyedRecord) int { return storage.CompareKeys(a.Key, b.Key) })
 	return claims[:min(limit, len(claims))]
-}
-
-// keyedRow scans a row of a record's key and then selectRecord's columns
-// into the key and what scanRecord reads.
-type keyedRow struct {
-	row pgx.Row
-	key *storage.RecordKey
-}
-
-func (r keyedRow) Scan(dest ...any) error {
-	return r.row.Scan(append([]any{&r.key.Scope, &r.key.Key}, dest...)...)
 }
 
 // nullTime is t for a nullable column: NULL when zero.

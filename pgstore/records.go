@@ -84,7 +84,8 @@ func (db *DB) decideWithoutLock(ctx context.Context, req storage.ClaimRequest) (
 		return outcome, rec, nil, nil
 	}
 	readAt := time.Now()
-	stored, now, err := scanRecord(db.pool.QueryRow(ctx, selectRecord, req.Key.Scope, req.Key.Key))
+	var now time.Time
+	stored, err := scanRecord(db.pool.QueryRow(ctx, selectRecordAt, req.Key.Scope, req.Key.Key), &now)
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -204,25 +205,28 @@ func (db *DB) claimIfFree(ctx context.Context, req storage.ClaimRequest, durable
 }
 
 // lockAndRead begins t's transaction, takes its key's lock if no other
-// session holds it, and reads the key's record (as committed, whether or
-// not it got the lock) and the database's clock, in one round trip: a
-// fresh key costs a claim no more. It runs before t is returned to anyone,
-// so t.mu is not needed. On a failure other than errLocked it closes t's
-// connection, which the caller's rollback then returns to the pool.
+// session holds it, with the database's clock, and then reads the key's
+// record (as committed, whether or not it got the lock), in one round trip:
+// a fresh key costs a claim no more. The read is a statement of its own,
+// after the lock's: its snapshot is taken once the lock is held, so it
+// sees a record committed by the claim that held the lock before. It runs
+// before t is returned to anyone, so t.mu is not needed. On a failure
+// other than errLocked it closes t's connection, which the caller's
+// rollback then returns to the pool.
 func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Record, now time.Time, err error) {
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
-	b.Queue(`SELECT pg_try_advisory_xact_lock($1)`, t.lock)
+	b.Queue(`SELECT pg_try_advisory_xact_lock($1), clock_timestamp()`, t.lock)
 	b.Queue(selectRecord, t.key.Scope, t.key.Key)
 	err = sendBatch(ctx, t.conn, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		if err := br.QueryRow().Scan(&locked); err != nil {
+		if err := br.QueryRow().Scan(&locked, &now); err != nil {
 			return err
 		}
 		var err error
-		stored, now, err = scanRecord(br.QueryRow())
+		stored, err = scanRecord(br.QueryRow())
 		return err
 	})
 	if err != nil {
@@ -404,18 +408,26 @@ func isLockTimeout(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
 }
 
-// selectRecord reads the record of a key, if any, and the database's clock.
-const selectRecord = `SELECT clock_timestamp(), ` + recordColumns + `
+// selectRecord reads the record of a key: a row, or none.
+const selectRecord = `SELECT ` + recordColumns + ` FROM idempotency_records r WHERE r.scope = $1 AND r.key = $2`
+
+// selectRecordAt reads the record of a key, if any (null columns if none),
+// and the database's clock, in a row that scanRecord reads with the clock
+// first.
+const selectRecordAt = `SELECT clock_timestamp(), ` + recordColumns + `
 	FROM (VALUES (1)) AS one LEFT JOIN idempotency_records r ON r.scope = $1 AND r.key = $2`
 
-// scanRecord reads a row of selectRecord: the record (nil when none) and
-// the database's clock. A record that does not decode (the schema's
-// constraints hold, so only its bytes can be wrong) is an error wrapping
-// storage.ErrDamaged: no answer can be made from it, and retrying
-// will not mend it.
-func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
+// scanRecord reads a row of recordColumns, after the columns before it
+// that first are scanned into: the record, nil when there is none (no
+// row, or null columns). A record that breaks the rules of the table (its
+// bytes do not decode, its state, attempt or result are not what
+// queueInsert and idempotency_complete write) is an error wrapping
+// storage.ErrDamaged: no answer can be made from it, and retrying will not
+// mend it. The table has no CHECK constraints for those rules, since
+// PostgreSQL would read and plan them for every insert (migration 0005):
+// they are checked here, where a record is used.
+func scanRecord(row pgx.Row, first ...any) (*storage.Record, error) {
 	var (
-		now                     time.Time
 		fingerprint, token, res []byte
 		scheme, owner           *string
 		state                   *int16
@@ -424,17 +436,26 @@ func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
 		claimTime               *time.Time
 		transactional           *bool
 	)
-	err := row.Scan(&now, &fingerprint, &scheme, &state, &attempt, &token, &owner, &leaseExpiry, &expiry, &res, &transactional, &claimTime)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	if state == nil {
-		return nil, now, nil
+	err := row.Scan(append(first, &fingerprint, &scheme, &state, &attempt, &token, &owner, &leaseExpiry, &expiry, &res, &transactional, &claimTime)...)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case state == nil:
+		return nil, nil
 	}
 	rec := &storage.Record{Scheme: *scheme, State: storage.State(*state), Attempt: uint64(*attempt), Owner: *owner, Expiry: *expiry,
 		Transactional: *transactional}
-	if len(fingerprint) != len(rec.Fingerprint) || len(token) != len(rec.Token) {
-		return nil, time.Time{}, fmt.Errorf("pgstore: %w: a record has a malformed fingerprint or claim token", storage.ErrDamaged)
+	switch {
+	case rec.State != storage.StateInFlight && rec.State != storage.StateCompleted:
+		return nil, fmt.Errorf("pgstore: %w: a record has state %d", storage.ErrDamaged, *state)
+	case *attempt <= 0:
+		return nil, fmt.Errorf("pgstore: %w: a record has attempt %d", storage.ErrDamaged, *attempt)
+	case (rec.State == storage.StateCompleted) != (res != nil):
+		return nil, fmt.Errorf("pgstore: %w: a record of state %d with a result: %t", storage.ErrDamaged, *state, res != nil)
+	case len(fingerprint) != len(rec.Fingerprint) || len(token) != len(rec.Token):
+		return nil, fmt.Errorf("pgstore: %w: a record has a malformed fingerprint or claim token", storage.ErrDamaged)
 	}
 	copy(rec.Fingerprint[:], fingerprint)
 	copy(rec.Token[:], token)
@@ -447,17 +468,16 @@ func scanRecord(row pgx.Row) (*storage.Record, time.Time, error) {
 	if rec.State == storage.StateCompleted {
 		rec.Result = new(storage.Result)
 		if err := rec.Result.UnmarshalBinary(res); err != nil {
-			return nil, time.Time{}, fmt.Errorf("pgstore: %w: a completed record's result: %w", storage.ErrDamaged, err)
+			return nil, fmt.Errorf("pgstore: %w: a completed record's result: %w", storage.ErrDamaged, err)
 		}
 	}
-	return rec, now, nil
+	return rec, nil
 }
 
 // Get returns the record stored for k, live or expired, or nil when there
 // is none. It only reads: for an operator's question about a key.
 func (db *DB) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
-	rec, _, err := scanRecord(db.pool.QueryRow(ctx, selectRecord, k.Scope, k.Key))
-	return rec, err
+	return scanRecord(db.pool.QueryRow(ctx, selectRecord, k.Scope, k.Key))
 }
 
 // CountRecords returns PostgreSQL's estimate of the records the table

@@ -32,7 +32,8 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, KeyLock(k)); err != nil {
 			return err
 		}
-		stored, dbNow, err := scanRecord(tx.QueryRow(ctx, selectRecord, k.Scope, k.Key))
+		var dbNow time.Time
+		stored, err := scanRecord(tx.QueryRow(ctx, selectRecordAt, k.Scope, k.Key), &dbNow)
 		if err != nil {
 			return err
 		}
