@@ -34,7 +34,7 @@ var runs atomic.Int64
 func fresh(base string) string { return fmt.Sprintf("%s_%d", base, runs.Add(1)) }
 
 // open opens a DB on database name, closed when the test ends.
-func open(t *testing.T, name string, opts *pgstore.Options) *pgstore.DB {
+func open(t testing.TB, name string, opts *pgstore.Options) *pgstore.DB {
 	t.Helper()
 	url := pgtest.Require(t, cluster).NewDatabase(t, name)
 	db, err := pgstore.Open(context.Background(), url, opts)
@@ -69,7 +69,7 @@ func request(key string, now time.Time) storage.ClaimRequest {
 	}
 }
 
-func result(t *testing.T, text string) *storage.Result {
+func result(t testing.TB, text string) *storage.Result {
 	t.Helper()
 	resp, err := anypb.New(wrapperspb.String(text))
 	if err != nil {

@@ -404,6 +404,9 @@ func inFlightGuess(req storage.ClaimRequest, lockTimeout time.Duration) *storage
 }
 
 func isLockTimeout(err error) bool {
+	if err == nil {
+		return false // without the allocation errors.As would make
+	}
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
 }
@@ -427,7 +430,7 @@ const selectRecordAt = `SELECT clock_timestamp(), ` + recordColumns + `
 // PostgreSQL would read and plan them for every insert (migration 0005):
 // they are checked here, where a record is used.
 func scanRecord(row pgx.Row, first ...any) (*storage.Record, error) {
-	var (
+	var c struct { // the columns, in one allocation rather than one each
 		fingerprint, token, res []byte
 		scheme, owner           *string
 		state                   *int16
@@ -435,39 +438,39 @@ func scanRecord(row pgx.Row, first ...any) (*storage.Record, error) {
 		leaseExpiry, expiry     *time.Time
 		claimTime               *time.Time
 		transactional           *bool
-	)
-	err := row.Scan(append(first, &fingerprint, &scheme, &state, &attempt, &token, &owner, &leaseExpiry, &expiry, &res, &transactional, &claimTime)...)
+	}
+	err := row.Scan(append(first, &c.fingerprint, &c.scheme, &c.state, &c.attempt, &c.token, &c.owner, &c.leaseExpiry, &c.expiry, &c.res, &c.transactional, &c.claimTime)...)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil
 	case err != nil:
 		return nil, err
-	case state == nil:
+	case c.state == nil:
 		return nil, nil
 	}
-	rec := &storage.Record{Scheme: *scheme, State: storage.State(*state), Attempt: uint64(*attempt), Owner: *owner, Expiry: *expiry,
-		Transactional: *transactional}
+	rec := &storage.Record{Scheme: *c.scheme, State: storage.State(*c.state), Attempt: uint64(*c.attempt), Owner: *c.owner, Expiry: *c.expiry,
+		Transactional: *c.transactional}
 	switch {
 	case rec.State != storage.StateInFlight && rec.State != storage.StateCompleted:
-		return nil, fmt.Errorf("pgstore: %w: a record has state %d", storage.ErrDamaged, *state)
-	case *attempt <= 0:
-		return nil, fmt.Errorf("pgstore: %w: a record has attempt %d", storage.ErrDamaged, *attempt)
-	case (rec.State == storage.StateCompleted) != (res != nil):
-		return nil, fmt.Errorf("pgstore: %w: a record of state %d with a result: %t", storage.ErrDamaged, *state, res != nil)
-	case len(fingerprint) != len(rec.Fingerprint) || len(token) != len(rec.Token):
+		return nil, fmt.Errorf("pgstore: %w: a record has state %d", storage.ErrDamaged, *c.state)
+	case *c.attempt <= 0:
+		return nil, fmt.Errorf("pgstore: %w: a record has attempt %d", storage.ErrDamaged, *c.attempt)
+	case (rec.State == storage.StateCompleted) != (c.res != nil):
+		return nil, fmt.Errorf("pgstore: %w: a record of state %d with a result: %t", storage.ErrDamaged, *c.state, c.res != nil)
+	case len(c.fingerprint) != len(rec.Fingerprint) || len(c.token) != len(rec.Token):
 		return nil, fmt.Errorf("pgstore: %w: a record has a malformed fingerprint or claim token", storage.ErrDamaged)
 	}
-	copy(rec.Fingerprint[:], fingerprint)
-	copy(rec.Token[:], token)
-	if leaseExpiry != nil {
-		rec.LeaseExpiry = *leaseExpiry
+	copy(rec.Fingerprint[:], c.fingerprint)
+	copy(rec.Token[:], c.token)
+	if c.leaseExpiry != nil {
+		rec.LeaseExpiry = *c.leaseExpiry
 	}
-	if claimTime != nil {
-		rec.ClaimTime = *claimTime
+	if c.claimTime != nil {
+		rec.ClaimTime = *c.claimTime
 	}
 	if rec.State == storage.StateCompleted {
 		rec.Result = new(storage.Result)
-		if err := rec.Result.UnmarshalBinary(res); err != nil {
+		if err := rec.Result.UnmarshalBinary(c.res); err != nil {
 			return nil, fmt.Errorf("pgstore: %w: a completed record's result: %w", storage.ErrDamaged, err)
 		}
 	}
