@@ -61,13 +61,15 @@ robustness:
 		go test -count=1 -timeout 40m -v -run '^TestRobustness' ./robustness
 
 ## bench: Go benchmarks of the store and interceptor, then ghz against the
-## real binary with and without the interceptor (see BENCHMARKS.md)
+## real binary with and without the interceptor, and PostgreSQL's instructions
+## per create counted by valgrind (see BENCHMARKS.md)
 bench: bin/ghz
 	go build -o bin/paymentsd ./cmd/paymentsd
 	go build -tags benchbaseline -o bin/paymentsd-baseline ./cmd/paymentsd
 	go test -run '^$$' -bench . -benchmem -count 3 ./boltstore ./interceptor
 	PAYMENTSD_SCALE_RECORDS=1000000 go test -count=1 -run '^TestScale$$' -v -timeout 20m ./boltstore
 	go run ./bench
+	bench/pg-instructions.sh
 
 bin/ghz:
 	GOBIN=$(CURDIR)/bin go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
