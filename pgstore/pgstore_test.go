@@ -521,3 +521,42 @@ func wantNoAdvisoryLocks(t *testing.T, conn *pgx.Conn, when string) {
 		t.Errorf("advisory locks held %s = %d, %v; want 0", when, advisory, err)
 	}
 }
+
+// A claim's transaction is READ COMMITTED on a database whose default is
+// REPEATABLE READ: there the snapshot would be taken by the lock's
+// statement, before the lock is granted, and the read could miss a record
+// committed by the claim that held the key just before. The handler's
+// statements run at the same level.
+func TestClaimTx_ReadCommittedWhateverTheDatabasesDefault(t *testing.T) {
+	ctx := context.Background()
+	name := fresh("isolation")
+	url := pgtest.Require(t, cluster).NewDatabase(t, name)
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `ALTER DATABASE `+name+` SET default_transaction_isolation = 'repeatable read'`); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgstore.Open(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var level string
+	if err := db.Pool().QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level); err != nil || level != "repeatable read" {
+		t.Fatalf("the database's default = %q, %v; want repeatable read", level, err)
+	}
+	outcome, _, tx, err := db.ClaimTx(ctx, request("isolation", time.Now()), storage.ClaimInTx)
+	if err != nil || outcome != storage.OutcomeFresh {
+		t.Fatalf("ClaimTx = %v, %v", outcome, err)
+	}
+	defer tx.Rollback()
+	err = db.Run(tx.Context(ctx), func(q pgstore.Querier) error {
+		return q.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level)
+	})
+	if err != nil || level != "read committed" {
+		t.Errorf("the claim's transaction is %q, %v; want read committed", level, err)
+	}
+}

@@ -209,13 +209,15 @@ func (db *DB) claimIfFree(ctx context.Context, req storage.ClaimRequest, durable
 // record (as committed, whether or not it got the lock), in one round trip:
 // a fresh key costs a claim no more. The read is a statement of its own,
 // after the lock's: its snapshot is taken once the lock is held, so it
-// sees a record committed by the claim that held the lock before. It runs
-// before t is returned to anyone, so t.mu is not needed. On a failure
-// other than errLocked it closes t's connection, which the caller's
-// rollback then returns to the pool.
+// sees a record committed by the claim that held the lock before. That
+// takes READ COMMITTED, whatever the database's default: under REPEATABLE
+// READ the snapshot would be the lock statement's. It runs before t is
+// returned to anyone, so t.mu is not needed. On a failure other than
+// errLocked it closes t's connection, which the caller's rollback then
+// returns to the pool.
 func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Record, now time.Time, err error) {
 	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	b.Queue(`SELECT pg_try_advisory_xact_lock($1), clock_timestamp()`, t.lock)
 	b.Queue(selectRecord, t.key.Scope, t.key.Key)
 	err = sendBatch(ctx, t.conn, b, func(br pgx.BatchResults) error {

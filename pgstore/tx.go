@@ -30,7 +30,10 @@ type txKey struct{}
 // locked for the session first, since a lock of the session outlives a
 // rollback, so that it stays locked throughout. For a durable claim, the
 // claim was committed on its own, and a transaction begins with the
-// handler's first statement.
+// handler's first statement. The claim's transaction is READ COMMITTED
+// whatever the database's default (see lockAndRead), so that is the level
+// of the handler's statements when the claim is not durable; a durable
+// claim's handler gets the database's default.
 //
 // The transaction is driven with plain BEGIN and COMMIT statements on a
 // pooled connection, so that they share round trips with the claim and
