@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
@@ -69,11 +67,7 @@ func TestFailover_SilentPrimary_ProbesClaimsAndNoticesMove(t *testing.T) {
 		}
 	}
 
-	conn, err := pgx.Connect(context.Background(), p.Primary().URL("failover"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := pgtest.Connect(t, p.Primary().URL("failover"))
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		var n int
 		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity

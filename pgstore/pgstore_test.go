@@ -332,11 +332,7 @@ func TestClaim_ReadTimesOutAfterKeyLock_LeavesNoLock(t *testing.T) {
 	ctx := context.Background()
 	claim(t, a, request("warm", time.Now()), storage.OutcomeFresh) // its statements are prepared: none waits now
 
-	locker, err := pgx.Connect(ctx, cluster.URL(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locker.Close(ctx)
+	locker := pgtest.Connect(t, cluster.URL(name))
 	tx, err := locker.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -365,11 +361,7 @@ func TestOpen_MigrationWaitsPastLockTimeout_NoMigrateRefusesOldSchema(t *testing
 	if _, err := pgstore.Open(ctx, url, &pgstore.Options{NoMigrate: true}); !errors.Is(err, pgstore.ErrSchemaTooOld) {
 		t.Errorf("NoMigrate Open of a new database = %v, want ErrSchemaTooOld", err)
 	}
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
+	holder := pgtest.Connect(t, url)
 	const migrateLock = 0x7061796d656e7473
 	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrateLock)); err != nil {
 		t.Fatal(err)
@@ -465,12 +457,7 @@ func TestCommit_DroppedWrites_KeyLockedUntilTheRecordCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	other, err := pgx.Connect(ctx, cluster.URL(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(ctx)
-	hold, err := other.Begin(ctx)
+	hold, err := pgtest.Connect(t, cluster.URL(name)).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,11 +469,7 @@ func TestCommit_DroppedWrites_KeyLockedUntilTheRecordCommits(t *testing.T) {
 		committed <- tx.Commit(ctx, rec.Completed(result(t, "bad amount")), storage.DropWrites)
 	}()
 
-	asker, err := pgx.Connect(ctx, cluster.URL(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer asker.Close(ctx)
+	asker := pgtest.Connect(t, cluster.URL(name))
 	for waiting := false; !waiting; {
 		err := asker.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks
 			WHERE NOT granted AND relation = 'idempotency_records'::regclass)`).Scan(&waiting)
@@ -531,12 +514,7 @@ func TestClaimTx_ReadCommittedWhateverTheDatabasesDefault(t *testing.T) {
 	ctx := context.Background()
 	name := fresh("isolation")
 	url := pgtest.Require(t, cluster).NewDatabase(t, name)
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `ALTER DATABASE `+name+` SET default_transaction_isolation = 'repeatable read'`); err != nil {
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `ALTER DATABASE `+name+` SET default_transaction_isolation = 'repeatable read'`); err != nil {
 		t.Fatal(err)
 	}
 	db, err := pgstore.Open(ctx, url, nil)

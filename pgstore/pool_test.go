@@ -156,11 +156,7 @@ func TestMigrations_AppliedApart(t *testing.T) {
 func TestOpen_SchemaOtherThanPublic(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.Require(t, cluster).NewDatabase(t, fresh("schema"))
-	setup, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer setup.Close(ctx)
+	setup := pgtest.Connect(t, url)
 	if _, err := setup.Exec(ctx, `CREATE SCHEMA payments`); err != nil {
 		t.Fatal(err)
 	}

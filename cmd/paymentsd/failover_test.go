@@ -324,13 +324,7 @@ func everyReplicaReports(t *testing.T, ds []*daemon, want healthpb.HealthCheckRe
 // the database.
 func connectPrimary(t *testing.T, p *pgtest.Pair) *pgx.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, p.Primary().URL(failoverDB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return conn
+	return pgtest.Connect(t, p.Primary().URL(failoverDB))
 }
 
 // everyReplicaListens is a condition for waitUntil: every replica has a

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -125,11 +124,7 @@ func TestPostgres_TableRenamed_NotServingThenBack(t *testing.T) {
 	url := postgresURL(t)
 	d := startDaemon(t, url)
 	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := pgtest.Connect(t, url)
 	exec := func(sql string) {
 		if _, err := conn.Exec(context.Background(), sql); err != nil {
 			t.Fatal(err)
@@ -151,11 +146,7 @@ func TestPostgres_TableRenamed_NotServingThenBack(t *testing.T) {
 func TestPostgres_URLSettings_SchemaAndPoolSize(t *testing.T) {
 	url := postgresURL(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Connect(t, url)
 	if _, err := conn.Exec(ctx, `CREATE SCHEMA paymentsd`); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +162,7 @@ func TestPostgres_URLSettings_SchemaAndPoolSize(t *testing.T) {
 	wg.Wait()
 	var inSchema, inPublic *string
 	var conns int
-	err = conn.QueryRow(ctx, `SELECT to_regclass('paymentsd.payment_intents')::text, to_regclass('public.idempotency_records')::text,
+	err := conn.QueryRow(ctx, `SELECT to_regclass('paymentsd.payment_intents')::text, to_regclass('public.idempotency_records')::text,
 		(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid())`).Scan(&inSchema, &inPublic, &conns)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -196,11 +195,7 @@ func TestRecord_Postgres(t *testing.T) {
 	if r.code != 3 || !strings.Contains(r.stderr, "older than this binary") {
 		t.Errorf("record on a database never migrated: exit %d, stderr %q; want 3, naming the old schema", r.code, r.stderr)
 	}
-	conn, err := pgx.Connect(context.Background(), empty)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := pgtest.Connect(t, empty)
 	var tables int
 	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil || tables != 0 {
 		t.Errorf("tables after record = %d, %v; want none created", tables, err)

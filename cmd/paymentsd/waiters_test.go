@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
 )
 
@@ -24,11 +23,7 @@ func TestPostgres_Waiters_LeaveThePoolToFreshCreates(t *testing.T) {
 	d := startDaemon(t, url, "--db-pool", "2", "--in-flight-wait", "10s")
 	const token = "waiters-token"
 	ctx := context.Background()
-	holder, err := pgx.Connect(ctx, url) // another replica's create, in flight
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
+	holder := pgtest.Connect(t, url) // another replica's create, in flight
 	held := storage.RecordKey{Scope: devPrincipal(token), Key: "held"}
 	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, pgstore.KeyLock(held)); err != nil {
 		t.Fatal(err)

@@ -197,6 +197,21 @@ func Run(m *testing.M, c **Cluster) int {
 	return code
 }
 
+// Connect opens a connection of the test's own to url (a cluster's or a
+// pair's database), for what it checks or holds beside the code under
+// test; it fails t if that takes over 30 s, and is closed when t ends.
+func Connect(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // Require returns the package's cluster or skips the test (never under CI:
 // there Main has already failed; a nil cluster there is a TestMain that does
 // not call Main, and fails the test).

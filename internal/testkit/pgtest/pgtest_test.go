@@ -16,18 +16,6 @@ var cluster *pgtest.Cluster
 
 func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
 
-func connect(t *testing.T, url string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
 func exec(t *testing.T, conn *pgx.Conn, sql string) {
 	t.Helper()
 	if _, err := conn.Exec(context.Background(), sql); err != nil {
@@ -56,10 +44,10 @@ func TestRestart_CommittedKeptOpenTransactionLost(t *testing.T) {
 		t.Fatalf("URL %s: want host %s and sslmode=disable", url, c.Addr())
 	}
 
-	conn := connect(t, url)
+	conn := pgtest.Connect(t, url)
 	exec(t, conn, "CREATE TABLE t (v int)")
 	exec(t, conn, "INSERT INTO t VALUES (1)")
-	open := connect(t, url)
+	open := pgtest.Connect(t, url)
 	exec(t, open, "BEGIN")
 	exec(t, open, "INSERT INTO t VALUES (2)")
 
@@ -68,7 +56,7 @@ func TestRestart_CommittedKeptOpenTransactionLost(t *testing.T) {
 	if _, err := open.Exec(context.Background(), "COMMIT"); err == nil {
 		t.Fatal("COMMIT on a connection from before the restart succeeded")
 	}
-	if n := count(t, connect(t, url)); n != 1 {
+	if n := count(t, pgtest.Connect(t, url)); n != 1 {
 		t.Fatalf("after restart: %d rows, want 1 (the committed one)", n)
 	}
 }
@@ -79,7 +67,7 @@ func TestRestart_CommittedKeptOpenTransactionLost(t *testing.T) {
 func TestFreezeKill_StartAgain_CommittedKept(t *testing.T) {
 	c := pgtest.Require(t, cluster)
 	url := c.NewDatabase(t, pgtest.DatabaseName(t.Name()))
-	conn := connect(t, url)
+	conn := pgtest.Connect(t, url)
 	exec(t, conn, "CREATE TABLE t (v int)")
 	exec(t, conn, "INSERT INTO t VALUES (1)")
 	c.Freeze(t)
@@ -90,7 +78,7 @@ func TestFreezeKill_StartAgain_CommittedKept(t *testing.T) {
 	}
 	c.Kill(t)
 	c.StartAgain(t)
-	if n := count(t, connect(t, url)); n != 1 {
+	if n := count(t, pgtest.Connect(t, url)); n != 1 {
 		t.Fatalf("after the kill: %d rows, want 1", n)
 	}
 }
@@ -142,7 +130,7 @@ func TestPair_Synchronous_CommittedSurvivesFailover(t *testing.T) {
 	if !strings.Contains(url, first.Addr()+","+second.Addr()+"/") || !strings.Contains(url, "target_session_attrs=read-write") {
 		t.Fatalf("URL %s: want both nodes and target_session_attrs=read-write", url)
 	}
-	conn := connect(t, url)
+	conn := pgtest.Connect(t, url)
 	if got := port(t, conn); !strings.HasSuffix(first.Addr(), ":"+got) {
 		t.Fatalf("the URL reached port %s, want the primary %s", got, first.Addr())
 	}
@@ -158,7 +146,7 @@ func TestPair_Synchronous_CommittedSurvivesFailover(t *testing.T) {
 	if p.Primary() != second || p.Standby() != first {
 		t.Fatal("after Promote, Primary is not the promoted node")
 	}
-	conn = connect(t, url)
+	conn = pgtest.Connect(t, url)
 	if got := port(t, conn); !strings.HasSuffix(second.Addr(), ":"+got) {
 		t.Fatalf("after the failover the URL reached port %s, want the promoted %s", got, second.Addr())
 	}
@@ -170,7 +158,7 @@ func TestPair_Synchronous_CommittedSurvivesFailover(t *testing.T) {
 	p.Rebuild(t)
 	p.KillPrimary(t)
 	p.Promote(t)
-	conn = connect(t, url)
+	conn = pgtest.Connect(t, url)
 	if got := port(t, conn); !strings.HasSuffix(first.Addr(), ":"+got) {
 		t.Fatalf("after the second failover the URL reached port %s, want the rebuilt %s", got, first.Addr())
 	}
@@ -183,12 +171,12 @@ func TestPair_Synchronous_CommittedSurvivesFailover(t *testing.T) {
 // it, and a promoted one accepts writes.
 func TestPair_Asynchronous_Streams(t *testing.T) {
 	p := pgtest.StartPair(t, pgtest.Asynchronous)
-	conn := connect(t, p.NewDatabase(t, "async"))
+	conn := pgtest.Connect(t, p.NewDatabase(t, "async"))
 	var syncState string
 	if err := conn.QueryRow(context.Background(), "SELECT sync_state FROM pg_stat_replication").Scan(&syncState); err != nil || syncState != "async" {
 		t.Fatalf("the standby's sync_state = %q, %v; want async", syncState, err)
 	}
 	p.KillPrimary(t)
 	p.Promote(t)
-	exec(t, connect(t, p.URL("async")), "CREATE TABLE t (v int)")
+	exec(t, pgtest.Connect(t, p.URL("async")), "CREATE TABLE t (v int)")
 }
