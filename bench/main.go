@@ -118,8 +118,8 @@ func main() {
 	fmt.Printf("Medians of %d runs. Machine: %d CPUs.\n", *runs, runtime.NumCPU())
 	if len(boltScenarios) > 0 {
 		fmt.Printf("\n## bbolt\n\n")
-		m := table(boltScenarios, "commits/request", false)
-		ratios(m, []target{
+		m, all := table(boltScenarios, "commits/request", false)
+		ratios(m, all, []target{
 			{"fresh c=1 with / without the interceptor", "fresh c=1", "fresh c=1, no interceptor", ">= 0.85"},
 			{"fresh c=64 with / without the interceptor", "fresh c=64", "fresh c=64, no interceptor", ">= 0.85"},
 			{"replay c=64 / fresh c=64 without the interceptor", "replay one key c=64", "fresh c=64, no interceptor", ">= 1.5"},
@@ -138,14 +138,14 @@ func main() {
 		defer stop()
 		pg = cluster
 		fmt.Printf("\n## PostgreSQL\n\n")
-		m := table(pgScenarios, "transactions/request", true)
+		m, all := table(pgScenarios, "transactions/request", true)
 		if with, ok := m["pg fresh c=64"]; ok {
 			if without, ok := m["pg fresh c=64, no interceptor"]; ok {
 				fmt.Printf("\nDatabase CPU per fresh create at c=64: %.0f µs with the interceptor, %.0f µs without (%.2fx)\n",
 					with.dbCPU, without.dbCPU, with.dbCPU/without.dbCPU)
 			}
 		}
-		ratios(m, []target{
+		ratios(m, all, []target{
 			{"fresh c=1 with / without the interceptor", "pg fresh c=1", "pg fresh c=1, no interceptor", ""},
 			{"fresh c=64 with / without the interceptor", "pg fresh c=64", "pg fresh c=64, no interceptor", ">= 0.85"},
 			{"replay c=64 / fresh c=64 without the interceptor", "pg replay one key c=64", "pg fresh c=64, no interceptor", ""},
@@ -156,11 +156,11 @@ func main() {
 }
 
 // table runs scenarios in alternating rounds, prints their medians and
-// returns them by name. Each round runs every scenario once, so that the
+// returns them, and every run, by name. Each round runs every scenario once, so that the
 // two sides of a ratio are measured under the same load of the machine;
 // every other round runs them in reverse, so that neither side of a ratio
 // always comes first.
-func table(scenarios []scenario, commits string, wal bool) map[string]result {
+func table(scenarios []scenario, commits string, wal bool) (map[string]result, map[string][]result) {
 	walHead, walRule := "", ""
 	if wal {
 		walHead, walRule = " WAL flushes/request | database CPU µs/request |", "---:|---:|"
@@ -188,14 +188,17 @@ func table(scenarios []scenario, commits string, wal bool) map[string]result {
 		}
 		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.3f |%s %.0f | %s |\n", sc.name, m.rps, m.p50, m.p99, m.commits, walCell, m.cpu, rs[len(rs)-1].codes)
 	}
-	return medians
+	return medians, all
 }
 
 // target is a ratio of two scenarios' requests/s.
 type target struct{ what, a, b, want string }
 
-func ratios(medians map[string]result, targets []target) {
-	fmt.Printf("\nRatios of medians (targets in brackets):\n")
+// ratios prints each target's ratio of medians and, after it, the ratio
+// of each round, whose two runs shared the machine's load: rounds that
+// fall on both sides of a target say the median's side of it is noise.
+func ratios(medians map[string]result, all map[string][]result, targets []target) {
+	fmt.Printf("\nRatios of medians (targets in brackets; each round's in parentheses):\n")
 	for _, tg := range targets {
 		a, okA := medians[tg.a]
 		b, okB := medians[tg.b]
@@ -206,7 +209,11 @@ func ratios(medians map[string]result, targets []target) {
 		if tg.want != "" {
 			want = " [" + tg.want + "]"
 		}
-		fmt.Printf("- %s: %.2fx%s\n", tg.what, a.rps/b.rps, want)
+		var rounds []string
+		for i, ra := range all[tg.a] {
+			rounds = append(rounds, fmt.Sprintf("%.2f", ra.rps/all[tg.b][i].rps))
+		}
+		fmt.Printf("- %s: %.2fx%s (%s)\n", tg.what, a.rps/b.rps, want, strings.Join(rounds, " "))
 	}
 }
 
