@@ -526,15 +526,17 @@ func TestClaimTx_ReadCommittedWhateverTheDatabasesDefault(t *testing.T) {
 	if err := db.Pool().QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level); err != nil || level != "repeatable read" {
 		t.Fatalf("the database's default = %q, %v; want repeatable read", level, err)
 	}
-	outcome, _, tx, err := db.ClaimTx(ctx, request("isolation", time.Now()), storage.ClaimInTx)
-	if err != nil || outcome != storage.OutcomeFresh {
-		t.Fatalf("ClaimTx = %v, %v", outcome, err)
-	}
-	defer tx.Rollback()
-	err = db.Run(tx.Context(ctx), func(q pgstore.Querier) error {
-		return q.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level)
-	})
-	if err != nil || level != "read committed" {
-		t.Errorf("the claim's transaction is %q, %v; want read committed", level, err)
+	for _, durability := range []storage.Durability{storage.ClaimInTx, storage.ClaimDurable} {
+		outcome, _, tx, err := db.ClaimTx(ctx, request(fmt.Sprint("isolation-", durability), time.Now()), durability)
+		if err != nil || outcome != storage.OutcomeFresh {
+			t.Fatalf("ClaimTx(durable %v) = %v, %v", durability, outcome, err)
+		}
+		err = db.Run(tx.Context(ctx), func(q pgstore.Querier) error {
+			return q.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level)
+		})
+		tx.Rollback()
+		if err != nil || level != "read committed" {
+			t.Errorf("durable %v: the handler's transaction is %q, %v; want read committed", durability, level, err)
+		}
 	}
 }

@@ -31,9 +31,9 @@ type txKey struct{}
 // rollback, so that it stays locked throughout. For a durable claim, the
 // claim was committed on its own, and a transaction begins with the
 // handler's first statement. The claim's transaction is READ COMMITTED
-// whatever the database's default (see lockAndRead), so that is the level
-// of the handler's statements when the claim is not durable; a durable
-// claim's handler gets the database's default.
+// whatever the database's default (see lockAndRead), and so is a durable
+// claim's handler's: the handler's statements run at one level, whichever
+// way its method was declared.
 //
 // The transaction is driven with plain BEGIN and COMMIT statements on a
 // pooled connection, so that they share round trips with the claim and
@@ -81,7 +81,7 @@ func (t *Tx) run(ctx context.Context, fn func(Querier) error) error {
 	if t.conn == nil {
 		conn, err := t.db.pool.Acquire(ctx)
 		if err == nil {
-			if _, err = conn.Exec(ctx, `BEGIN`); err != nil {
+			if _, err = conn.Exec(ctx, `BEGIN ISOLATION LEVEL READ COMMITTED`); err != nil {
 				conn.Release()
 			}
 		}
