@@ -156,10 +156,10 @@ func main() {
 }
 
 // table runs scenarios in alternating rounds, prints their medians and
-// returns them, and every run, by name. Each round runs every scenario once, so that the
-// two sides of a ratio are measured under the same load of the machine;
-// every other round runs them in reverse, so that neither side of a ratio
-// always comes first.
+// returns them, and every run, by name. Each round runs every scenario
+// once, so that the two sides of a ratio are measured under the same load
+// of the machine; every other round runs them in reverse, so that neither
+// side of a ratio always comes first.
 func table(scenarios []scenario, commits string, wal bool) (map[string]result, map[string][]result) {
 	walHead, walRule := "", ""
 	if wal {
