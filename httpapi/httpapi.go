@@ -154,8 +154,9 @@ func printable(s string) string {
 
 // twoIntents says what is wrong with a cancel whose body names another
 // intent than its path, which the gateway would answer by canceling the
-// path's and ignoring the body's; "" otherwise. A body that does not
-// decode is left to the gateway to answer.
+// path's and ignoring the body's; "" otherwise. An empty id names none,
+// as protojson reads it (a client that sends every field, as this face
+// answers, sends one). A body that does not decode is left to the gateway.
 func twoIntents(path string, body []byte) string {
 	id, ok := strings.CutPrefix(path, "/v1/payment_intents/")
 	if !ok || len(body) == 0 {
@@ -167,7 +168,7 @@ func twoIntents(path string, body []byte) string {
 	var named struct {
 		ID *string `json:"id"`
 	}
-	if json.Unmarshal(body, &named) != nil || named.ID == nil || *named.ID == id {
+	if json.Unmarshal(body, &named) != nil || named.ID == nil || *named.ID == "" || *named.ID == id {
 		return ""
 	}
 	return fmt.Sprintf("the path names intent %q and the body %q: send the id in the path alone", id, *named.ID)
