@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -53,7 +54,9 @@ func (s *requestSink) CancelPaymentIntent(_ context.Context, req *paymentsv1.Can
 
 // FuzzJSONBody_FacesAgree sends request bodies through the whole HTTP face
 // to a gRPC server in memory that decodes as paymentsd's does (strictcodec).
-// A body is refused with 400 and a problem, or reaches the server as
+// A body whose Content-Type the face does not read as JSON is refused with
+// 415, and one it does is never: application/json, in UTF-8, however
+// spelled. A body is refused with 400 and a problem, or reaches the server as
 // exactly the message protojson reads from it: what the face took the
 // bytes to mean is what the service gets. A cancel reaches the server for
 // its path's intent only, and a body that names another one is refused:
@@ -68,8 +71,12 @@ func FuzzJSONBody_FacesAgree(f *testing.F) {
 		`{"id":"pi_2","id":null}`, `{"id":null,"id":"pi_2"}`, `{"id":"pi_\u0031"}`, `{"id":"pi_1","Id":"pi_2"}`, `{"unknown":1}`,
 		`{"expires_in_seconds":1e3}`, `{"expires_in_seconds":-1}`, `{"chain":{"a":1}}`,
 	} {
-		f.Add([]byte(seed), false)
-		f.Add([]byte(seed), true)
+		f.Add([]byte(seed), false, "application/json")
+		f.Add([]byte(seed), true, "application/json")
+	}
+	for _, ct := range []string{"", "text/plain", "application/json; charset=latin1", `Application/JSON; Charset="utf-8"`,
+		"application/jsonx", "application/json, text/plain", "application/json;", "application/*", "application/json; charset=utf-8; charset=utf-8"} {
+		f.Add([]byte(`{"chain":"a"}`), false, ct)
 	}
 	sink := &requestSink{}
 	srv := grpc.NewServer(grpc.Creds(httpapi.ServerCredentials(nil)),
@@ -79,7 +86,14 @@ func FuzzJSONBody_FacesAgree(f *testing.F) {
 	conn := httpapi.Dial(srv)
 	f.Cleanup(func() { srv.Stop(); conn.Close() })
 	h := httpapi.New(conn, auth.NewAuthenticator(auth.FromBearer, auth.Dev()))
-	f.Fuzz(func(t *testing.T, body []byte, cancel bool) {
+	f.Fuzz(func(t *testing.T, body []byte, cancel bool, ct string) {
+		// The type as a server reads it off the wire: net/http refuses a
+		// value with control characters before any handler runs, and
+		// trims the spaces and tabs around it.
+		if !httpguts.ValidHeaderFieldValue(ct) {
+			return
+		}
+		ct = strings.Trim(ct, " \t")
 		path, want := "/v1/payment_intents", proto.Message(&paymentsv1.CreatePaymentIntentRequest{})
 		if cancel {
 			path, want = "/v1/payment_intents/pi_1/cancel", &paymentsv1.CancelPaymentIntentRequest{}
@@ -88,11 +102,27 @@ func FuzzJSONBody_FacesAgree(f *testing.F) {
 		// options; an empty body is an empty request.
 		decodes := len(body) == 0 || protojson.Unmarshal(body, want) == nil
 		req := httptest.NewRequest("POST", path, strings.NewReader(string(body)))
-		req.Header.Set("Content-Type", "application/json")
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
 		req.Header.Set("Authorization", "Bearer fuzz")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		got := sink.take()
+
+		if w.Code == http.StatusUnsupportedMediaType {
+			var p struct{ Error string }
+			switch {
+			case len(body) == 0 || jsonType(ct):
+				t.Fatalf("body %q of type %q refused as not JSON: %s", body, ct, w.Body)
+			case json.Unmarshal(w.Body.Bytes(), &p) != nil || p.Error != "unsupported_media_type" || got != nil:
+				t.Fatalf("body %q of type %q: %s, and the server called with %v", body, ct, w.Body, got)
+			}
+			return
+		}
+		if len(body) > 0 && ct != "" && !strings.Contains(strings.ToLower(ct), "application/json") {
+			t.Fatalf("body %q of type %q read as JSON: %d %s", body, ct, w.Code, w.Body)
+		}
 
 		if w.Code >= 300 {
 			var p struct{ Error, Detail string }
@@ -124,4 +154,16 @@ func FuzzJSONBody_FacesAgree(f *testing.F) {
 			t.Fatalf("body %q to %s reached the server as %v; protojson reads it as %v", body, path, got, want)
 		}
 	})
+}
+
+// jsonType reports whether ct is application/json in UTF-8, in any of the
+// spellings RFC 9110 allows: any case, spaces around the parameter, the
+// charset quoted.
+func jsonType(ct string) bool {
+	for _, ok := range []string{"", "application/json", "application/json;charset=utf-8", `application/json;charset="utf-8"`} {
+		if strings.EqualFold(strings.ReplaceAll(ct, " ", ""), ok) {
+			return true
+		}
+	}
+	return false
 }
