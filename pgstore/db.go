@@ -282,7 +282,9 @@ type Querier interface {
 // under the interceptor), so that fn's statements commit with the
 // request's record, or not at all; an error fn returns then fails the
 // whole Tx, which stores nothing. Without a Tx, fn runs in a transaction
-// of its own, committed when fn returns nil.
+// of its own, committed when fn returns nil. Either way the transaction is
+// READ COMMITTED, whatever the database's default, as a Tx's is: a call
+// without an idempotency key runs its statements as one with a key does.
 //
 // Return misses that are answers (no such row) as values, not as errors
 // of fn: an error of fn means the storage failed.
@@ -290,7 +292,7 @@ func (db *DB) Run(ctx context.Context, fn func(q Querier) error) error {
 	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
 		return t.run(ctx, fn)
 	}
-	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return fn(tx) })
+	return pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return fn(tx) })
 }
 
 // Read calls fn with the transaction of the Tx that ctx carries, as Run

@@ -539,4 +539,11 @@ func TestClaimTx_ReadCommittedWhateverTheDatabasesDefault(t *testing.T) {
 			t.Errorf("durable %v: the handler's transaction is %q, %v; want read committed", durability, level, err)
 		}
 	}
+	// A call without a key: Run with no Tx, in a transaction of its own.
+	err = db.Run(ctx, func(q pgstore.Querier) error {
+		return q.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level)
+	})
+	if err != nil || level != "read committed" {
+		t.Errorf("Run without a Tx: the transaction is %q, %v; want read committed", level, err)
+	}
 }

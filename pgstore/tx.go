@@ -35,7 +35,7 @@ type txKey struct{}
 // claim's handler's: the handler's statements run at one level, whichever
 // way its method was declared.
 //
-// The transaction is driven with plain BEGIN and COMMIT statements on a
+// The transaction is driven with BEGIN and COMMIT statements on a
 // pooled connection, so that they share round trips with the claim and
 // the completion: a fresh create takes three, as many as the same write
 // without the interceptor.
