@@ -154,15 +154,17 @@ func printable(s string) string {
 
 // twoIntents says what is wrong with a cancel whose body names another
 // intent than its path, which the gateway would answer by canceling the
-// path's and ignoring the body's; "" otherwise. An empty id names none,
-// as protojson reads it (a client that sends every field, as this face
-// answers, sends one). A body that does not decode is left to the gateway.
+// path's and ignoring the body's; "" otherwise. A path with an empty id
+// names none, and a body that names one is told to put it in the path. An
+// empty id in the body names none, as protojson reads it (a client that
+// sends every field, as this face answers, sends one). A body that does
+// not decode is left to the gateway.
 func twoIntents(path string, body []byte) string {
 	id, ok := strings.CutPrefix(path, "/v1/payment_intents/")
 	if !ok || len(body) == 0 {
 		return ""
 	}
-	if id, ok = strings.CutSuffix(id, "/cancel"); !ok || id == "" || strings.Contains(id, "/") {
+	if id, ok = strings.CutSuffix(id, "/cancel"); !ok || strings.Contains(id, "/") {
 		return ""
 	}
 	var named struct {

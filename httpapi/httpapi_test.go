@@ -141,6 +141,7 @@ func TestErrors_AreProblemJSON(t *testing.T) {
 		{"trailing garbage", "POST", "/v1/payment_intents", "application/json", `{"amount":"5"} {}`, nil, 400, "invalid_argument"},
 		{"unterminated quoted key", "POST", "/v1/payment_intents", "application/json", `{}`, []string{"Idempotency-Key", `"k`}, 400, "idempotency_key_invalid"},
 		{"cancel naming two intents", "POST", "/v1/payment_intents/pi_a/cancel", "application/json", `{"id":"pi_b"}`, nil, 400, "invalid_argument"},
+		{"cancel naming its intent in the body alone", "POST", "/v1/payment_intents//cancel", "application/json", `{"id":"pi_b"}`, nil, 400, "invalid_argument"},
 		{"no route", "GET", "/v2/nothing", "", "", nil, 404, "route_not_found"},
 		{"wrong method", "DELETE", "/v1/payment_intents/pi_x", "", "", nil, 405, "method_not_allowed"},
 		{"two Content-Type lines", "POST", "/v1/payment_intents", "", `{}`, []string{"Content-Type", "application/json", "Content-Type", "text/plain"}, 415, "unsupported_media_type"},
