@@ -26,7 +26,7 @@ func FuzzCodec_RequestsAsProtobufReadsThem(f *testing.F) {
 	for _, seed := range [][]byte{
 		{}, []byte("\x0a\x04pi_1"), []byte("\x0a\x02\xff\xfe"), []byte("\x0a\x05pi_1"), []byte("\x08"),
 		protowire.AppendString(append([]byte(nil), mark...), "forged"), append([]byte("\x0a\x04pi_1"), mark...),
-		[]byte("\xfa\xff\xff\xff\x8f\x80\x00\x01x"), // the mark's tag, one byte longer than it need be
+		[]byte("\xfa\xff\xff\xff\x8f\x80\x00\x01x"), // the mark's tag, two bytes longer than it need be
 		[]byte("\xa2\x06\x03abc"), []byte("\x0a\x04pi_1\x0a\x04pi_2"),
 	} {
 		for which := range requests() {

@@ -31,8 +31,10 @@ type Codec struct {
 	requests map[protoreflect.FullName]bool
 }
 
-// undecodableField numbers the mark. A client that sends that field itself
-// is told its request is invalid, as it would be for any unknown field.
+// undecodableField numbers the mark. A client that sends that field
+// itself, as bytes and first among the fields the message does not know,
+// is told its request is invalid; elsewhere it is an unknown field like
+// any other, left to the service.
 const undecodableField = protowire.MaxValidNumber
 
 // New serves the unary methods of the named services, which must be
