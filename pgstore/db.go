@@ -292,7 +292,7 @@ func (db *DB) Run(ctx context.Context, fn func(q Querier) error) error {
 	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
 		return t.run(ctx, fn)
 	}
-	return pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return fn(tx) })
+	return pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error { return fn(tx) })
 }
 
 // Read calls fn with the transaction of the Tx that ctx carries, as Run

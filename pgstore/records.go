@@ -217,7 +217,7 @@ func (db *DB) claimIfFree(ctx context.Context, req storage.ClaimRequest, durable
 // returns to the pool.
 func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Record, now time.Time, err error) {
 	b := &pgx.Batch{}
-	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	b.Queue(beginReadCommitted)
 	b.Queue(`SELECT pg_try_advisory_xact_lock($1), clock_timestamp()`, t.lock)
 	b.Queue(selectRecord, t.key.Scope, t.key.Key)
 	err = sendBatch(ctx, t.conn, b, func(br pgx.BatchResults) error {

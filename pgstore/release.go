@@ -23,9 +23,7 @@ var _ storage.Releaser = (*DB)(nil)
 // the key's next claim, on any replica, runs fresh.
 func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (*storage.Record, error) {
 	var released *storage.Record
-	// READ COMMITTED, whatever the database's default, so that the read
-	// after the lock sees what the claim that held it committed.
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error {
 		// The wait for the key's lock is bounded whatever the pool's own
 		// lock_timeout (an embedder's pool may have none).
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(max(db.opts.LockTimeout.Milliseconds(), 1), 10)); err != nil {

@@ -15,6 +15,17 @@ import (
 // endTimeout bounds a rollback, which runs whatever the caller's context.
 const endTimeout = 5 * time.Second
 
+// beginReadCommitted begins every transaction of pgstore's, whatever the
+// database's default: a claim's, whose read must see what the claim that
+// held the key's lock before committed (under REPEATABLE READ its snapshot
+// would predate the lock), a release's, for the same reason, and every
+// transaction a handler's statements run in, so that they run alike
+// whether or not the call has a key or its claim is durable.
+const beginReadCommitted = `BEGIN ISOLATION LEVEL READ COMMITTED`
+
+// readCommitted begins a pgx transaction with beginReadCommitted.
+var readCommitted = pgx.TxOptions{BeginQuery: beginReadCommitted}
+
 type txKey struct{}
 
 // Tx is the unit of work of one claim: the handler's statements, run
@@ -81,7 +92,7 @@ func (t *Tx) run(ctx context.Context, fn func(Querier) error) error {
 	if t.conn == nil {
 		conn, err := t.db.pool.Acquire(ctx)
 		if err == nil {
-			if _, err = conn.Exec(ctx, `BEGIN ISOLATION LEVEL READ COMMITTED`); err != nil {
+			if _, err = conn.Exec(ctx, beginReadCommitted); err != nil {
 				conn.Release()
 			}
 		}
