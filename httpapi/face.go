@@ -22,6 +22,8 @@ type Face struct {
 	conn    *grpc.ClientConn // to the gRPC server, in memory
 	server  *http.Server     // nil until Start
 	observe Observe
+	// connState, if set, is told of each connection's state.
+	connState func(net.Conn, http.ConnState)
 }
 
 // Listen binds addr for the API.
@@ -40,6 +42,12 @@ func (f *Face) Addr() net.Addr { return f.lis.Addr() }
 // before Start.
 func (f *Face) Observe(o Observe) { f.observe = o }
 
+// Limit puts f's listener behind limit, which bounds its connections,
+// and tells connState of each connection's state; call it before Start.
+func (f *Face) Limit(limit func(net.Listener) net.Listener, connState func(net.Conn, http.ConnState)) {
+	f.lis, f.connState = limit(f.lis), connState
+}
+
 // Close closes the listener of a Face never started.
 func (f *Face) Close() error { return f.lis.Close() }
 
@@ -50,6 +58,7 @@ func (f *Face) Close() error { return f.lis.Close() }
 func (f *Face) Start(srv *grpc.Server, authn *auth.Authenticator, tlsConfig *tls.Config, logger *slog.Logger) (serve func() error) {
 	f.conn = Dial(srv)
 	f.server = NewServer(Observed(New(f.conn, authn), logger, f.observe), logger)
+	f.server.ConnState = f.connState
 	lis := f.lis
 	if tlsConfig != nil {
 		lis = tls.NewListener(lis, tlsConfig)

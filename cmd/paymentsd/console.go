@@ -34,7 +34,7 @@ func (m *Main) serveConsole() {
 		return
 	}
 	c := console.New(console.Config{Store: m.db.Records(), Intents: m.db.Intents(), Operators: m.creds.Operators, Log: m.Logger, TLS: m.creds.TLS != nil})
-	m.console = &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	m.console = &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second, ConnState: m.connState("console")}
 	lis := m.consoleListener
 	if m.creds.TLS != nil {
 		lis = tls.NewListener(lis, m.creds.TLS.Config(tlsreload.NoClientCert, "h2", "http/1.1"))

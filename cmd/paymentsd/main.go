@@ -16,10 +16,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -41,6 +43,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/tracing"
 	"github.com/paymentsd/paymentsd/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/config"
+	"github.com/paymentsd/paymentsd/internal/connlimit"
 	"github.com/paymentsd/paymentsd/internal/credfiles"
 	"github.com/paymentsd/paymentsd/internal/grpcreflect"
 	"github.com/paymentsd/paymentsd/internal/prom"
@@ -111,6 +114,7 @@ type Main struct {
 	admin           *boltadmin.Server      // the admin socket; nil for PostgreSQL
 	consoleListener net.Listener           // nil without --admin-listen
 	console         *http.Server           // the operator console; nil without --admin-listen
+	limits          limits                 // what clients may hold on each listener
 }
 
 // NewMain returns a Main with the default configuration, logging to w.
@@ -180,7 +184,11 @@ func (m *Main) listen() (err error) {
 			return err
 		}
 	}
-	return m.listenConsole()
+	if err := m.listenConsole(); err != nil {
+		return err
+	}
+	m.limitListeners()
+	return nil
 }
 
 // abort undoes what a Run that failed did.
@@ -202,11 +210,11 @@ func (m *Main) abort() {
 // paymentsService is the service paymentsd serves.
 var paymentsService = protoreflect.FullName(paymentsv1.PaymentIntentService_ServiceDesc.ServiceName)
 
-// newGRPC makes the gRPC server: its interceptors (the metrics', the log's,
-// the codec's, authentication, idempotency, in that order), tracing, and
-// its services.
+// newGRPC makes the gRPC server: its interceptors (the call limit's, the
+// metrics', the log's, the codec's, authentication, idempotency, in that
+// order), tracing, and its services.
 func (m *Main) newGRPC(ctx context.Context) (err error) {
-	var interceptors []grpc.UnaryServerInterceptor
+	interceptors := []grpc.UnaryServerInterceptor{m.limits.calls.UnaryServerInterceptor}
 	if m.Config.MetricsListen != "" {
 		if m.prom, err = prom.New(m.db.CountRecords); err != nil {
 			return err
@@ -215,6 +223,7 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		if m.creds.TLS != nil {
 			m.prom.WatchCertificate(m.creds.TLS)
 		}
+		m.prom.WatchLimits(m.limits.listeners, slices.Collect(maps.Values(m.limits.refusals)), m.limits.calls)
 		interceptors = append(interceptors, m.prom.GRPC.UnaryServerInterceptor())
 	}
 	interceptors = append(interceptors, rpclog.Interceptor(m.Logger), strictcodec.Reject,
@@ -225,9 +234,9 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 	if m.tracing, err = traceexport.Start(ctx, m.Logger); err != nil {
 		return err
 	}
-	m.grpc = grpc.NewServer(grpc.Creds(m.grpcCredentials()), grpc.ConnectionTimeout(handshakeTimeout),
+	m.grpc = grpc.NewServer(append(m.grpcLimits(), grpc.Creds(m.grpcCredentials()), grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.ForceServerCodecV2(strictcodec.New(paymentsService)),
-		grpc.ChainUnaryInterceptor(interceptors...), m.tracing.ServerOption())
+		grpc.ChainUnaryInterceptor(interceptors...), m.tracing.ServerOption())...)
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.Intents(), nil))
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
@@ -291,12 +300,14 @@ func (m *Main) serve(ctx context.Context) {
 
 // grpcCredentials are the gRPC server's: TLS with ALPN h2 when
 // --tls-cert is set, plaintext otherwise, and the HTTP face's in-memory
-// connection let in either way.
+// connection let in either way. Failed handshakes are counted, and header
+// blocks timed.
 func (m *Main) grpcCredentials() credentials.TransportCredentials {
-	if m.creds.TLS == nil {
-		return httpapi.ServerCredentials(nil)
+	var network credentials.TransportCredentials
+	if m.creds.TLS != nil {
+		network = credentials.NewTLS(m.creds.TLS.Config(m.creds.ClientAuth(), "h2"))
 	}
-	return httpapi.ServerCredentials(credentials.NewTLS(m.creds.TLS.Config(m.creds.ClientAuth(), "h2")))
+	return connlimit.Credentials(httpapi.ServerCredentials(network), m.Config.Limits.HeaderTimeout, m.limits.refusals["grpc"])
 }
 
 // handshakeTimeout bounds a new gRPC connection's handshake (TLS and the
@@ -310,7 +321,7 @@ func (m *Main) serveMetrics(lis net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.prom.Handler())
 	mux.HandleFunc("/healthz", storehealth.Handler(m.health))
-	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: m.connState("metrics")}
 	m.Logger.Info("metrics listening", "addr", lis.Addr().String(), "tls", m.creds.TLS != nil)
 	if m.creds.TLS != nil {
 		// Scrapers are not asked for a client certificate.

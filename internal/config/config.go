@@ -40,6 +40,9 @@ type Config struct {
 	// AdminKeysPath is the operators' credentials, in the --api-keys
 	// format; the console needs it, as it answers no one else.
 	AdminKeysPath string
+	// Limits bound what clients can hold: connections, calls, header
+	// blocks.
+	Limits Limits
 	// WithoutIdempotency leaves the idempotency interceptor out, to
 	// measure what it costs. No flag sets it: the benchmark build does.
 	WithoutIdempotency bool
@@ -57,7 +60,105 @@ func Default() Config {
 		HandlerTimeout: interceptor.DefaultHandlerTimeout,
 		HTTPListen:     "localhost:8080",
 		PrincipalFrom:  "bearer",
+		Limits:         DefaultLimits(),
 	}
+}
+
+// Limits bound what a client can hold before it has proved who it is.
+type Limits struct {
+	MaxConnections     int           // per listener: gRPC, HTTP
+	MaxCalls           int           // gRPC calls in progress, the HTTP face's among them
+	MaxStreams         uint32        // calls in progress on one gRPC connection
+	MaxHeaderBytes     uint32        // a gRPC call's header list, as the HTTP face's
+	HeaderTimeout      time.Duration // to receive a complete gRPC header block
+	KeepaliveMinTime   time.Duration // the shortest interval between a client's pings
+	KeepaliveNoStream  bool          // pings allowed with no call in progress
+	KeepaliveInterval  time.Duration // the server pings a connection quiet this long
+	KeepaliveTimeout   time.Duration // and closes it if no answer comes within this
+	MaxConnectionIdle  time.Duration // a gRPC connection without calls is closed after this
+	MaxConnectionAge   time.Duration // a gRPC connection is asked to go away after this
+	MaxConnectionGrace time.Duration // and then closed, calls or not, after this
+}
+
+// DefaultLimits hold on the deployment files' limits: a 512 MiB memory
+// limit and 20,000 file descriptors.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxConnections:     4096,
+		MaxCalls:           1024,
+		MaxStreams:         256,
+		MaxHeaderBytes:     64 << 10,
+		HeaderTimeout:      10 * time.Second,
+		KeepaliveMinTime:   10 * time.Second,
+		KeepaliveNoStream:  true,
+		KeepaliveInterval:  time.Minute,
+		KeepaliveTimeout:   20 * time.Second,
+		MaxConnectionIdle:  5 * time.Minute,
+		MaxConnectionAge:   30 * time.Minute,
+		MaxConnectionGrace: 30 * time.Second,
+	}
+}
+
+// defineFlags defines the limits' flags on fs.
+func (l *Limits) defineFlags(fs *flag.FlagSet) {
+	fs.IntVar(&l.MaxConnections, "max-connections", l.MaxConnections, "open connections per listener (gRPC, HTTP; the metrics and console listeners take 64 each); when full, a new connection closes the one idle longest, and is refused only when all have calls in progress")
+	fs.IntVar(&l.MaxCalls, "max-calls", l.MaxCalls, "gRPC calls in progress at once, the HTTP face's among them; one more is refused with UNAVAILABLE before it is read")
+	fs.Var((*uint32Flag)(&l.MaxStreams), "grpc-max-concurrent-streams", "gRPC calls in progress on one connection; more are refused with REFUSED_STREAM, which clients retry")
+	fs.Var((*uint32Flag)(&l.MaxHeaderBytes), "grpc-max-header-bytes", "bytes of a gRPC call's header list, as the HTTP face's 64 KiB; a longer list closes its connection")
+	fs.DurationVar(&l.HeaderTimeout, "grpc-header-timeout", l.HeaderTimeout, "how long a gRPC client may take to finish a header block it began; then its connection is closed")
+	fs.DurationVar(&l.KeepaliveMinTime, "grpc-keepalive-min-time", l.KeepaliveMinTime, "the shortest interval a client may ping at; one that pings more often is sent GOAWAY")
+	fs.BoolVar(&l.KeepaliveNoStream, "grpc-keepalive-permit-without-stream", l.KeepaliveNoStream, "let clients ping while they have no call in progress (pings do not keep a connection from --grpc-max-connection-idle)")
+	fs.DurationVar(&l.KeepaliveInterval, "grpc-keepalive-interval", l.KeepaliveInterval, "how long a gRPC connection may be quiet before the server pings it")
+	fs.DurationVar(&l.KeepaliveTimeout, "grpc-keepalive-timeout", l.KeepaliveTimeout, "how long the server waits for a ping's answer before closing the connection")
+	fs.DurationVar(&l.MaxConnectionIdle, "grpc-max-connection-idle", l.MaxConnectionIdle, "how long a gRPC connection may go without a call before it is closed (GOAWAY; clients reconnect when they next call)")
+	fs.DurationVar(&l.MaxConnectionAge, "grpc-max-connection-age", l.MaxConnectionAge, "how long a gRPC connection may live (±10%) before it is asked to go away, so that long-lived clients rebalance across replicas")
+	fs.DurationVar(&l.MaxConnectionGrace, "grpc-max-connection-age-grace", l.MaxConnectionGrace, "how long calls in progress on a connection past its age may take before it is closed")
+}
+
+// check refuses a limit out of range, naming its flag.
+func (l *Limits) check() error {
+	for _, d := range []struct {
+		flag string
+		ok   bool
+		want string
+		got  any
+	}{
+		{"--max-connections", l.MaxConnections >= 1, "at least 1", l.MaxConnections},
+		{"--max-calls", l.MaxCalls >= 1, "at least 1", l.MaxCalls},
+		{"--grpc-max-concurrent-streams", l.MaxStreams >= 1, "at least 1", l.MaxStreams},
+		{"--grpc-max-header-bytes", l.MaxHeaderBytes >= 1024, "at least 1024", l.MaxHeaderBytes},
+		{"--grpc-header-timeout", l.HeaderTimeout > 0, "positive", l.HeaderTimeout},
+		{"--grpc-keepalive-min-time", l.KeepaliveMinTime > 0, "positive", l.KeepaliveMinTime},
+		{"--grpc-keepalive-interval", l.KeepaliveInterval > 0, "positive", l.KeepaliveInterval},
+		{"--grpc-keepalive-timeout", l.KeepaliveTimeout > 0, "positive", l.KeepaliveTimeout},
+		{"--grpc-max-connection-idle", l.MaxConnectionIdle > 0, "positive", l.MaxConnectionIdle},
+		{"--grpc-max-connection-age", l.MaxConnectionAge > 0, "positive", l.MaxConnectionAge},
+		{"--grpc-max-connection-age-grace", l.MaxConnectionGrace >= 0, "0 or more", l.MaxConnectionGrace},
+	} {
+		if !d.ok {
+			return fmt.Errorf("%s must be %s, got %v", d.flag, d.want, d.got)
+		}
+	}
+	return nil
+}
+
+// uint32Flag is a flag of a positive 32-bit count.
+type uint32Flag uint32
+
+func (u *uint32Flag) String() string {
+	if u == nil {
+		return "0"
+	}
+	return strconv.FormatUint(uint64(*u), 10)
+}
+
+func (u *uint32Flag) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return fmt.Errorf("must be a count, 0 to %d, got %q", uint32(1<<32-1), s)
+	}
+	*u = uint32Flag(n)
+	return nil
 }
 
 // Parse reads the environment, then args (which win), into c, and checks
@@ -102,6 +203,7 @@ func (c *Config) DefineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CAs: require client certificates they sign on the gRPC and HTTP listeners (mutual TLS)")
 	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen, "address to serve the operator console on (a web page and its JSON API to look keys up, list those in flight and release them; TLS with --tls-cert); empty, the default, serves none")
 	fs.StringVar(&c.AdminKeysPath, "admin-keys", c.AdminKeysPath, `with --admin-listen, required: file of operators' credentials, in the --api-keys format, the names being operators'; read again when it changes or on SIGHUP`)
+	c.Limits.defineFlags(fs)
 	fs.StringVar(&c.PrincipalFrom, "principal-from", c.PrincipalFrom, "where a caller's principal, which owns its intents and idempotency keys, comes from: bearer (the token, as --api-keys lists it), cert (the client certificate's URI SAN, else its first DNS SAN) or either (the token when one is sent, else the certificate)")
 }
 
@@ -137,6 +239,9 @@ func (c *Config) Check() error {
 		return errors.New("--admin-keys has no use without --admin-listen, which serves the console")
 	case c.AdminKeysPath != "" && filepath.Clean(c.AdminKeysPath) == filepath.Clean(c.APIKeysPath):
 		return errors.New("--admin-keys and --api-keys name the same file: a customer's token must not be an operator's")
+	}
+	if err := c.Limits.check(); err != nil {
+		return err
 	}
 	source, err := auth.ParseSource(c.PrincipalFrom)
 	switch {

@@ -23,6 +23,11 @@ func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {
 		Lease: interceptor.DefaultLease, TTL: interceptor.DefaultTTL, SweepInterval: time.Minute,
 		ShutdownGrace: 30 * time.Second, HandlerTimeout: interceptor.DefaultHandlerTimeout,
 		HTTPListen: "localhost:8080", PrincipalFrom: "bearer",
+		Limits: config.Limits{
+			MaxConnections: 4096, MaxCalls: 1024, MaxStreams: 256, MaxHeaderBytes: 64 << 10, HeaderTimeout: 10 * time.Second,
+			KeepaliveMinTime: 10 * time.Second, KeepaliveNoStream: true, KeepaliveInterval: time.Minute, KeepaliveTimeout: 20 * time.Second,
+			MaxConnectionIdle: 5 * time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionGrace: 30 * time.Second,
+		},
 	}
 	if c != want {
 		t.Errorf("Default() = %+v, want %+v", c, want)
@@ -58,6 +63,10 @@ func TestCheck_RefusesEach_SayingWhich(t *testing.T) {
 		{"admin-keys the api-keys", func(c *config.Config) {
 			c.AdminListen, c.AdminKeysPath, c.APIKeysPath = "localhost:8081", "./keys", "keys"
 		}, "--admin-keys and --api-keys name the same file: a customer's token must not be an operator's"},
+		{"max-calls 0", func(c *config.Config) { c.Limits.MaxCalls = 0 }, "--max-calls must be at least 1, got 0"},
+		{"header bytes small", func(c *config.Config) { c.Limits.MaxHeaderBytes = 100 }, "--grpc-max-header-bytes must be at least 1024, got 100"},
+		{"idle 0", func(c *config.Config) { c.Limits.MaxConnectionIdle = 0 }, "--grpc-max-connection-idle must be positive, got 0s"},
+		{"age grace negative", func(c *config.Config) { c.Limits.MaxConnectionGrace = -time.Second }, "--grpc-max-connection-age-grace must be 0 or more, got -1s"},
 		{"db refused before the rest", func(c *config.Config) { c.DB, c.Listen = "", "" }, "--db must name a data file or a postgres:// URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

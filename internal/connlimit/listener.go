@@ -1,0 +1,165 @@
+package connlimit
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Listener accepts at most Max connections at once. When it is full, a
+// new connection closes the one that has been idle longest (no call in
+// progress) to make room; only when every connection is busy is the new
+// one refused. A client that opens connections and sends nothing can so
+// never lock out one that calls.
+//
+// Connections are told apart by their remote address. gRPC reports its
+// calls through Calls; an http.Server through ConnState.
+type Listener struct {
+	net.Listener
+	max      int
+	refusals *Refusals
+
+	mu    sync.Mutex
+	conns map[string]*conn
+}
+
+// Limit returns a Listener that accepts at most n connections from
+// inner; an n below 1 is 1.
+func Limit(inner net.Listener, n int, refusals *Refusals) *Listener {
+	return &Listener{Listener: inner, max: max(n, 1), refusals: refusals, conns: map[string]*conn{}}
+}
+
+// Max is the most connections l holds at once.
+func (l *Listener) Max() int { return l.max }
+
+// Open is the number of connections open now.
+func (l *Listener) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
+// Accept returns the next connection that fits.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() || isTemporary(err) {
+				l.refusals.add(AcceptError, "accept failed: the server waits and accepts again", "err", err.Error())
+			}
+			return nil, err
+		}
+		if tracked, ok := l.admit(c); ok {
+			return tracked, nil
+		}
+		c.Close()
+		l.refusals.add(ConnectionLimit, "connection refused: every connection has a call in progress", "max_connections", l.max)
+	}
+}
+
+// isTemporary says whether err is one a server accepts again after, as
+// net/http and grpc-go do (out of file descriptors, for instance).
+func isTemporary(err error) bool {
+	t, ok := err.(interface{ Temporary() bool })
+	return ok && t.Temporary()
+}
+
+// admit tracks c if there is room, or room can be made by closing the
+// connection idle longest.
+func (l *Listener) admit(c net.Conn) (net.Conn, bool) {
+	key := c.RemoteAddr().String()
+	l.mu.Lock()
+	var victim *conn
+	if len(l.conns) >= l.max {
+		for _, o := range l.conns {
+			if o.busy() == 0 && (victim == nil || o.idleSince.Before(victim.idleSince)) {
+				victim = o
+			}
+		}
+		if victim == nil {
+			l.mu.Unlock()
+			return nil, false
+		}
+		delete(l.conns, victim.key)
+	}
+	tracked := &conn{Conn: c, l: l, key: key, idleSince: time.Now()}
+	l.conns[key] = tracked
+	l.mu.Unlock()
+	if victim != nil {
+		victim.Conn.Close()
+		l.refusals.add(IdleEvicted, "idle connection closed to make room for a new one", "max_connections", l.max)
+	}
+	return tracked, true
+}
+
+// begin marks the connection from remote busy with one more call, and
+// returns what marks it done; remote unknown to l (an in-memory
+// connection, say) gives a no-op.
+func (l *Listener) begin(remote string) (end func()) {
+	l.mu.Lock()
+	c := l.conns[remote]
+	if c != nil {
+		c.calls++
+	}
+	l.mu.Unlock()
+	if c == nil {
+		return func() {}
+	}
+	return func() {
+		l.mu.Lock()
+		if c.calls--; c.busy() == 0 {
+			c.idleSince = time.Now()
+		}
+		l.mu.Unlock()
+	}
+}
+
+// ConnState is an http.Server's ConnState hook: a connection serving a
+// request (or hijacked) is busy, one between requests idle.
+func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.conns[nc.RemoteAddr().String()]
+	if c == nil {
+		return
+	}
+	switch state {
+	case http.StateActive, http.StateHijacked:
+		c.http = true
+	case http.StateIdle:
+		c.http = false
+		c.idleSince = time.Now()
+	}
+}
+
+func (l *Listener) forget(c *conn) {
+	l.mu.Lock()
+	if l.conns[c.key] == c {
+		delete(l.conns, c.key)
+	}
+	l.mu.Unlock()
+}
+
+// conn is a connection l tracks; its fields are guarded by l.mu.
+type conn struct {
+	net.Conn
+	l         *Listener
+	key       string
+	calls     int       // gRPC calls in progress
+	http      bool      // an HTTP request in progress
+	idleSince time.Time // when it last became idle, or was accepted
+	closeOnce sync.Once
+}
+
+func (c *conn) busy() int {
+	if c.http {
+		return c.calls + 1
+	}
+	return c.calls
+}
+
+func (c *conn) Close() error {
+	c.closeOnce.Do(func() { c.l.forget(c) })
+	return c.Conn.Close()
+}
