@@ -99,3 +99,19 @@ func ReadToken(r io.Reader) (string, error) {
 	}
 	return token, nil
 }
+
+// ParseFile reads a token kept in a file, as Prometheus's credentials_file
+// holds it: the whole file, one line, a final line break allowed. A file
+// of more lines is refused rather than read in part, so that the token
+// checked is the one the scraper sends.
+func ParseFile(data []byte) (string, error) {
+	s := strings.TrimSuffix(strings.TrimSuffix(string(data), "\n"), "\r")
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		return "", fmt.Errorf("the token file has more than one line (a line break at byte %d); it holds the token alone", i)
+	}
+	token, err := ParseToken(s)
+	if err != nil {
+		return "", fmt.Errorf("the token file: %s", status.Convert(err).Message())
+	}
+	return token, nil
+}

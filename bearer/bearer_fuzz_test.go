@@ -110,3 +110,23 @@ func serverAccepts(h http.Header) bool {
 	}
 	return true
 }
+
+// FuzzParseFile wants a token file to hold the token a scraper sends: an
+// accepted file's token is the one "Bearer <token>" carries, and the file
+// is that token with at most its spaces, tabs and one line break around.
+func FuzzParseFile(f *testing.F) {
+	for _, seed := range []string{"t1", "t1\n", "t1\r\n", " t1 \n", "t1\n\n", "t1\nt2\n", "", "\n", "t 1", "t\x001", "café\n", "t1\r"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		token, err := bearer.ParseFile(data)
+		if err != nil {
+			return
+		}
+		checkToken(t, string(data), token) // and "Bearer <token>" reads it back
+		rest := strings.TrimSuffix(strings.TrimSuffix(string(data), "\n"), "\r")
+		if strings.Trim(rest, " \t") != token || strings.Count(string(data), "\n") > 1 {
+			t.Fatalf("file %q gives %q: not the file's one line", data, token)
+		}
+	})
+}

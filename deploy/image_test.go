@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -125,6 +126,53 @@ func TestImage(t *testing.T) {
 	if !want.MatchString(first) {
 		t.Errorf("the image's paymentsd --version: %q, want it to match %s", first, want)
 	}
+	checkClosedByDefault(t, bin, c.Env)
+}
+
+// checkClosedByDefault runs the image's binary in the image's environment:
+// without keys or PAYMENTSD_DEV it must refuse to start, as it listens on
+// every interface; with PAYMENTSD_DEV=true it serves.
+func checkClosedByDefault(t *testing.T, bin string, imageEnv []string) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = imageEnv
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "--dev") || !strings.Contains(string(out), "--api-keys") {
+		t.Errorf("the image's defaults without keys: %v, want exit 2 naming --api-keys and --dev:\n%s", err, out)
+	}
+
+	// The same with PAYMENTSD_DEV=true, on free ports of every interface
+	// and a data file of the test's.
+	env := []string{"PAYMENTSD_DEV=true", "PAYMENTSD_DB=" + filepath.Join(t.TempDir(), "paymentsd.db")}
+	for _, kv := range imageEnv {
+		name, value, _ := strings.Cut(kv, "=")
+		if strings.HasSuffix(name, "_LISTEN") && strings.HasPrefix(value, "0.0.0.0:") {
+			env = append(env, name+"=0.0.0.0:0")
+		} else if name != "PAYMENTSD_DB" {
+			env = append(env, kv)
+		}
+	}
+	dev := exec.Command(bin)
+	dev.Env = env
+	stderr, err := dev.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		dev.Process.Kill()
+		dev.Wait()
+	}()
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"msg":"paymentsd listening"`) {
+			return
+		}
+	}
+	t.Errorf("the image's binary with PAYMENTSD_DEV=true did not serve")
 }
 
 // checkStatic fails t unless the binary at path needs no dynamic loader

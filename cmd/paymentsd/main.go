@@ -162,7 +162,8 @@ func (m *Main) loadCredentials() (err error) {
 	}
 	c := m.Config
 	m.creds, err = credfiles.Load(credfiles.Config{APIKeys: c.APIKeysPath, PrincipalFrom: c.PrincipalFrom,
-		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA, AdminKeys: c.AdminKeysPath}, m.Logger)
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA, AdminKeys: c.AdminKeysPath,
+		MetricsToken: c.MetricsTokenPath}, m.Logger)
 	if err != nil {
 		signal.Stop(m.hup)
 	}
@@ -240,8 +241,10 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.Intents(), nil))
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
-	if err := grpcreflect.Register(m.grpc, embedded.Descriptors); err != nil {
-		return err
+	if m.Config.Reflection {
+		if err := grpcreflect.Register(m.grpc, embedded.Descriptors); err != nil {
+			return err
+		}
 	}
 	for name := range m.grpc.GetServiceInfo() { // each service answers too, not only the server
 		m.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
@@ -280,6 +283,10 @@ func (m *Main) serve(ctx context.Context) {
 		m.serveMetrics(m.metricsListener)
 	}
 	m.creds.Log()
+	if m.Config.Dev {
+		m.Logger.Warn("--dev: any bearer token is served as a principal of its own, on every address listed; never in production",
+			"exposed", m.Config.Exposed())
+	}
 	m.Logger.Info("paymentsd listening", "addr", m.listener.Addr().String(), "db", m.db.String(),
 		"lease", m.Config.Lease.String(), "ttl", m.Config.TTL.String(), "tls", m.creds.TLS != nil)
 
@@ -315,11 +322,12 @@ func (m *Main) grpcCredentials() credentials.TransportCredentials {
 // that connects and says nothing holds nothing for long.
 const handshakeTimeout = 10 * time.Second
 
-// serveMetrics serves /metrics on lis, and /healthz: 200 while the store
-// serves, 503 otherwise, as grpc.health.v1 reports it.
+// serveMetrics serves /metrics on lis, behind --metrics-token-file's token
+// if one is set, and /healthz, open to probes: 200 while the store serves,
+// 503 otherwise, as grpc.health.v1 reports it.
 func (m *Main) serveMetrics(lis net.Listener) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.prom.Handler())
+	mux.Handle("/metrics", m.metricsAuth(m.prom.Handler()))
 	mux.HandleFunc("/healthz", storehealth.Handler(m.health))
 	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: m.connState("metrics")}
 	m.Logger.Info("metrics listening", "addr", lis.Addr().String(), "tls", m.creds.TLS != nil)

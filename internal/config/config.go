@@ -40,6 +40,14 @@ type Config struct {
 	// AdminKeysPath is the operators' credentials, in the --api-keys
 	// format; the console needs it, as it answers no one else.
 	AdminKeysPath string
+	// Dev serves dev mode, any bearer token accepted, on non-loopback
+	// addresses too; without it dev mode binds loopback only.
+	Dev bool
+	// MetricsTokenPath names the file of the bearer token /metrics
+	// requires; empty requires none.
+	MetricsTokenPath string
+	// Reflection serves the gRPC reflection service.
+	Reflection bool
 	// Limits bound what clients can hold: connections, calls, header
 	// blocks.
 	Limits Limits
@@ -60,6 +68,7 @@ func Default() Config {
 		HandlerTimeout: interceptor.DefaultHandlerTimeout,
 		HTTPListen:     "localhost:8080",
 		PrincipalFrom:  "bearer",
+		Reflection:     true,
 		Limits:         DefaultLimits(),
 	}
 }
@@ -203,6 +212,9 @@ func (c *Config) DefineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CAs: require client certificates they sign on the gRPC and HTTP listeners (mutual TLS)")
 	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen, "address to serve the operator console on (a web page and its JSON API to look keys up, list those in flight and release them; TLS with --tls-cert); empty, the default, serves none")
 	fs.StringVar(&c.AdminKeysPath, "admin-keys", c.AdminKeysPath, `with --admin-listen, required: file of operators' credentials, in the --api-keys format, the names being operators'; read again when it changes or on SIGHUP`)
+	fs.BoolVar(&c.Dev, "dev", c.Dev, "dev mode on any address: without --api-keys any bearer token is accepted as a principal of its own, which paymentsd serves on loopback addresses only unless this is given")
+	fs.StringVar(&c.MetricsTokenPath, "metrics-token-file", c.MetricsTokenPath, "file holding the bearer token that /metrics requires (a Prometheus scrape config's authorization credentials_file); /healthz stays open; read again when it changes or on SIGHUP")
+	fs.BoolVar(&c.Reflection, "reflection", c.Reflection, "serve gRPC server reflection, which lists the services and their messages to any caller (grpcurl uses it)")
 	c.Limits.defineFlags(fs)
 	fs.StringVar(&c.PrincipalFrom, "principal-from", c.PrincipalFrom, "where a caller's principal, which owns its intents and idempotency keys, comes from: bearer (the token, as --api-keys lists it), cert (the client certificate's URI SAN, else its first DNS SAN) or either (the token when one is sent, else the certificate)")
 }
@@ -243,6 +255,9 @@ func (c *Config) Check() error {
 	if err := c.Limits.check(); err != nil {
 		return err
 	}
+	if c.MetricsTokenPath != "" && c.MetricsListen == "" {
+		return errors.New("--metrics-token-file has no use without --metrics-listen, which serves /metrics")
+	}
 	source, err := auth.ParseSource(c.PrincipalFrom)
 	switch {
 	case err != nil:
@@ -252,7 +267,7 @@ func (c *Config) Check() error {
 	case source == auth.FromCert && c.APIKeysPath != "":
 		return errors.New("--api-keys has no use with --principal-from cert, which reads no token: drop it, or use --principal-from either")
 	}
-	return nil
+	return c.checkExposure()
 }
 
 // poolSize is --db-pool: at least 1 when given; 0, unset, leaves the size

@@ -22,7 +22,7 @@ func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {
 		Listen: "localhost:50051", DB: filepath.Join("data", "paymentsd.db"),
 		Lease: interceptor.DefaultLease, TTL: interceptor.DefaultTTL, SweepInterval: time.Minute,
 		ShutdownGrace: 30 * time.Second, HandlerTimeout: interceptor.DefaultHandlerTimeout,
-		HTTPListen: "localhost:8080", PrincipalFrom: "bearer",
+		HTTPListen: "localhost:8080", PrincipalFrom: "bearer", Reflection: true,
 		Limits: config.Limits{
 			MaxConnections: 4096, MaxCalls: 1024, MaxStreams: 256, MaxHeaderBytes: 64 << 10, HeaderTimeout: 10 * time.Second,
 			KeepaliveMinTime: 10 * time.Second, KeepaliveNoStream: true, KeepaliveInterval: time.Minute, KeepaliveTimeout: 20 * time.Second,
@@ -67,6 +67,24 @@ func TestCheck_RefusesEach_SayingWhich(t *testing.T) {
 		{"header bytes small", func(c *config.Config) { c.Limits.MaxHeaderBytes = 100 }, "--grpc-max-header-bytes must be at least 1024, got 100"},
 		{"idle 0", func(c *config.Config) { c.Limits.MaxConnectionIdle = 0 }, "--grpc-max-connection-idle must be positive, got 0s"},
 		{"age grace negative", func(c *config.Config) { c.Limits.MaxConnectionGrace = -time.Second }, "--grpc-max-connection-age-grace must be 0 or more, got -1s"},
+		{"network without credentials", func(c *config.Config) { c.Listen = "0.0.0.0:50051" },
+			"--listen 0.0.0.0:50051: not a loopback address, and no credential is required, so any bearer token would be served; " +
+				"require credentials with --api-keys (or --tls-client-ca with --principal-from cert), or pass --dev to serve dev mode on a network anyway"},
+		{"every listener named", func(c *config.Config) {
+			c.Listen, c.HTTPListen, c.MetricsListen = "127.0.0.1:1", ":8080", "[::]:9090"
+		}, "--http-listen :8080, --metrics-listen [::]:9090: not a loopback address, and no credential is required, so any bearer token would be served; " +
+			"require credentials with --api-keys (or --tls-client-ca with --principal-from cert), or pass --dev to serve dev mode on a network anyway"},
+		{"principal-from either is open without api-keys", func(c *config.Config) {
+			c.Listen, c.TLSCert, c.TLSKey, c.TLSClientCA, c.PrincipalFrom = "10.0.0.1:1", "c", "k", "ca", "either"
+		}, "--listen 10.0.0.1:1: not a loopback address, and no credential is required, so any bearer token would be served; " +
+			"require credentials with --api-keys (or --tls-client-ca with --principal-from cert), or pass --dev to serve dev mode on a network anyway"},
+		{"dev with api-keys", func(c *config.Config) { c.Dev, c.APIKeysPath = true, "keys" },
+			"--dev accepts any bearer token: it has no use with --api-keys or --principal-from cert, which require credentials"},
+		{"console in plaintext on a network", func(c *config.Config) {
+			c.APIKeysPath, c.AdminListen, c.AdminKeysPath = "keys", "0.0.0.0:8081", "admin"
+		}, "--admin-listen 0.0.0.0:8081 is not a loopback address: the console needs --tls-cert and --tls-key there, as operators' tokens would cross the network in plaintext"},
+		{"metrics token without metrics", func(c *config.Config) { c.MetricsTokenPath = "token" },
+			"--metrics-token-file has no use without --metrics-listen, which serves /metrics"},
 		{"db refused before the rest", func(c *config.Config) { c.DB, c.Listen = "", "" }, "--db must name a data file or a postgres:// URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,6 +94,38 @@ func TestCheck_RefusesEach_SayingWhich(t *testing.T) {
 				t.Errorf("Check() = %v\nwant %s", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestCheck_ServesANetworkWithCredentialsOrByName(t *testing.T) {
+	for name, set := range map[string]func(c *config.Config){
+		"api keys":        func(c *config.Config) { c.APIKeysPath = "keys" },
+		"cert principals": func(c *config.Config) { c.TLSCert, c.TLSKey, c.TLSClientCA, c.PrincipalFrom = "c", "k", "ca", "cert" },
+		"dev":             func(c *config.Config) { c.Dev = true },
+		"console with TLS": func(c *config.Config) {
+			c.APIKeysPath, c.AdminListen, c.AdminKeysPath, c.TLSCert, c.TLSKey = "keys", "192.0.2.1:8081", "admin", "c", "k"
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := config.Default()
+			c.Listen, c.HTTPListen, c.MetricsListen = "0.0.0.0:50051", ":8080", "[::]:9090"
+			set(&c)
+			if err := c.Check(); err != nil {
+				t.Errorf("Check() = %v", err)
+			}
+		})
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"localhost:1": true, "LOCALHOST:1": true, "127.0.0.1:1": true, "127.3.4.5:1": true, "[::1]:1": true,
+		":1": false, "0.0.0.0:1": false, "[::]:1": false, "10.0.0.1:1": false, "myhost:1": false, "localhost": false,
+		"[::ffff:127.0.0.1]:1": true,
+	} {
+		if got := config.IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v, want %v", addr, got, want)
+		}
 	}
 }
 

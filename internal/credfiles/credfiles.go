@@ -7,6 +7,7 @@ package credfiles
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,7 @@ type Config struct {
 	TLSKey        string
 	TLSClientCA   string // empty asks for no client certificate
 	AdminKeys     string // --admin-keys, the console's operators; empty for none
+	MetricsToken  string // --metrics-token-file; empty: /metrics asks for none
 }
 
 // ConfigError is a credential file that cannot be used at start: a bad
@@ -47,11 +49,13 @@ type Credentials struct {
 	// TLS serves the certificate in use; nil without Config.TLSCert.
 	TLS *tlsreload.Server
 
-	operators atomic.Pointer[auth.Keys] // nil without Config.AdminKeys
+	operators    atomic.Pointer[auth.Keys]         // nil without Config.AdminKeys
+	metricsToken atomic.Pointer[[sha256.Size]byte] // nil without Config.MetricsToken
 
 	config                        Config
 	logger                        *slog.Logger
 	keysFile, tlsFiles, adminFile *filewatch.Watcher // nil when not configured
+	metricsFile                   *filewatch.Watcher
 	// reloading serialises reloads: a watcher's and a signal's, each
 	// reading then storing, could otherwise store the older file last.
 	reloading sync.Mutex
@@ -75,6 +79,14 @@ func Load(c Config, logger *slog.Logger) (*Credentials, error) {
 			return nil, &ConfigError{fmt.Errorf("--admin-keys: %w", err)}
 		}
 		cr.operators.Store(operators)
+	}
+	if c.MetricsToken != "" {
+		cr.metricsFile = filewatch.New(c.MetricsToken)
+		sum, err := loadMetricsToken(c.MetricsToken)
+		if err != nil {
+			return nil, &ConfigError{err}
+		}
+		cr.metricsToken.Store(sum)
 	}
 	keys := auth.Dev()
 	if c.APIKeys != "" {
@@ -140,7 +152,8 @@ func (cr *Credentials) logCertificate(msg string, leaf *x509.Certificate, attrs 
 // Watch reads the files again, in goroutines of wg until ctx ends, when
 // they change on disk (written in place, renamed over, or a symbolic link
 // moved) and when hup receives (SIGHUP). Each reload is reported to
-// reloaded ("api_keys", "admin_keys" or "tls", and its error); what does
+// reloaded ("api_keys", "admin_keys", "tls" or "metrics_token", and its
+// error); what does
 // not load is logged, and the previous keys or certificate stay in use.
 func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan os.Signal, reloaded func(file string, err error)) {
 	if cr.keysFile != nil {
@@ -154,13 +167,18 @@ func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan
 			cr.adminFile.Run(ctx, Poll, func() { cr.reloadKeys("file changed", reloaded, cr.operatorKeys()) })
 		})
 	}
+	if cr.metricsFile != nil {
+		wg.Go(func() {
+			cr.metricsFile.Run(ctx, Poll, func() { cr.reloadMetricsToken("file changed", reloaded) })
+		})
+	}
 	wg.Go(func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if cr.keysFile == nil && cr.tlsFiles == nil && cr.adminFile == nil {
+				if cr.keysFile == nil && cr.tlsFiles == nil && cr.adminFile == nil && cr.metricsFile == nil {
 					cr.logger.Info("SIGHUP: no credential file to read again")
 				}
 				if cr.keysFile != nil {
@@ -171,6 +189,9 @@ func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan
 				}
 				if cr.adminFile != nil {
 					cr.reloadKeys("SIGHUP", reloaded, cr.operatorKeys())
+				}
+				if cr.metricsFile != nil {
+					cr.reloadMetricsToken("SIGHUP", reloaded)
 				}
 			}
 		}

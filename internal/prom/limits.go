@@ -20,7 +20,8 @@ var (
 	refusalsDesc = prometheus.NewDesc("paymentsd_listener_refusals_total",
 		"What a listener's limits refused or closed, by reason: connection_limit (a new connection, all busy), "+
 			"idle_evicted (an idle connection, for a new one), accept_error, handshake (TLS), preface (not HTTP/2), "+
-			"header_timeout (an unfinished header block), call_limit (a call, --max-calls reached).",
+			"header_timeout (an unfinished header block), call_limit (a call, every slot handling one), "+
+			"call_evicted (a call not yet sent its request, for a new one).",
 		[]string{"listener", "reason"}, nil)
 	callsDesc = prometheus.NewDesc("paymentsd_grpc_calls_in_progress",
 		"gRPC calls in progress, the HTTP face's among them.", nil, nil)

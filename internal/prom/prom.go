@@ -39,9 +39,9 @@ func New(countRecords func() (float64, error)) (*Prom, error) {
 	}
 	p.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "paymentsd_credential_reloads_total",
-		Help: "Credential files read again after a change or SIGHUP, by file (api_keys, admin_keys, tls) and result (ok, error: the previous ones stay in use).",
+		Help: "Credential files read again after a change or SIGHUP, by file (api_keys, admin_keys, tls, metrics_token) and result (ok, error: the previous ones stay in use).",
 	}, []string{"file", "result"})
-	for _, file := range []string{"api_keys", "admin_keys", "tls"} {
+	for _, file := range []string{"api_keys", "admin_keys", "tls", "metrics_token"} {
 		for _, result := range []string{"ok", "error"} {
 			p.reloads.WithLabelValues(file, result) // at 0 from the start, so that rate() sees the first error
 		}
@@ -56,8 +56,8 @@ func New(countRecords func() (float64, error)) (*Prom, error) {
 	return p, err
 }
 
-// Reloaded counts a reload of file ("api_keys", "admin_keys" or "tls"); p may be nil
-// (no metrics served).
+// Reloaded counts a reload of file ("api_keys", "admin_keys", "tls" or
+// "metrics_token"); p may be nil (no metrics served).
 func (p *Prom) Reloaded(file string, err error) {
 	if p == nil {
 		return
