@@ -1,5 +1,6 @@
-// Command bench drives `make bench`: it starts paymentsd (and its build
-// without the idempotency interceptor) on loopback, loads it with ghz, and
+// Command bench drives `make bench`: it starts paymentsd (and its builds
+// without the idempotency interceptor, and without the limits) on
+// loopback, loads it with ghz or, on the HTTP face, a Go client, and
 // prints a table of medians over several runs, with the ratios the
 // benchmark targets name. Each run gets a fresh server and data file.
 package main
@@ -11,7 +12,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +23,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,6 +42,7 @@ import (
 var (
 	paymentsd = flag.String("paymentsd", "bin/paymentsd", "the paymentsd binary")
 	baseline  = flag.String("baseline", "bin/paymentsd-baseline", "paymentsd built with -tags benchbaseline")
+	nolimits  = flag.String("nolimits", "bin/paymentsd-nolimits", "paymentsd built with -tags benchnolimits")
 	ghz       = flag.String("ghz", "bin/ghz", "the ghz binary")
 	runs      = flag.Int("runs", 5, "runs of each scenario; the table shows medians")
 	scale     = flag.Float64("scale", 1, "multiplies the requests of every run")
@@ -65,32 +71,36 @@ type scenario struct {
 	setup       bool // pre-create hotKeys keys hot-0..hot-99 with body
 	replicas    int  // servers on one PostgreSQL database, each loaded by a ghz of its own; 0 for bbolt
 	tls         bool // serve gRPC over TLS, certificates made for the run; ghz verifies them against its CA
+	http        bool // load the HTTP/JSON face, with a Go client, instead of gRPC with ghz
 }
 
 var boltScenarios = []scenario{
-	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false},
-	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false},
-	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false},
-	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false},
-	{"fresh c=64, TLS", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, true},
-	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0, false},
-	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0, false},
+	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false},
+	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false},
+	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false},
+	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false},
+	{"fresh c=64, TLS", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, true, false},
+	{"fresh c=64, limits off", nolimits, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false},
+	{"http fresh c=64", paymentsd, 64, 20000, "fresh-", body, false, 0, false, true},
+	{"http fresh c=64, limits off", nolimits, 64, 20000, "fresh-", body, false, 0, false, true},
+	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0, false, false},
+	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0, false, false},
 	// Every tenth request fresh, the others replays of the hot keys. (The
 	// template is one action, since ghz renders an {{if}} only once, and has
 	// no double quotes, since ghz renders it inside the JSON text.)
 	{"90% replay, 10% fresh c=64", paymentsd, 64, 40000,
-		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0, false},
+		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0, false, false},
 }
 
 var pgScenarios = []scenario{
-	{"pg fresh c=1", paymentsd, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false},
-	{"pg fresh c=1, no interceptor", baseline, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false},
-	{"pg fresh c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false},
-	{"pg fresh c=64, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false},
-	{"pg replay one key c=64", paymentsd, 64, 20000, "hot-0", body, true, 1, false},
-	{"pg fresh c=64, 3 replicas", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false},
-	{"pg fresh c=64, 3 replicas, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false},
-	{"pg replay one key c=64, 3 replicas", paymentsd, 64, 20000, "hot-0", body, true, 3, false},
+	{"pg fresh c=1", paymentsd, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false},
+	{"pg fresh c=1, no interceptor", baseline, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false},
+	{"pg fresh c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false},
+	{"pg fresh c=64, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false},
+	{"pg replay one key c=64", paymentsd, 64, 20000, "hot-0", body, true, 1, false, false},
+	{"pg fresh c=64, 3 replicas", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false},
+	{"pg fresh c=64, 3 replicas, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false},
+	{"pg replay one key c=64, 3 replicas", paymentsd, 64, 20000, "hot-0", body, true, 3, false, false},
 }
 
 // result is one run's figures.
@@ -125,6 +135,8 @@ func main() {
 			{"replay c=64 / fresh c=64 without the interceptor", "replay one key c=64", "fresh c=64, no interceptor", ">= 1.5"},
 			{"fresh c=64 / fresh c=1", "fresh c=64", "fresh c=1", ">= 5"},
 			{"fresh c=64 over TLS / plaintext", "fresh c=64, TLS", "fresh c=64", ">= 0.85"},
+			{"fresh c=64 with / without the limits", "fresh c=64", "fresh c=64, limits off", ">= 0.98"},
+			{"HTTP fresh c=64 with / without the limits", "http fresh c=64", "http fresh c=64, limits off", ">= 0.98"},
 		})
 		if r, ok := m["fresh c=1"]; ok {
 			fmt.Printf("- commits per fresh create at c=1: %.3f [1.000]\n", r.commits)
@@ -246,11 +258,20 @@ func runOnce(sc scenario) result {
 	if sc.replicas > 0 {
 		before = readStats(db)
 	}
+	if sc.http {
+		serverArgs = append(serverArgs, "--http-listen", "127.0.0.1:0")
+	}
 	servers := make([]*server, max(sc.replicas, 1))
 	for i := range servers {
 		servers[i] = start(*sc.binary, db, serverArgs...)
 	}
-	r, count := summarize(load(sc, servers, ghzArgs))
+	var r result
+	var count uint64
+	if sc.http {
+		r, count = summarize([]ghzReport{loadHTTP(sc, servers[0])})
+	} else {
+		r, count = summarize(load(sc, servers, ghzArgs))
+	}
 	var commits uint64
 	var cpu time.Duration
 	for _, srv := range servers {
@@ -333,6 +354,50 @@ func load(sc scenario, servers []*server, ghzArgs []string) []ghzReport {
 		}
 	}
 	return reps
+}
+
+// loadHTTP makes sc's creates on srv's HTTP face from sc.concurrency
+// workers, each key sc.key and a number of its own, and reports them as
+// ghz would. The client keeps its connections, as ghz keeps its one.
+func loadHTTP(sc scenario, srv *server) ghzReport {
+	n := int(float64(sc.requests) * *scale)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: sc.concurrency}}
+	url := "http://" + srv.httpAddr + "/v1/payment_intents"
+	var next atomic.Int64
+	details := make([][]struct {
+		Latency time.Duration
+		Status  string
+	}, sc.concurrency)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range sc.concurrency {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				req, _ := http.NewRequest("POST", url, strings.NewReader(sc.body))
+				req.Header.Set("Authorization", "Bearer bench")
+				req.Header.Set("Idempotency-Key", sc.key+strconv.FormatInt(i, 10))
+				req.Header.Set("Content-Type", "application/json")
+				began := time.Now()
+				resp, err := client.Do(req)
+				status := "error"
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					status = resp.Status
+				}
+				details[w] = append(details[w], struct {
+					Latency time.Duration
+					Status  string
+				}{time.Since(began), status})
+			}
+		})
+	}
+	wg.Wait()
+	rep := ghzReport{Count: uint64(n), Rps: float64(n) / time.Since(start).Seconds()}
+	for _, d := range details {
+		rep.Details = append(rep.Details, d...)
+	}
+	return rep
 }
 
 // summarize adds up the reports of ghz that ran side by side: the
@@ -476,10 +541,11 @@ func makeCerts(dir string) (caFile, certFile, keyFile string) {
 }
 
 type server struct {
-	cmd     *exec.Cmd
-	addr    string
-	lines   []string      // its log after the listening line
-	logDone chan struct{} // closed once the log is read to its end
+	cmd      *exec.Cmd
+	addr     string
+	httpAddr string        // the HTTP face's, when it serves one
+	lines    []string      // its log after the listening line
+	logDone  chan struct{} // closed once the log is read to its end
 }
 
 func start(binary, db string, args ...string) *server {
@@ -492,14 +558,19 @@ func start(binary, db string, args ...string) *server {
 	if err := s.cmd.Start(); err != nil {
 		log.Fatal(err)
 	}
-	listening := make(chan string, 1)
+	listening, httpListening := make(chan string, 1), make(chan string, 1)
 	go func() {
 		defer close(s.logDone)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var l struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "paymentsd listening" {
-				listening <- l.Addr
+			if json.Unmarshal(sc.Bytes(), &l) == nil {
+				switch l.Msg {
+				case "paymentsd listening":
+					listening <- l.Addr
+				case "http listening":
+					httpListening <- l.Addr
+				}
 			}
 			s.lines = append(s.lines, sc.Text())
 		}
@@ -508,6 +579,13 @@ func start(binary, db string, args ...string) *server {
 	case s.addr = <-listening:
 	case <-s.logDone:
 		log.Fatalf("%s exited at start:\n%s", binary, strings.Join(s.lines, "\n"))
+	}
+	if slices.Contains(args, "--http-listen") {
+		select {
+		case s.httpAddr = <-httpListening:
+		case <-s.logDone:
+			log.Fatalf("%s exited at start:\n%s", binary, strings.Join(s.lines, "\n"))
+		}
 	}
 	return s
 }

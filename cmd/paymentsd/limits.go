@@ -25,6 +25,9 @@ type limits struct {
 // limitListeners puts each bound listener behind its connection limit.
 // It runs before the store opens, like the binding itself.
 func (m *Main) limitListeners() {
+	if m.Config.WithoutLimits {
+		return
+	}
 	l := &m.limits
 	l.listeners, l.refusals = map[string]*connlimit.Listener{}, map[string]*connlimit.Refusals{}
 	limit := func(name string, lis net.Listener, max int) *connlimit.Listener {
@@ -59,6 +62,9 @@ func (m *Main) connState(name string) func(net.Conn, http.ConnState) {
 
 // grpcLimits are the gRPC server's options that bound what a client holds.
 func (m *Main) grpcLimits() []grpc.ServerOption {
+	if m.Config.WithoutLimits {
+		return nil
+	}
 	c := m.Config.Limits
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(c.MaxStreams),

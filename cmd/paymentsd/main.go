@@ -120,7 +120,7 @@ type Main struct {
 // NewMain returns a Main with the default configuration, logging to w.
 func NewMain(w io.Writer) *Main {
 	c := config.Default()
-	c.WithoutIdempotency = benchBaseline
+	c.WithoutIdempotency, c.WithoutLimits = benchBaseline, benchNoLimits
 	return &Main{Config: c, Logger: slog.New(slog.NewJSONHandler(w, nil))}
 }
 
@@ -215,7 +215,10 @@ var paymentsService = protoreflect.FullName(paymentsv1.PaymentIntentService_Serv
 // metrics', the log's, the codec's, authentication, idempotency, in that
 // order), tracing, and its services.
 func (m *Main) newGRPC(ctx context.Context) (err error) {
-	interceptors := []grpc.UnaryServerInterceptor{m.limits.calls.UnaryServerInterceptor}
+	var interceptors []grpc.UnaryServerInterceptor
+	if m.limits.calls != nil {
+		interceptors = append(interceptors, m.limits.calls.UnaryServerInterceptor)
+	}
 	if m.Config.MetricsListen != "" {
 		if m.prom, err = prom.New(m.db.CountRecords); err != nil {
 			return err
@@ -224,7 +227,9 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		if m.creds.TLS != nil {
 			m.prom.WatchCertificate(m.creds.TLS)
 		}
-		m.prom.WatchLimits(m.limits.listeners, slices.Collect(maps.Values(m.limits.refusals)), m.limits.calls)
+		if m.limits.calls != nil {
+			m.prom.WatchLimits(m.limits.listeners, slices.Collect(maps.Values(m.limits.refusals)), m.limits.calls)
+		}
 		interceptors = append(interceptors, m.prom.GRPC.UnaryServerInterceptor())
 	}
 	interceptors = append(interceptors, rpclog.Interceptor(m.Logger), strictcodec.Reject,
@@ -313,6 +318,9 @@ func (m *Main) grpcCredentials() credentials.TransportCredentials {
 	var network credentials.TransportCredentials
 	if m.creds.TLS != nil {
 		network = credentials.NewTLS(m.creds.TLS.Config(m.creds.ClientAuth(), "h2"))
+	}
+	if m.Config.WithoutLimits {
+		return httpapi.ServerCredentials(network)
 	}
 	return connlimit.Credentials(httpapi.ServerCredentials(network), m.Config.Limits.HeaderTimeout, m.limits.refusals["grpc"])
 }

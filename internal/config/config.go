@@ -54,6 +54,10 @@ type Config struct {
 	// WithoutIdempotency leaves the idempotency interceptor out, to
 	// measure what it costs. No flag sets it: the benchmark build does.
 	WithoutIdempotency bool
+	// WithoutLimits leaves Limits unenforced, grpc-go's defaults in
+	// force, to measure what they cost. No flag sets it: a benchmark
+	// build does.
+	WithoutLimits bool
 }
 
 // Default is the configuration of a server given no flags.
