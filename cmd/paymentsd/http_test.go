@@ -291,7 +291,7 @@ func TestHTTP_SIGTERM_FinishesCallsInProgress(t *testing.T) {
 }
 
 func TestE2E_BadHTTPListenAddress_ExitsLeavingNoDataFile(t *testing.T) {
-	code, stderr, dir := runToExit(t, "--http-listen", "256.0.0.1:99999")
+	code, stderr, dir := runToExit(t, "--http-listen", "127.0.0.1:99999")
 	if code != 1 || !strings.Contains(stderr, "http:") {
 		t.Errorf("exit %d, stderr %q; want 1 naming the http address", code, stderr)
 	}

@@ -38,10 +38,14 @@ func (e Env) Name(name string) string {
 // setting such as an API key file unset, and a server in its dev mode.
 func (e Env) Defaults(fs *flag.FlagSet, only map[string]bool) error {
 	names := slices.Collect(maps.Keys(only))
-	if only == nil {
-		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	}
-	if err := e.misspelled(names); err != nil {
+	own := map[string]bool{} // fs's own flags' variables, read or not, are no misspelling
+	fs.VisitAll(func(f *flag.Flag) {
+		own[e.Name(f.Name)] = true
+		if only == nil {
+			names = append(names, f.Name)
+		}
+	})
+	if err := e.misspelled(names, own); err != nil {
 		return err
 	}
 	var err error
@@ -62,17 +66,18 @@ func (e Env) Defaults(fs *flag.FlagSet, only map[string]bool) error {
 }
 
 // misspelled returns an error for the first variable with Prefix that is
-// no flag's of names but is within two edits of one's, in any case.
+// no flag's of names, nor in own, but is within two edits of one's, in any
+// case.
 // Variables further from every flag are left alone: tests and scripts
 // have their own (PAYMENTSD_CRASH_ROUNDS).
-func (e Env) misspelled(names []string) error {
+func (e Env) misspelled(names []string, own map[string]bool) error {
 	slices.Sort(names)
 	env := os.Environ()
 	slices.Sort(env)
 	for _, kv := range env {
 		key, _, _ := strings.Cut(kv, "=")
 		upper := strings.ToUpper(key)
-		if !strings.HasPrefix(upper, e.Prefix) {
+		if !strings.HasPrefix(upper, e.Prefix) || own[key] {
 			continue
 		}
 		near, dist := "", 3

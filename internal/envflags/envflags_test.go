@@ -66,6 +66,21 @@ func TestDefaults_Only(t *testing.T) {
 	}
 }
 
+// A variable of the command's own flag, left unread by only, is no
+// misspelling of a flag only names, however near.
+func TestDefaults_Only_OwnFlagNotMisspelled(t *testing.T) {
+	t.Setenv("TESTD_LEASE", "5s") // within two edits of TESTD_LEAST
+	f := newFlags()
+	var least string
+	f.fs.StringVar(&least, "least", "", "")
+	if err := env.Defaults(f.fs, map[string]bool{"least": true}); err != nil {
+		t.Fatalf("own flag's variable refused: %v", err)
+	}
+	if f.lease != time.Second {
+		t.Errorf("lease %v, want the default: only leaves it unread", f.lease)
+	}
+}
+
 func TestDefaults_Refused(t *testing.T) {
 	cases := []struct {
 		name, key, value, want string

@@ -54,6 +54,8 @@ func TestProm_RecordsAndReloads(t *testing.T) {
 		`paymentsd_credential_reloads_total{file="admin_keys",result="ok"} 0`,
 		`paymentsd_credential_reloads_total{file="api_keys",result="error"} 1`,
 		`paymentsd_credential_reloads_total{file="api_keys",result="ok"} 0`,
+		`paymentsd_credential_reloads_total{file="metrics_token",result="error"} 0`,
+		`paymentsd_credential_reloads_total{file="metrics_token",result="ok"} 0`,
 		`paymentsd_credential_reloads_total{file="tls",result="error"} 0`,
 		`paymentsd_credential_reloads_total{file="tls",result="ok"} 1`,
 	}
