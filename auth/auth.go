@@ -71,12 +71,16 @@ func KeyLine(principal, token string) string {
 // LoadFile reads API keys from path (see ParseKeys). path must be a
 // regular file that neither group nor others may write: whoever can change
 // it can let themselves in.
-func LoadFile(path string) (*Keys, error) {
+func LoadFile(path string) (*Keys, error) { return LoadFileOf(path, "api keys") }
+
+// LoadFileOf is LoadFile for a file of the same format whose errors name
+// it what ("operator keys"), so that a refusal says which file it is.
+func LoadFileOf(path, what string) (*Keys, error) {
 	data, err := safefile.ReadPrivate(path)
 	if err != nil {
-		return nil, fmt.Errorf("api keys: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return ParseKeys(data, path)
+	return parseKeys(data, path, what)
 }
 
 // PrincipalOfToken returns the principal of token: the one the API keys
@@ -104,7 +108,9 @@ func PrincipalOfToken(token, path string) (string, error) {
 // access. A principal may have several lines, so that it can roll its token
 // without downtime; a hash listed twice is refused, naming both lines,
 // since its token would belong to one of them silently.
-func ParseKeys(data []byte, name string) (*Keys, error) {
+func ParseKeys(data []byte, name string) (*Keys, error) { return parseKeys(data, name, "api keys") }
+
+func parseKeys(data []byte, name, what string) (*Keys, error) {
 	k := &Keys{keys: []key{}}
 	seen := map[[sha256.Size]byte]int{} // hash to its line
 	for i, text := range strings.Split(string(data), "\n") {
@@ -115,26 +121,26 @@ func ParseKeys(data []byte, name string) (*Keys, error) {
 		}
 		fields := strings.Fields(text)
 		if len(fields) != 2 || !strings.HasPrefix(fields[1], "sha256:") {
-			return nil, fmt.Errorf("api keys: %s:%d: want \"<principal> sha256:<hex of the token's SHA-256>\"", name, line)
+			return nil, fmt.Errorf("%s: %s:%d: want \"<principal> sha256:<hex of the token's SHA-256>\"", what, name, line)
 		}
 		principal, hexSum := fields[0], strings.TrimPrefix(fields[1], "sha256:")
 		if !ValidPrincipal(principal) {
-			return nil, fmt.Errorf("api keys: %s:%d: principal %q: use 1 to 64 of A-Z a-z 0-9 . _ -", name, line, principal)
+			return nil, fmt.Errorf("%s: %s:%d: principal %q: use 1 to 64 of A-Z a-z 0-9 . _ -", what, name, line, principal)
 		}
 		sum, err := hex.DecodeString(hexSum)
 		if err != nil || len(sum) != sha256.Size {
-			return nil, fmt.Errorf("api keys: %s:%d: the hash must be 64 hex digits", name, line)
+			return nil, fmt.Errorf("%s: %s:%d: the hash must be 64 hex digits", what, name, line)
 		}
 		kk := key{principal: principal}
 		copy(kk.hash[:], sum)
 		if first, ok := seen[kk.hash]; ok {
-			return nil, fmt.Errorf("api keys: %s:%d: this hash is already listed on line %d; one token must belong to one principal", name, line, first)
+			return nil, fmt.Errorf("%s: %s:%d: this hash is already listed on line %d; one token must belong to one principal", what, name, line, first)
 		}
 		seen[kk.hash] = line
 		k.keys = append(k.keys, kk)
 	}
 	if len(k.keys) == 0 {
-		return nil, fmt.Errorf("api keys: %s lists no keys", name)
+		return nil, fmt.Errorf("%s: %s lists no keys", what, name)
 	}
 	return k, nil
 }
@@ -185,4 +191,23 @@ func Scope(ctx context.Context) (string, error) {
 		return p, nil
 	}
 	return "", status.Error(codes.Unauthenticated, "no authenticated principal")
+}
+
+// Shared returns the principals of k and of other that hold one token: the
+// first hash of k's that other lists too. Keys that must never meet, an
+// API's and its operators', are checked with it.
+func (k *Keys) Shared(other *Keys) (mine, theirs string, ok bool) {
+	if k == nil || other == nil {
+		return "", "", false
+	}
+	theirsOf := make(map[[sha256.Size]byte]string, len(other.keys))
+	for _, o := range other.keys {
+		theirsOf[o.hash] = o.principal
+	}
+	for _, m := range k.keys {
+		if p, found := theirsOf[m.hash]; found {
+			return m.principal, p, true
+		}
+	}
+	return "", "", false
 }

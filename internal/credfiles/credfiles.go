@@ -74,7 +74,7 @@ func Load(c Config, logger *slog.Logger) (*Credentials, error) {
 	}
 	if c.AdminKeys != "" {
 		cr.adminFile = filewatch.New(c.AdminKeys)
-		operators, err := auth.LoadFile(c.AdminKeys)
+		operators, err := auth.LoadFileOf(c.AdminKeys, "operator keys")
 		if err != nil {
 			return nil, &ConfigError{fmt.Errorf("--admin-keys: %w", err)}
 		}
@@ -98,6 +98,11 @@ func Load(c Config, logger *slog.Logger) (*Credentials, error) {
 	source, err := auth.ParseSource(c.PrincipalFrom)
 	if err != nil { // the flags are checked first
 		return nil, &ConfigError{err}
+	}
+	if c.APIKeys != "" && c.AdminKeys != "" {
+		if err := apart(c.APIKeys, c.AdminKeys, keys, cr.operators.Load()); err != nil {
+			return nil, &ConfigError{err}
+		}
 	}
 	cr.Authn = auth.NewAuthenticator(source, keys)
 	if c.TLSCert != "" {
@@ -206,14 +211,25 @@ type keyFile struct {
 	count   string // the log's name for how many it lists
 	path    string
 	use     func(*auth.Keys) // puts them in use
+	// apart refuses keys that meet the other file's in use; nil when
+	// there is no other file.
+	apart func(*auth.Keys) error
 }
 
 func (cr *Credentials) apiKeys() keyFile {
-	return keyFile{"api_keys", "api keys", "principals", cr.config.APIKeys, cr.Authn.SetKeys}
+	f := keyFile{"api_keys", "api keys", "principals", cr.config.APIKeys, cr.Authn.SetKeys, nil}
+	if cr.config.AdminKeys != "" {
+		f.apart = func(k *auth.Keys) error { return apart(cr.config.APIKeys, cr.config.AdminKeys, k, cr.operators.Load()) }
+	}
+	return f
 }
 
 func (cr *Credentials) operatorKeys() keyFile {
-	return keyFile{"admin_keys", "operator keys", "operators", cr.config.AdminKeys, cr.operators.Store}
+	f := keyFile{"admin_keys", "operator keys", "operators", cr.config.AdminKeys, cr.operators.Store, nil}
+	if cr.config.APIKeys != "" {
+		f.apart = func(k *auth.Keys) error { return apart(cr.config.APIKeys, cr.config.AdminKeys, cr.Authn.Keys(), k) }
+	}
+	return f
 }
 
 // reloadKeys reads f again; a key removed is refused from the next
@@ -221,7 +237,10 @@ func (cr *Credentials) operatorKeys() keyFile {
 func (cr *Credentials) reloadKeys(why string, reloaded func(string, error), f keyFile) {
 	cr.reloading.Lock()
 	defer cr.reloading.Unlock()
-	keys, err := auth.LoadFile(f.path)
+	keys, err := auth.LoadFileOf(f.path, f.subject)
+	if err == nil && f.apart != nil {
+		err = f.apart(keys)
+	}
 	reloaded(f.label, err)
 	if err != nil {
 		cr.logger.Error(f.subject+" not reloaded: the previous keys stay in use", "trigger", why, "err", err)
