@@ -22,14 +22,20 @@ type Files struct {
 	Cert     string // the certificate chain, leaf first
 	Key      string // its private key, which group and others may not write
 	ClientCA string // CAs that sign client certificates; "" for none
+	// ClientCRL lists revoked client certificates (PEM or DER CRLs the
+	// client CAs signed); "" for none.
+	ClientCRL string
 }
 
 // Paths returns the files named, for a watcher.
 func (f Files) Paths() []string {
-	if f.ClientCA == "" {
-		return []string{f.Cert, f.Key}
+	paths := []string{f.Cert, f.Key}
+	for _, p := range []string{f.ClientCA, f.ClientCRL} {
+		if p != "" {
+			paths = append(paths, p)
+		}
 	}
-	return []string{f.Cert, f.Key, f.ClientCA}
+	return paths
 }
 
 // Server holds the TLS identity loaded last.
@@ -43,6 +49,7 @@ type loaded struct {
 	cert      tls.Certificate
 	clientCAs *x509.CertPool  // nil without Files.ClientCA
 	caRaw     map[string]bool // the DER of each of clientCAs
+	revoked   revoked         // by Files.ClientCRL; nil without it
 }
 
 // Load loads files, and fails if they do not make a usable identity.
@@ -102,6 +109,7 @@ func (s *Server) load() (*loaded, error) {
 			return nil, fmt.Errorf("tls client CA: %w", err)
 		}
 		l.clientCAs, l.caRaw = x509.NewCertPool(), map[string]bool{}
+		var cas []*x509.Certificate
 		for rest := caPEM; ; {
 			var block *pem.Block
 			if block, rest = pem.Decode(rest); block == nil {
@@ -116,9 +124,19 @@ func (s *Server) load() (*loaded, error) {
 			}
 			l.clientCAs.AddCert(ca)
 			l.caRaw[string(ca.Raw)] = true
+			cas = append(cas, ca)
 		}
 		if len(l.caRaw) == 0 {
 			return nil, fmt.Errorf("tls client CA: %s holds no PEM certificate", s.files.ClientCA)
+		}
+		if s.files.ClientCRL != "" {
+			data, err := safefile.ReadPrivate(s.files.ClientCRL)
+			if err != nil {
+				return nil, fmt.Errorf("tls client CRL: %w", err)
+			}
+			if l.revoked, err = ParseCRLs(data, cas); err != nil {
+				return nil, fmt.Errorf("tls client CRL: %s: %w", s.files.ClientCRL, err)
+			}
 		}
 	}
 	return l, nil
@@ -126,20 +144,21 @@ func (s *Server) load() (*loaded, error) {
 
 // StillTrusted says whether chain, a client certificate chain verified at
 // a connection's handshake, leaf first, would still be now: each of its
-// certificates within its validity, and its root among the client CAs
-// loaded last. A connection lives on after its handshake; this is what
-// its every request asks, so that removing a CA, or a certificate
-// expiring, ends what it let in.
+// certificates within its validity and unrevoked, and its root among the
+// client CAs loaded last. A connection lives on after its handshake; this
+// is what its every request asks, so that removing a CA, revoking a
+// certificate, or a certificate expiring, ends what it let in.
 func (s *Server) StillTrusted(chain []*x509.Certificate, now time.Time) error {
 	for _, c := range chain {
 		if now.After(c.NotAfter) {
 			return fmt.Errorf("%+q expired at %s", c.Subject.CommonName, c.NotAfter.UTC().Format(time.RFC3339))
 		}
 	}
-	if root := chain[len(chain)-1]; !s.cur.Load().caRaw[string(root.Raw)] {
+	l := s.cur.Load()
+	if root := chain[len(chain)-1]; !l.caRaw[string(root.Raw)] {
 		return fmt.Errorf("its CA %+q is no longer among the client CAs", root.Subject.CommonName)
 	}
-	return nil
+	return l.revoked.check(chain)
 }
 
 // Leaf returns the certificate served now.
@@ -178,6 +197,16 @@ func (s *Server) Config(clientAuth ClientAuth, nextProtos ...string) *tls.Config
 				}
 				c.ClientAuth = tls.RequireAndVerifyClientCert
 				c.ClientCAs = l.clientCAs
+				if l.revoked != nil {
+					c.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
+						for _, chain := range chains {
+							if err := l.revoked.check(chain); err != nil {
+								return fmt.Errorf("tls: client certificate %w", err)
+							}
+						}
+						return nil
+					}
+				}
 			}
 			return c, nil
 		},

@@ -162,7 +162,7 @@ func (m *Main) loadCredentials() (err error) {
 	}
 	c := m.Config
 	m.creds, err = credfiles.Load(credfiles.Config{APIKeys: c.APIKeysPath, PrincipalFrom: c.PrincipalFrom,
-		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA, AdminKeys: c.AdminKeysPath,
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA, TLSClientCRL: c.TLSClientCRL, AdminKeys: c.AdminKeysPath,
 		MetricsToken: c.MetricsTokenPath}, m.Logger)
 	if err != nil {
 		signal.Stop(m.hup)

@@ -34,6 +34,7 @@ type Config struct {
 	TLSCert        string
 	TLSKey         string
 	TLSClientCA    string
+	TLSClientCRL   string
 	PrincipalFrom  string
 	// AdminListen serves the operator console; empty serves none.
 	AdminListen string
@@ -214,6 +215,7 @@ func (c *Config) DefineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain: serve TLS on the gRPC, HTTP and metrics listeners; read again when it changes or on SIGHUP")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert; group and others may not write it")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CAs: require client certificates they sign on the gRPC and HTTP listeners (mutual TLS)")
+	fs.StringVar(&c.TLSClientCRL, "tls-client-crl", c.TLSClientCRL, "PEM or DER CRLs, signed by --tls-client-ca's CAs: client certificates they list are refused at the handshake and, on open connections, at their next call; read again when it changes or on SIGHUP")
 	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen, "address to serve the operator console on (a web page and its JSON API to look keys up, list those in flight and release them; TLS with --tls-cert); empty, the default, serves none")
 	fs.StringVar(&c.AdminKeysPath, "admin-keys", c.AdminKeysPath, `with --admin-listen, required: file of operators' credentials, in the --api-keys format, the names being operators'; read again when it changes or on SIGHUP`)
 	fs.BoolVar(&c.Dev, "dev", c.Dev, "dev mode on any address: without --api-keys any bearer token is accepted as a principal of its own, which paymentsd serves on loopback addresses only unless this is given")
@@ -249,6 +251,8 @@ func (c *Config) Check() error {
 		return errors.New("--tls-cert and --tls-key go together: give both or neither")
 	case c.TLSClientCA != "" && c.TLSCert == "":
 		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first")
+	case c.TLSClientCRL != "" && c.TLSClientCA == "":
+		return errors.New("--tls-client-crl needs --tls-client-ca: it revokes client certificates those CAs signed")
 	case c.AdminListen != "" && c.AdminKeysPath == "":
 		return errors.New("--admin-listen needs --admin-keys: the console answers operators only")
 	case c.AdminKeysPath != "" && c.AdminListen == "":

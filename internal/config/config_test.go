@@ -53,6 +53,8 @@ func TestCheck_RefusesEach_SayingWhich(t *testing.T) {
 		{"cert without key", func(c *config.Config) { c.TLSCert = "c.pem" }, "--tls-cert and --tls-key go together: give both or neither"},
 		{"key without cert", func(c *config.Config) { c.TLSKey = "k.pem" }, "--tls-cert and --tls-key go together: give both or neither"},
 		{"client CA without TLS", func(c *config.Config) { c.TLSClientCA = "ca.pem" }, "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first"},
+		{"client CRL without client CA", func(c *config.Config) { c.TLSCert, c.TLSKey, c.TLSClientCRL = "c", "k", "crl" },
+			"--tls-client-crl needs --tls-client-ca: it revokes client certificates those CAs signed"},
 		{"principal-from unknown", func(c *config.Config) { c.PrincipalFrom = "header" }, `--principal-from: "header" is not one of bearer, cert, either`},
 		{"principal-from cert without CA", func(c *config.Config) { c.PrincipalFrom = "cert" }, "--principal-from cert needs --tls-client-ca: principals from certificates need certificates verified"},
 		{"api-keys with cert", func(c *config.Config) {

@@ -31,6 +31,7 @@ type Config struct {
 	TLSCert       string // empty serves plaintext
 	TLSKey        string
 	TLSClientCA   string // empty asks for no client certificate
+	TLSClientCRL  string // revoked client certificates; empty for none
 	AdminKeys     string // --admin-keys, the console's operators; empty for none
 	MetricsToken  string // --metrics-token-file; empty: /metrics asks for none
 }
@@ -122,7 +123,7 @@ func Load(c Config, logger *slog.Logger) (*Credentials, error) {
 func (cr *Credentials) Operators() *auth.Keys { return cr.operators.Load() }
 
 func (cr *Credentials) tlsFilesConfig() tlsreload.Files {
-	return tlsreload.Files{Cert: cr.config.TLSCert, Key: cr.config.TLSKey, ClientCA: cr.config.TLSClientCA}
+	return tlsreload.Files{Cert: cr.config.TLSCert, Key: cr.config.TLSKey, ClientCA: cr.config.TLSClientCA, ClientCRL: cr.config.TLSClientCRL}
 }
 
 // ClientAuth is whether the gRPC and HTTP listeners require client
