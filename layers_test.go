@@ -24,7 +24,7 @@ var floors = [][]string{
 	{"bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
 		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
 		"internal/grpcreflect", "internal/requestid", "internal/storehealth", "internal/cli", "internal/openapitidy",
-		"internal/traceexport", "internal/connlimit", "server/strictcodec",
+		"internal/traceexport", "internal/connlimit", "internal/grpcslog", "server/strictcodec",
 		"internal/testkit/testclock", "internal/testkit/faultproxy", "internal/testkit/rawgrpc",
 		"internal/testkit/grpctest", "internal/testkit/logbuf"},
 	// Contracts: the idempotency wire and store contracts, credentials,

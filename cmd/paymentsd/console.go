@@ -34,7 +34,8 @@ func (m *Main) serveConsole() {
 		return
 	}
 	c := console.New(console.Config{Store: m.db.Records(), Intents: m.db.Intents(), Operators: m.creds.Operators, Log: m.Logger, TLS: m.creds.TLS != nil})
-	m.console = &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second, ConnState: m.connState("console")}
+	m.console = &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: 64 << 10, ConnState: m.connState("console"), ErrorLog: m.errorLog("console")}
 	lis := m.consoleListener
 	if m.creds.TLS != nil {
 		lis = tls.NewListener(lis, m.creds.TLS.Config(tlsreload.NoClientCert, "h2", "http/1.1"))

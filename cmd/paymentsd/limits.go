@@ -1,6 +1,8 @@
 package main
 
 import (
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"syscall"
@@ -102,4 +104,10 @@ func (m *Main) checkFileLimit() {
 		m.Logger.Warn("the connection limits exceed the open-file limit: lower --max-connections or raise the limit (ulimit -n, LimitNOFILE=)",
 			"open_file_limit", rl.Cur, "needed", need, "max_connections", m.Config.Limits.MaxConnections)
 	}
+}
+
+// errorLog is the ErrorLog of the HTTP server on the listener named name:
+// net/http's lines (a failed TLS handshake, say) as JSON WARN lines.
+func (m *Main) errorLog(name string) *log.Logger {
+	return slog.NewLogLogger(m.Logger.With("listener", name).Handler(), slog.LevelWarn)
 }

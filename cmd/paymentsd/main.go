@@ -46,6 +46,7 @@ import (
 	"github.com/paymentsd/paymentsd/internal/connlimit"
 	"github.com/paymentsd/paymentsd/internal/credfiles"
 	"github.com/paymentsd/paymentsd/internal/grpcreflect"
+	"github.com/paymentsd/paymentsd/internal/grpcslog"
 	"github.com/paymentsd/paymentsd/internal/prom"
 	"github.com/paymentsd/paymentsd/internal/rpclog"
 	"github.com/paymentsd/paymentsd/internal/storehealth"
@@ -64,6 +65,7 @@ func main() {
 	defer stop()
 
 	m := NewMain(os.Stderr)
+	grpcslog.Install(m.Logger) // before any gRPC use: grpc-go's lines as JSON too
 	// SIGHUP reads the credential files again; caught from the start, one
 	// sent while the server starts is read once it serves, never fatal.
 	m.hup = make(chan os.Signal, 1)
@@ -337,7 +339,8 @@ func (m *Main) serveMetrics(lis net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.metricsAuth(m.prom.Handler()))
 	mux.HandleFunc("/healthz", storehealth.Handler(m.health))
-	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: m.connState("metrics")}
+	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: 64 << 10, ConnState: m.connState("metrics"), ErrorLog: m.errorLog("metrics")}
 	m.Logger.Info("metrics listening", "addr", lis.Addr().String(), "tls", m.creds.TLS != nil)
 	if m.creds.TLS != nil {
 		// Scrapers are not asked for a client certificate.
