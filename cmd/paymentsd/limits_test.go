@@ -402,3 +402,43 @@ func TestLimits_IdleConnectionFlood_UnderFileLimit_CallsAndHealthServed(t *testi
 		t.Errorf("%v accept errors: the flood reached the open-file limit", got)
 	}
 }
+
+// Out of file descriptors, the gRPC listener's failed accepts are counted
+// and logged, once a second at most, and it serves again once some close.
+func TestLimits_AcceptFailures_CountedAndLogged(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
+	metrics := d.metricsAddr(t)
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := unix.Rlimit{Cur: uint64(len(fds) + 10), Max: 20_000}
+	if err := unix.Prlimit(d.cmd.Process.Pid, unix.RLIMIT_NOFILE, &limit, nil); err != nil {
+		t.Fatalf("prlimit: %v", err)
+	}
+	var conns []net.Conn
+	for range 40 {
+		c, err := net.Dial("tcp", d.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	waitFor(t, 10*time.Second, "an accept failure logged", func() bool {
+		return strings.Contains(d.stderr(), `"msg":"accept failed: the server waits and accepts again"`)
+	})
+	for _, c := range conns {
+		c.Close()
+	}
+	limit.Cur = 20_000
+	if err := unix.Prlimit(d.cmd.Process.Pid, unix.RLIMIT_NOFILE, &limit, nil); err != nil {
+		t.Fatalf("prlimit: %v", err)
+	}
+	createDuringAttack(t, d.addr, "after-accept-failures")
+	got := scrape(t, metrics)[`paymentsd_listener_refusals_total{listener="grpc",reason="accept_error"}`]
+	logged := strings.Count(d.stderr(), `"msg":"accept failed`)
+	t.Logf("%v accept failures counted, %d logged", got, logged)
+	if got == 0 || logged == 0 || float64(logged) > got {
+		t.Errorf("accept failures: %v counted, %d logged", got, logged)
+	}
+}
