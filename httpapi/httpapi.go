@@ -55,7 +55,7 @@ func New(conn grpc.ClientConnInterface, authn *auth.Authenticator) http.Handler 
 		runtime.WithDisableHTTPMethodOverride(), // a POST is a POST
 		runtime.WithDisablePathLengthFallback(), // even form-typed: not a GET where only GET is routed, but 405 with its Allow
 		runtime.WithMetadata(forwardCaller),
-		runtime.WithMiddlewares(probe),
+		runtime.WithMiddlewares(probe, textParams),
 	)
 	// Neither can fail: registering a client only adds routes, and the
 	// path is a constant the mux accepts.
@@ -79,14 +79,16 @@ func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 	}
 }
 
-// guard refuses what the gateway should not see: a body over MaxBodyBytes
-// (413), a body that is not JSON (415), an Idempotency-Key that names no
-// key (400), a cancel that names two intents (400). It leaves the body
-// read and buffered, each key decoded, and the caller authenticated: the
-// outcome rides in the request's context to forwardCaller, and the
-// Authorization header, read, goes no further.
+// guard echoes each Idempotency-Key of the request on its answer, any
+// answer, then refuses what the gateway should not see: a body over
+// MaxBodyBytes (413), a body that is not JSON (415), an Idempotency-Key
+// that names no key (400), a cancel that names two intents (400). It
+// leaves the body read and buffered, each key decoded, and the caller
+// authenticated: the outcome rides in the request's context to
+// forwardCaller, and the Authorization header, read, goes no further.
 func guard(next http.Handler, authn *auth.Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		echoKeys(w.Header(), r.Header)
 		if r.ContentLength > MaxBodyBytes {
 			httpProblem(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, MaxBodyBytes))
 			return

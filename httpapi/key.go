@@ -74,3 +74,13 @@ func decodeKeys(h http.Header) error {
 	}
 	return nil
 }
+
+// echoKeys sets on the answer's header h each Idempotency-Key value of the
+// request's header req as it was sent, before decodeKeys reads it, as the
+// IETF draft's and Stripe's examples do: a client or a log of answers alone
+// can then tell which key an answer, an error too, belongs to.
+func echoKeys(h, req http.Header) {
+	for _, v := range req[keyHeader] {
+		h.Add(keyHeader, v)
+	}
+}

@@ -130,6 +130,12 @@ func writeProblem(w http.ResponseWriter, p *paymentsv1.Problem, h http.Header) {
 	if p.Title == "" {
 		p.Title = http.StatusText(int(p.Status))
 	}
+	// A detail that quotes the request may hold bytes that are not UTF-8,
+	// which protojson refuses to encode: the answer would be a bare 500.
+	p.Detail = strings.ToValidUTF8(p.Detail, "\uFFFD")
+	for _, v := range p.FieldViolations {
+		v.Field, v.Description = strings.ToValidUTF8(v.Field, "\uFFFD"), strings.ToValidUTF8(v.Description, "\uFFFD")
+	}
 	body, err := marshalCompact(problemJSON, p)
 	if err != nil { // unreachable: a Problem always encodes
 		body = []byte(fmt.Sprintf(`{"type":"%sinternal","title":"Internal Server Error","status":500,"error":"internal"}`, problemType))
@@ -177,6 +183,8 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 
 // handleRoutingError answers a path or method the API does not have; a
 // 405 says in Allow which methods the path takes (RFC 9110 requires it).
+// The path is named as the client escaped it, which is text even where
+// the decoded path is not UTF-8.
 func handleRoutingError(_ context.Context, mux *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	if isProbe(r) {
 		return
@@ -185,9 +193,9 @@ func handleRoutingError(_ context.Context, mux *runtime.ServeMux, _ runtime.Mars
 	case http.StatusMethodNotAllowed:
 		allow := allowed(mux, r)
 		w.Header().Set("Allow", allow)
-		httpProblem(w, httpStatus, codeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; it takes %s", r.Method, r.URL.Path, allow))
+		httpProblem(w, httpStatus, codeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; it takes %s", r.Method, r.URL.EscapedPath(), allow))
 	case http.StatusNotFound:
-		httpProblem(w, httpStatus, codeRouteNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		httpProblem(w, httpStatus, codeRouteNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.EscapedPath()))
 	default:
 		httpProblem(w, httpStatus, snake(strings.ReplaceAll(http.StatusText(httpStatus), " ", "")), http.StatusText(httpStatus))
 	}
