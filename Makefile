@@ -83,7 +83,8 @@ lint:
 ## generate: regenerate gen/ from proto/, and the descriptors with their
 ## comments that paymentsd's server reflection serves; openapitidy then
 ## drops the OpenAPI definitions nothing uses, makes the cancel's empty
-## body optional and sets info.version to VERSION's release, which
+## body optional, declares the echoed Idempotency-Key on every answer of
+## create and cancel, and sets info.version to VERSION's release, which
 ## protoc-gen-openapiv2 has no option for
 generate:
 	$(BUF) generate

@@ -35,9 +35,10 @@ func TestOpenAPI_IsValidSwagger2(t *testing.T) {
 
 // TestOpenAPI_SaysWhatTheServerDoes: every operation needs a credential
 // and declares its 401 and 503 with their headers; errors are
-// problem+json; nothing the server answers itself is left to a validating
-// proxy (a create without Idempotency-Key gets the server's own 400), and
-// the cancel's empty body is optional.
+// problem+json; create requires Idempotency-Key and declares the 400 of
+// its absence, but nothing else the server answers itself is left to a
+// validating proxy; every answer of an operation that takes the key
+// declares it echoed; and the cancel's empty body is optional.
 func TestOpenAPI_SaysWhatTheServerDoes(t *testing.T) {
 	var doc struct {
 		Produces []string
@@ -47,7 +48,8 @@ func TestOpenAPI_SaysWhatTheServerDoes(t *testing.T) {
 				Required bool
 			}
 			Responses map[string]struct {
-				Headers map[string]any
+				Description string
+				Headers     map[string]any
 			}
 		}
 	}
@@ -57,6 +59,8 @@ func TestOpenAPI_SaysWhatTheServerDoes(t *testing.T) {
 	if !slices.Contains(doc.Produces, "application/problem+json") {
 		t.Errorf("produces %v, want application/problem+json among them", doc.Produces)
 	}
+	const create = "post /v1/payment_intents"
+	keyed := map[string]bool{}
 	for path, ops := range doc.Paths {
 		for method, op := range ops {
 			for code, header := range map[string]string{"401": "Www-Authenticate", "503": "Retry-After"} {
@@ -64,12 +68,34 @@ func TestOpenAPI_SaysWhatTheServerDoes(t *testing.T) {
 					t.Errorf("%s %s: %s without %s", method, path, code, header)
 				}
 			}
+			name := method + " " + path
 			for _, p := range op.Parameters {
-				if p.Required && p.In != "path" && !(p.In == "body" && path == "/v1/payment_intents") {
-					t.Errorf("%s %s: %s %s required; the server answers its absence itself", method, path, p.In, p.Name)
+				if p.In == "header" && p.Name == "Idempotency-Key" {
+					keyed[name] = true
+					if p.Required != (name == create) {
+						t.Errorf("%s: Idempotency-Key required %v; the server requires it on create alone", name, p.Required)
+					}
+					continue
+				}
+				if p.Required && p.In != "path" && !(p.In == "body" && name == create) {
+					t.Errorf("%s: %s %s required; the server answers its absence itself", name, p.In, p.Name)
+				}
+			}
+			if !keyed[name] {
+				continue
+			}
+			for code, r := range op.Responses {
+				if _, ok := r.Headers["Idempotency-Key"]; !ok {
+					t.Errorf("%s: %s does not declare the Idempotency-Key the server echoes", name, code)
 				}
 			}
 		}
+	}
+	if len(keyed) != 2 {
+		t.Errorf("operations taking Idempotency-Key: %v, want create and cancel", keyed)
+	}
+	if d := doc.Paths["/v1/payment_intents"]["post"].Responses["400"].Description; !strings.Contains(d, "idempotency_key_missing: no Idempotency-Key header") {
+		t.Errorf("create's 400 does not declare the missing key: %q", d)
 	}
 }
 

@@ -3,8 +3,10 @@
 // it drops the definitions that no operation refers to (the response
 // wrappers that response_body unwraps), makes a body optional where it
 // has no properties, the path holding the whole request (a cancel's empty
-// body), and sets info.version to the release (-version, the VERSION
-// file's), which the protos cannot know. make generate runs it; the order
+// body), declares the Idempotency-Key header on every answer of an
+// operation that takes one (the server echoes it, errors included), and
+// sets info.version to the release (-version, the VERSION file's), which
+// the protos cannot know. make generate runs it; the order
 // of the generator's keys is kept, so that gen/ diffs stay readable.
 package main
 
@@ -63,7 +65,48 @@ func setVersion(doc *node, version string) error {
 func tidy(doc *node) {
 	defs := doc.get("definitions")
 	optionalEmptyBodies(doc.get("paths"), defs)
+	echoedKeys(doc.get("paths"))
 	dropUnused(doc, defs)
+}
+
+// keyHeader is the request header the server echoes on its answer.
+const keyHeader = "Idempotency-Key"
+
+// echoedKeys declares keyHeader on each response of each operation that
+// takes it as a header parameter: the generator copies the file-level
+// responses without headers, and options cannot name one header for every
+// response of a method. The headers stay in the generator's order, by name.
+func echoedKeys(paths *node) {
+	echo := `{"description": "The request's Idempotency-Key, exactly as it was sent.", "type": "string"}`
+	for _, path := range paths.members() {
+		for _, op := range path.val.members() {
+			if !takesHeader(op.val, keyHeader) {
+				continue
+			}
+			for _, resp := range op.val.get("responses").members() {
+				headers := resp.val.get("headers")
+				if headers == nil {
+					headers = &node{kind: '{'}
+					resp.val.set("headers", headers)
+				}
+				if headers.get(keyHeader) != nil {
+					continue
+				}
+				h, _ := parse([]byte(echo))
+				headers.insertSorted(keyHeader, h)
+			}
+		}
+	}
+}
+
+// takesHeader reports whether op has the header parameter name.
+func takesHeader(op *node, name string) bool {
+	for _, p := range op.get("parameters").elems() {
+		if p.get("in").str() == "header" && p.get("name").str() == name {
+			return true
+		}
+	}
+	return false
 }
 
 // optionalEmptyBodies marks not required each body parameter whose schema

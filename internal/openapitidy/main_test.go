@@ -96,3 +96,39 @@ func TestSetVersion_InThePlaceholdersPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestTidy_DeclaresTheEchoedKeyOnEveryAnswer: each response of an
+// operation that takes Idempotency-Key declares it, in order among the
+// headers it has, once; an operation without the parameter is left alone.
+func TestTidy_DeclaresTheEchoedKeyOnEveryAnswer(t *testing.T) {
+	doc, err := parse([]byte(`{"paths":{"/a":{
+		"post":{"parameters":[{"name":"Idempotency-Key","in":"header"}],"responses":{
+			"200":{"headers":{"Idempotency-Expires-At":{},"Location":{}}},
+			"400":{},
+			"409":{"headers":{"Idempotency-Key":{"type":"string"}}}}},
+		"get":{"parameters":[{"name":"Idempotency-Key","in":"query"}],"responses":{"200":{}}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tidy(doc)
+	headers := func(method, code string) string {
+		var names []string
+		for _, m := range doc.get("paths").get("/a").get(method).get("responses").get(code).get("headers").members() {
+			names = append(names, m.key)
+		}
+		return strings.Join(names, ",")
+	}
+	for _, c := range []struct{ method, code, want string }{
+		{"post", "200", "Idempotency-Expires-At,Idempotency-Key,Location"},
+		{"post", "400", "Idempotency-Key"},
+		{"post", "409", "Idempotency-Key"},
+		{"get", "200", ""},
+	} {
+		if got := headers(c.method, c.code); got != c.want {
+			t.Errorf("%s %s headers %s, want %s", c.method, c.code, got, c.want)
+		}
+	}
+	if got := doc.get("paths").get("/a").get("post").get("responses").get("409").get("headers").get("Idempotency-Key").get("type").str(); got != "string" {
+		t.Errorf("a declared Idempotency-Key was replaced: type %q", got)
+	}
+}

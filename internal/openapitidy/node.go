@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -93,6 +94,16 @@ func (n *node) set(key string, v *node) {
 		}
 	}
 	n.obj = append(n.obj, member{key, v})
+}
+
+// insertSorted adds the member key to an object whose keys are sorted,
+// where it sorts.
+func (n *node) insertSorted(key string, v *node) {
+	i := 0
+	for i < len(n.obj) && n.obj[i].key < key {
+		i++
+	}
+	n.obj = slices.Insert(n.obj, i, member{key, v})
 }
 
 // keep drops the object's members whose key ok refuses.
