@@ -42,6 +42,19 @@ func (s *requestSink) take() proto.Message {
 	return got
 }
 
+// sinkFace is the whole HTTP face in front of a sink, which decodes as
+// paymentsd's server does (strictcodec), every caller a dev principal.
+func sinkFace(f *testing.F) (*requestSink, http.Handler) {
+	sink := &requestSink{}
+	srv := grpc.NewServer(grpc.Creds(httpapi.ServerCredentials(nil)),
+		grpc.ForceServerCodecV2(strictcodec.New("payments.v1.PaymentIntentService")),
+		grpc.ChainUnaryInterceptor(strictcodec.Reject))
+	paymentsv1.RegisterPaymentIntentServiceServer(srv, sink)
+	conn := httpapi.Dial(srv)
+	f.Cleanup(func() { srv.Stop(); conn.Close() })
+	return sink, httpapi.New(conn, auth.NewAuthenticator(auth.FromBearer, auth.Dev()))
+}
+
 func (s *requestSink) CreatePaymentIntent(_ context.Context, req *paymentsv1.CreatePaymentIntentRequest) (*paymentsv1.CreatePaymentIntentResponse, error) {
 	s.keep(req)
 	return &paymentsv1.CreatePaymentIntentResponse{PaymentIntent: &paymentsv1.PaymentIntent{Id: "pi_1"}}, nil
@@ -80,14 +93,7 @@ func FuzzJSONBody_FacesAgree(f *testing.F) {
 		"app lication/json", "application/j\u017fon", "application/json; char\u017fet=utf-8", `application/json; charset=" utf-8"`, "application/json\t;\tcharset=UTF-8"} {
 		f.Add([]byte(`{"chain":"a"}`), false, ct)
 	}
-	sink := &requestSink{}
-	srv := grpc.NewServer(grpc.Creds(httpapi.ServerCredentials(nil)),
-		grpc.ForceServerCodecV2(strictcodec.New("payments.v1.PaymentIntentService")),
-		grpc.ChainUnaryInterceptor(strictcodec.Reject))
-	paymentsv1.RegisterPaymentIntentServiceServer(srv, sink)
-	conn := httpapi.Dial(srv)
-	f.Cleanup(func() { srv.Stop(); conn.Close() })
-	h := httpapi.New(conn, auth.NewAuthenticator(auth.FromBearer, auth.Dev()))
+	sink, h := sinkFace(f)
 	f.Fuzz(func(t *testing.T, body []byte, cancel bool, ct string) {
 		// The type as a server reads it off the wire: net/http refuses a
 		// value with control characters before any handler runs, and

@@ -11,12 +11,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"google.golang.org/grpc"
-
-	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/httpapi"
-	"github.com/paymentsd/paymentsd/server/strictcodec"
 )
 
 func (s *requestSink) GetPaymentIntent(_ context.Context, req *paymentsv1.GetPaymentIntentRequest) (*paymentsv1.GetPaymentIntentResponse, error) {
@@ -43,14 +38,7 @@ func FuzzPathAndQuery_NeverInternal(f *testing.F) {
 	} {
 		f.Add(seed.method, seed.suffix, seed.query)
 	}
-	sink := &requestSink{}
-	srv := grpc.NewServer(grpc.Creds(httpapi.ServerCredentials(nil)),
-		grpc.ForceServerCodecV2(strictcodec.New("payments.v1.PaymentIntentService")),
-		grpc.ChainUnaryInterceptor(strictcodec.Reject))
-	paymentsv1.RegisterPaymentIntentServiceServer(srv, sink)
-	conn := httpapi.Dial(srv)
-	f.Cleanup(func() { srv.Stop(); conn.Close() })
-	h := httpapi.New(conn, auth.NewAuthenticator(auth.FromBearer, auth.Dev()))
+	sink, h := sinkFace(f)
 	f.Fuzz(func(t *testing.T, method, suffix, query string) {
 		target := "/v1/payment_intents" + suffix
 		if query != "" {
