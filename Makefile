@@ -36,7 +36,7 @@ certs:
 ## cache, is not counted in their package's timeout.
 test:
 	go build -modfile=tools/go.mod -o /dev/null github.com/fullstorydev/grpcurl/cmd/grpcurl
-	go test -race -count=1 -timeout 10m ./...
+	go test -race -count=1 -timeout 25m ./...
 
 ## crashtest: kill -9 paymentsd under load for 200 rounds; fails on a
 ## single orphan intent (make test runs a 20-round version). Its
