@@ -13,13 +13,13 @@ import (
 type revoked map[revokedKey]bool
 
 type revokedKey struct {
-	issuer string // the issuer's raw subject
+	issuer string // the issuing CA's certificate, DER: two CAs of one name stay apart
 	serial string // the serial number, in decimal
 }
 
 // has reports whether c, issued by issuer, is revoked.
 func (r revoked) has(c, issuer *x509.Certificate) bool {
-	return r[revokedKey{string(issuer.RawSubject), c.SerialNumber.String()}]
+	return r[revokedKey{string(issuer.Raw), c.SerialNumber.String()}]
 }
 
 // ParseCRLs reads client certificate revocation lists: PEM with one or
@@ -56,7 +56,7 @@ func ParseCRLs(data []byte, cas []*x509.Certificate) (revoked, error) {
 			return nil, fmt.Errorf("CRL %d: not signed by a client CA", i+1)
 		}
 		for _, e := range crl.RevokedCertificateEntries {
-			r[revokedKey{string(issuer.RawSubject), serial(e.SerialNumber)}] = true
+			r[revokedKey{string(issuer.Raw), serial(e.SerialNumber)}] = true
 		}
 	}
 	return r, nil
