@@ -30,6 +30,9 @@ var floors = [][]string{
 	// Contracts: the idempotency wire and store contracts, credentials,
 	// TLS files.
 	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload", "internal/testkit/pgtest"},
+	// What a process knows of its records beyond its store, shared by the
+	// stores.
+	{"interceptor/storage/ledger"},
 	// The interceptor, the stores, the payments domain, the credential
 	// files in use.
 	{"interceptor", "interceptor/retry", "memstore", "boltstore", "pgstore", "server", "internal/credfiles"},

@@ -22,6 +22,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/storage/ledger"
 	"github.com/paymentsd/paymentsd/internal/dirsync"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
@@ -63,9 +64,9 @@ type DB struct {
 	bolt       *bolt.DB
 	ownsBolt   bool // opened by Open, so closed by Close
 	sweepBatch int
-	// overlay is what this process knows of its records beyond the file,
+	// ledger is what this process knows of its records beyond the file,
 	// which claims are decided on.
-	overlay *overlay
+	ledger *ledger.Ledger
 
 	queue         chan *write // unbuffered; see update
 	quit          chan struct{}
@@ -244,7 +245,9 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 		sweepBatch: cmp.Or(opts.SweepBatch, 1000),
 		// The file lock is held until Close: claims of any other ID were
 		// made by a process that has let go of the file.
-		overlay: newOverlay(storage.Claimant{ID: newProcessID(), Exclusive: true}),
+		// A completed record is trusted until it expires: only this
+		// process writes the file, and it forgets what it replaces.
+		ledger: ledger.New(storage.Claimant{ID: newProcessID(), Exclusive: true}, 0),
 
 		queue:         make(chan *write),
 		quit:          make(chan struct{}),

@@ -19,7 +19,7 @@ func TestExpiryIndex_FilledAsItGrows(t *testing.T) {
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		for i := range 3000 {
 			rk := storage.RecordKey{Scope: "dev:fill", Key: fmt.Sprintf("key-%d", i)}
-			_, rec := storage.Decide(nil, storage.ClaimRequest{
+			_, rec := storage.Decide(nil, false, storage.ClaimRequest{
 				Key: rk, Now: t0.Add(time.Duration(i) * time.Millisecond), Lease: time.Minute, TTL: time.Hour,
 			}, db.Claimant())
 			if err := putClaim(tx, recordKey(rk), nil, rec); err != nil {

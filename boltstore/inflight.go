@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -55,53 +54,11 @@ func (db *DB) InFlight(ctx context.Context, after storage.RecordKey, limit int) 
 	if err != nil {
 		return nil, err
 	}
-	return storage.MergeInFlight(db.overlay.inFlight(start, limit), db.overlay.withRenewals(stored), limit, compareKeys), nil
+	return storage.MergeInFlight(db.ledger.HeldAfter(after, limit, compareKeys), db.ledger.WithRenewals(stored), limit, compareKeys), nil
 }
 
 // compareKeys orders record keys as the file does.
 func compareKeys(a, b storage.RecordKey) int { return bytes.Compare(recordKey(a), recordKey(b)) }
-
-// inFlight returns up to limit of the claims pending in memory whose keys
-// come after start, in key order, with their renewed leases.
-func (o *overlay) inFlight(start []byte, limit int) []storage.KeyedRecord {
-	o.mu.Lock()
-	keys := make([]string, 0, len(o.pending))
-	for k := range o.pending {
-		if bytes.Compare([]byte(k), start) > 0 {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	keys = keys[:min(limit, len(keys))]
-	claims := make([]storage.KeyedRecord, 0, len(keys))
-	for _, k := range keys {
-		rk, _ := splitRecordKey([]byte(k)) // made by recordKey
-		claims = append(claims, storage.KeyedRecord{Key: rk, Record: o.renewedLocked([]byte(k), o.pending[k])})
-	}
-	o.mu.Unlock()
-	return copyRecords(claims)
-}
-
-// withRenewals is claims, stored in flight, with the leases renewed in
-// memory.
-func (o *overlay) withRenewals(claims []storage.KeyedRecord) []storage.KeyedRecord {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for i, c := range claims {
-		claims[i].Record = o.renewedLocked(recordKey(c.Key), c.Record)
-	}
-	return copyRecords(claims)
-}
-
-// copyRecords gives claims records of their own: the caller may change
-// them, and those of the overlay are shared.
-func copyRecords(claims []storage.KeyedRecord) []storage.KeyedRecord {
-	for i, c := range claims {
-		r := *c.Record
-		claims[i].Record = &r
-	}
-	return claims
-}
 
 // splitRecordKey is the RecordKey that recordKey made k of.
 func splitRecordKey(k []byte) (storage.RecordKey, bool) {

@@ -26,7 +26,7 @@ var _ storage.TxStore = (*DB)(nil)
 func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, true)
 	if tx != nil {
-		db.overlay.release(tx.key, tx.claim) // no Tx will end it: the lease rule alone applies
+		db.ledger.Release(tx.rk, tx.claim) // no Tx will end it: the lease rule alone applies
 	}
 	return outcome, rec, err
 }
@@ -51,62 +51,62 @@ func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable sto
 	return outcome, rec, tx, err
 }
 
+// claim asks the ledger, then reads the record without a lock: a retry
+// that only reads is answered there. A claim is then decided again, and
+// held, in memory for a transactional method or in a write of the group
+// commit for a durable one.
 func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
-	key := recordKey(req.Key)
-	// Retries of a completed record before it expires are decided in memory;
-	// other retries that only read (requests in flight, and those whose
-	// record is not kept) on a read transaction, with no lock and no write.
 	if db.health.damagedErr() == nil && !db.closed() {
-		if outcome, rec := db.overlay.cached(key, req); outcome != 0 {
+		if outcome, rec, ok := db.ledger.Answer(req); ok {
 			return outcome, rec, nil, nil
 		}
 	}
-	released := db.overlay.released.of(key)
-	raw, stored, err := db.read(key)
+	key := recordKey(req.Key)
+	version := db.ledger.Version(req.Key)
+	raw, stored, err := db.read(req.Key, key)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	if outcome, rec := db.overlay.decideRead(key, stored, req); !outcome.Claimed() {
+	if outcome, rec := db.ledger.Decide(req, stored); !outcome.Claimed() {
 		return outcome, rec, nil, nil
 	}
 	if err := db.health.damagedErr(); err != nil {
 		return 0, nil, nil, err // no handler runs for a commit that cannot happen
 	}
 	if !durable {
-		return db.claimInMemory(req, key, raw, stored, released)
+		return db.claimInMemory(req, key, raw, stored, version)
 	}
 	return db.claimDurable(ctx, req, key)
 }
 
-// claimInMemory claims key for a transactional method: decided on the
-// claims pending in memory and the stored record, and held in memory. raw
-// and stored are the record as read without the lock, after key's slot had
-// counted released claims.
-func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *storage.Record, released uint64) (storage.Outcome, *storage.Record, *Tx, error) {
-	o := db.overlay
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.staleLocked(key, released) {
+// claimInMemory claims key for a transactional method, held in memory
+// until its Tx ends. raw and stored are the record as read without a lock
+// after the ledger's version of the key was taken; a claim that ended
+// since has it read again.
+func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *storage.Record, version uint64) (storage.Outcome, *storage.Record, *Tx, error) {
+	for {
+		outcome, rec, ok := db.ledger.Claim(req, stored, version)
+		switch {
+		case ok && !outcome.Claimed():
+			return outcome, rec, nil, nil
+		case ok:
+			return outcome, rec, &Tx{db: db, rk: req.Key, key: key, claim: rec, base: stored, baseRaw: raw, claimedAt: req.Now}, nil
+		}
+		version = db.ledger.Version(req.Key)
 		var err error
-		if raw, stored, err = db.read(key); err != nil {
+		if raw, stored, err = db.read(req.Key, key); err != nil {
 			return 0, nil, nil, err
 		}
 	}
-	outcome, rec := o.holdLocked(key, req, stored, nil)
-	if !outcome.Claimed() {
-		return outcome, rec, nil, nil
-	}
-	return outcome, rec, &Tx{db: db, key: key, claim: rec, base: stored, baseRaw: raw, claimedAt: req.Now}, nil
 }
 
-// claimDurable claims key in a write of the group commit, decided on the
-// stored record and the claims pending in memory. A claim it makes is
-// pending too until its commit ends (mine: this write's own, from a run of
-// its batch that was rolled back), so that a transactional claim, which
-// reads only what is committed, cannot also be fresh meanwhile.
+// claimDurable claims key in a write of the group commit. The claim is
+// held from the moment it is decided until its Tx ends, so that a
+// transactional claim, which reads only what is committed, cannot also be
+// fresh meanwhile. A run of the write that is rolled back releases its own.
 func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []byte) (storage.Outcome, *storage.Record, *Tx, error) {
 	var (
 		outcome storage.Outcome
@@ -114,39 +114,46 @@ func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []
 		mine    *storage.Record // the claim this write made, if it made one
 	)
 	err := db.update(ctx, func(tx *bolt.Tx) error {
-		stored, err := getRecord(tx, key)
-		if err != nil {
-			return err
+		if mine != nil { // an earlier run of this write, rolled back
+			db.ledger.Release(req.Key, mine)
+			mine = nil
 		}
-		outcome, rec = db.overlay.hold(key, req, stored, mine)
-		if mine = nil; !outcome.Claimed() {
-			return nil
+		for ok := false; !ok; { // until no claim of the key ends between the read and the decision
+			version := db.ledger.Version(req.Key)
+			stored, err := getRecord(tx, key)
+			if err != nil {
+				return err
+			}
+			if outcome, rec, ok = db.ledger.Claim(req, stored, version); ok && outcome.Claimed() {
+				mine = rec
+				return putClaim(tx, key, stored, rec)
+			}
 		}
-		mine = rec
-		return putClaim(tx, key, stored, rec)
+		return nil
 	})
 	if mine != nil {
-		db.overlay.decoded.forget(key) // whether or not it committed: the record it replaced had expired
+		db.ledger.Forget(req.Key) // whether or not it committed: the record it replaced had expired
 	}
 	if err != nil {
 		if mine != nil {
-			db.overlay.release(key, mine)
+			db.ledger.Release(req.Key, mine)
 		}
 		return 0, nil, nil, err
 	}
 	if !outcome.Claimed() {
 		return outcome, rec, nil, nil
 	}
-	return outcome, rec, &Tx{db: db, key: key, claim: rec, durable: true}, nil // pending until it ends
+	return outcome, rec, &Tx{db: db, rk: req.Key, key: key, claim: rec, durable: true}, nil // held until it ends
 }
 
-// read returns the stored record of key and its encoding, under a read
-// transaction.
-func (db *DB) read(key []byte) (raw []byte, stored *storage.Record, err error) {
-	gen := db.overlay.decoded.generation(key)
+// read returns the stored record of key, named rk, and its encoding,
+// under a read transaction. A completed record is kept decoded in the
+// ledger, and its bytes compared rather than decoded again.
+func (db *DB) read(rk storage.RecordKey, key []byte) (raw []byte, stored *storage.Record, err error) {
+	sighting := db.ledger.Sight(rk)
 	err = db.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get(key)
-		if stored, raw = db.overlay.decoded.get(key, v); stored == nil {
+		if stored, raw = db.ledger.Decoded(rk, v); stored == nil {
 			raw = bytes.Clone(v)
 		}
 		return nil
@@ -157,7 +164,7 @@ func (db *DB) read(key []byte) (raw []byte, stored *storage.Record, err error) {
 	if stored, err = decodeRecord(key, raw); err != nil {
 		return nil, nil, err
 	}
-	db.overlay.decoded.put(key, raw, stored, gen)
+	db.ledger.Remember(rk, stored, raw, sighting)
 	return raw, stored, nil
 }
 
@@ -200,7 +207,7 @@ func putClaimRaw(tx *bolt.Tx, key []byte, stored *storage.Record, expiry time.Ti
 
 // Claimant is who this opening of the file claims as: exclusive, since the
 // file lock keeps every other process out.
-func (db *DB) Claimant() storage.Claimant { return db.overlay.claimant }
+func (db *DB) Claimant() storage.Claimant { return db.ledger.Claimant() }
 
 // Renew stores claim with its later lease if it is still the stored claim.
 // A claim whose Tx this process still runs needs no renewal (see ClaimTx):
@@ -208,11 +215,10 @@ func (db *DB) Claimant() storage.Claimant { return db.overlay.claimant }
 // keeps the lease in memory for when the Tx ends without a result (see
 // renewal).
 func (db *DB) Renew(ctx context.Context, rk storage.RecordKey, claim *storage.Record) error {
-	key := recordKey(rk)
-	if db.overlay.renew(key, claim) {
+	if db.ledger.Renew(rk, claim) {
 		return nil
 	}
-	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, key, claim) })
+	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, recordKey(rk), claim) })
 }
 
 // Complete stores done if the stored record is still its claim.
@@ -271,12 +277,15 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, deleted int, err error) {
 	var batch [][]byte
 	defer func() {
-		keys := make([][]byte, len(batch))
-		for i, k := range batch { // whether or not they were deleted: they had expired
-			_, keys[i] = splitExpiryKey(k)
-			db.overlay.decoded.forget(keys[i])
+		keys := make([]storage.RecordKey, 0, len(batch))
+		for _, k := range batch { // whether or not they were deleted: they had expired
+			_, key := splitExpiryKey(k)
+			if rk, ok := splitRecordKey(key); ok {
+				db.ledger.Forget(rk)
+				keys = append(keys, rk)
+			}
 		}
-		db.overlay.forgetRenewals(keys...)
+		db.ledger.Settled(keys...)
 	}()
 	err = db.update(ctx, func(tx *bolt.Tx) error {
 		scanned, deleted = 0, 0 // in case the batch runs again

@@ -28,7 +28,7 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (
 		if err != nil {
 			return err
 		}
-		if db.overlay.pendingClaim(key) {
+		if db.ledger.Holds(k) {
 			return storage.ErrReleaseInFlight // a transactional claim, not yet stored
 		}
 		if err := storage.CheckRelease(stored, now); err != nil {
@@ -40,17 +40,9 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (
 		released = stored
 		return tx.Bucket(bucketRecords).Delete(key)
 	})
-	db.overlay.decoded.forget(key) // whether or not it committed: cheap, and never stale
+	db.ledger.Forget(k) // whether or not it committed: cheap, and never stale
 	if err != nil {
 		return nil, err
 	}
 	return released, nil
-}
-
-// pendingClaim reports whether a claim of key, not yet stored, is held in
-// this process's memory.
-func (o *overlay) pendingClaim(key []byte) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.pending[string(key)] != nil
 }

@@ -23,7 +23,8 @@ type txKey struct{}
 // the group commit. It is an storage.Tx.
 type Tx struct {
 	db    *DB
-	key   []byte
+	rk    storage.RecordKey
+	key   []byte // rk as the file's key
 	claim *storage.Record
 	// durable is true when the claim was committed before the handler ran.
 	// Otherwise it is pending in memory, and base is the stored record it
@@ -87,7 +88,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 	if !ok {
 		return ErrTxDone
 	}
-	defer t.db.overlay.release(t.key, t.claim)
+	defer t.db.ledger.Release(t.rk, t.claim)
 	if failed != nil {
 		return fmt.Errorf("boltstore: the handler's storage failed, so its result was not stored: %w", failed)
 	}
@@ -98,7 +99,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 	if err != nil {
 		return err
 	}
-	defer t.db.overlay.decoded.forget(t.key) // the record it replaces, if any, had expired
+	defer t.db.ledger.Forget(t.rk) // the record it replaces, if any, had expired
 	err = t.db.update(ctx, func(tx *bolt.Tx) error {
 		prior, err := t.stillClaimed(tx)
 		if err != nil {
@@ -123,7 +124,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 		return putClaimRaw(tx, t.key, prior, done.Expiry, v)
 	})
 	if err == nil && t.durable { // only a durable claim is renewed
-		t.db.overlay.forgetRenewals(t.key) // its record has its result
+		t.db.ledger.Settled(t.rk) // its record has its result
 	}
 	return err
 }
@@ -152,6 +153,6 @@ func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *storage.Record, err error) {
 // lease rule. After Commit it does nothing.
 func (t *Tx) Rollback() {
 	if _, _, ok := t.end(); ok {
-		t.db.overlay.release(t.key, t.claim)
+		t.db.ledger.Release(t.rk, t.claim)
 	}
 }

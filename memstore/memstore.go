@@ -40,7 +40,7 @@ func (s *Store) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Ou
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	outcome, rec := storage.Decide(s.records[req.Key], req, s.claimant)
+	outcome, rec := storage.Decide(s.records[req.Key], false, req, s.claimant)
 	if outcome.Claimed() {
 		s.records[req.Key] = rec
 	}

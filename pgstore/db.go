@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/storage/ledger"
 )
 
 // Errors returned when opening a database.
@@ -119,16 +120,16 @@ type DB struct {
 	pool     *pgxpool.Pool
 	ownsPool bool // Open made it: Close closes it
 	opts     Options
-	claimant storage.Claimant
 	watcher  *watcher
 	name     string // for String
 
-	mu      sync.Mutex
-	health  error                                 // the last probe's finding; nil when healthy
-	pending map[storage.RecordKey]*storage.Record // this process's uncommitted claims
-	// completed holds completed records seen (see decideCompleted), and
+	// ledger is what this process knows of its records beyond the
+	// database: its uncommitted claims and the completed records it trusts.
+	ledger *ledger.Ledger
+
+	mu     sync.Mutex
+	health error // the last probe's finding; nil when healthy
 	// clockOffset is the database's clock minus this process's.
-	completed   map[storage.RecordKey]completedRecord
 	clockOffset time.Duration
 }
 
@@ -210,13 +211,11 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, ownsPool bool)
 	}
 	cfg := pool.Config().ConnConfig
 	db := &DB{
-		pool:      pool,
-		ownsPool:  ownsPool,
-		opts:      o,
-		claimant:  storage.Claimant{ID: newProcessID()},
-		pending:   map[storage.RecordKey]*storage.Record{},
-		completed: map[storage.RecordKey]completedRecord{},
-		name:      fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.User), hosts(cfg), url.PathEscape(cfg.Database)),
+		pool:     pool,
+		ownsPool: ownsPool,
+		opts:     o,
+		ledger:   ledger.New(storage.Claimant{ID: newProcessID()}, completedTrust),
+		name:     fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.User), hosts(cfg), url.PathEscape(cfg.Database)),
 	}
 	db.watcher = newWatcher(cfg.Copy(), o.Logger)
 	// Notices sent before the watcher listens are missed, and a waiter
@@ -307,7 +306,7 @@ func (db *DB) Read(ctx context.Context, fn func(q Querier) error) error {
 
 // Claimant is who this DB claims as: not exclusive, since other processes
 // share the database, so the lease rule alone decides takeovers.
-func (db *DB) Claimant() storage.Claimant { return db.claimant }
+func (db *DB) Claimant() storage.Claimant { return db.ledger.Claimant() }
 
 // Health returns the last probe's finding: nil while the database answers.
 func (db *DB) Health() error {

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
@@ -45,23 +44,7 @@ func (db *DB) InFlight(ctx context.Context, after storage.RecordKey, limit int) 
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	return storage.MergeInFlight(db.pendingAfter(after, limit), stored, limit, storage.CompareKeys), nil
-}
-
-// pendingAfter returns up to limit of this process's uncommitted claims
-// whose keys come after after, in storage.CompareKeys order.
-func (db *DB) pendingAfter(after storage.RecordKey, limit int) []storage.KeyedRecord {
-	db.mu.Lock()
-	claims := make([]storage.KeyedRecord, 0, len(db.pending))
-	for k, rec := range db.pending {
-		if storage.CompareKeys(k, after) > 0 {
-			r := *rec // the caller may change it
-			claims = append(claims, storage.KeyedRecord{Key: k, Record: &r})
-		}
-	}
-	db.mu.Unlock()
-	slices.SortFunc(claims, func(a, b storage.KeyedRecord) int { return storage.CompareKeys(a.Key, b.Key) })
-	return claims[:min(limit, len(claims))]
+	return storage.MergeInFlight(db.ledger.HeldAfter(after, limit, storage.CompareKeys), stored, limit, storage.CompareKeys), nil
 }
 
 // nullTime is t for a nullable column: NULL when zero.

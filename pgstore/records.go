@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/storage/ledger"
 )
 
 // DB is an storage.TxStore and a Watcher.
@@ -51,92 +52,43 @@ func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable sto
 	return outcome, rec, tx, err
 }
 
-// claim decides req on the key's record, read under the key's lock (an
-// advisory lock of the claim's transaction): a fresh key is claimed in one
-// round trip, and a duplicate of a claim not yet committed, in any
-// process, waits for the lock (LockTimeout at most) and then reads what it
-// committed. Completed records found before are answered from memory,
-// without the database.
+// claim asks the ledger, then takes the key's lock and reads its record,
+// decides once, and writes. The lock is an advisory lock of the claim's
+// transaction. A fresh key is claimed in one round trip. A duplicate of a
+// claim not yet committed, in any process, asks again with a back-off
+// until LockTimeout has passed, holding no connection in between: waiting
+// duplicates, however many, leave the pool to fresh requests. Each look
+// also reads the record as committed, which answers a duplicate at once
+// when it can (a replay, a mismatch).
 func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
-	if outcome, rec := db.decidePending(req); outcome != 0 {
+	if outcome, rec, ok := db.ledger.Answer(db.onDatabaseClock(req)); ok {
 		return outcome, rec, nil, nil
 	}
-	if outcome, rec := db.decideCompleted(req); outcome != 0 {
-		return outcome, rec, nil, nil
-	}
-	outcome, rec, tx, err := db.tryClaim(ctx, req, durable)
-	if errors.Is(err, errLocked) {
-		return db.decideWithoutLock(ctx, req)
-	}
-	return outcome, rec, tx, err
-}
-
-// decideWithoutLock decides req when a lock the claim waited for was not
-// granted within LockTimeout (errLocked): on this process's pending claim if it holds one, else on
-// the record as committed, read without the lock. Only a request that
-// would claim is in flight: another claim of the key holds the lock, not
-// yet committed, most likely of the same request.
-func (db *DB) decideWithoutLock(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, *Tx, error) {
-	if outcome, rec := db.decidePending(req); outcome != 0 {
-		return outcome, rec, nil, nil
-	}
-	readAt := time.Now()
-	var now time.Time
-	stored, err := scanRecord(db.pool.QueryRow(ctx, selectRecordAt, req.Key.Scope, req.Key.Key), &now)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	if !db.opts.CallerClock {
-		req.Now = now
-	}
-	if outcome, rec := storage.Decide(stored, req, db.claimant); !outcome.Claimed() {
-		db.remember(req.Key, rec, readAt)
-		return outcome, rec, nil, nil
-	}
-	return storage.OutcomeInFlight, inFlightGuess(req, db.opts.LockTimeout), nil, nil
-}
-
-// errLocked: a lock that a statement waited for was not granted within
-// LockTimeout (the pool's lock_timeout): a table's, queued behind a schema
-// change, say. The key's own lock is never waited for (see tryClaim).
-var errLocked = errors.New("pgstore: a lock was not granted within the lock timeout")
-
-// The back-off of a claim that finds its key locked: it asks again after
-// lockPollFirst, doubling up to lockPollMax, until LockTimeout has passed.
-const (
-	lockPollFirst = 2 * time.Millisecond
-	lockPollMax   = 50 * time.Millisecond
-)
-
-// tryClaim claims req's key under its lock (see lockAndRead). A key locked
-// by another claim, not yet committed, is asked for again with a back-off
-// until LockTimeout has passed, holding no connection in between: waiting
-// duplicates, however many, leave the pool to fresh requests. Each attempt
-// also reads the record as committed, which answers a duplicate at once
-// when it can (a replay, a mismatch); one that would claim waits for the
-// lock, and is in flight once LockTimeout has passed.
-func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	giveUp := time.Now().Add(db.opts.LockTimeout)
 	for backoff := lockPollFirst; ; backoff = min(2*backoff, lockPollMax) {
-		outcome, rec, tx, committed, err := db.claimIfFree(ctx, req, durable)
-		if !errors.Is(err, errBusy) {
-			return outcome, rec, tx, err
+		l, err := db.look(ctx, req)
+		if err != nil {
+			return 0, nil, nil, err
 		}
-		if outcome, rec := storage.Decide(committed.record, committed.req, db.claimant); !outcome.Claimed() {
-			db.remember(req.Key, rec, committed.readAt)
+		outcome, rec := db.ledger.Decide(l.req, l.stored)
+		switch {
+		case !outcome.Claimed():
+			if l.tx != nil {
+				l.tx.rollbackLocked()
+			}
+			db.ledger.Remember(req.Key, rec, nil, l.sighting)
 			return outcome, rec, nil, nil
-		}
-		if outcome, rec := db.decidePending(req); outcome != 0 {
-			return outcome, rec, nil, nil // the claim holding the lock is this process's
-		}
-		// In flight once an attempt begun after LockTimeout found the key
-		// still locked: a claim that committed within it is seen, however
-		// long this attempt waited for a pooled connection.
-		if committed.readAt.After(giveUp) {
-			return storage.OutcomeInFlight, inFlightGuess(committed.req, db.opts.LockTimeout), nil, nil
+		case l.tx != nil:
+			return db.take(ctx, l, outcome, rec, durable)
+		case l.lockTimedOut || l.at.After(giveUp):
+			// Another claim of the key holds its lock, most likely of the
+			// same request. In flight once a look begun after LockTimeout
+			// found it still locked: a claim that committed within it is
+			// seen, however long the look waited for a pooled connection.
+			return storage.OutcomeInFlight, inFlightGuess(l.req, db.opts.LockTimeout), nil, nil
 		}
 		select {
 		case <-time.After(max(0, min(time.Until(giveUp)+time.Millisecond, backoff))):
@@ -146,62 +98,109 @@ func (db *DB) tryClaim(ctx context.Context, req storage.ClaimRequest, durable st
 	}
 }
 
-// errBusy: the key's lock is held by another claim, not yet committed.
-var errBusy = errors.New("pgstore: key locked by another claim")
-
-// committedRead is the record of a key as committed, read without its
-// lock after readAt, and the request as of the database's clock then.
-type committedRead struct {
-	record *storage.Record
-	req    storage.ClaimRequest
-	readAt time.Time
+// onDatabaseClock is req at the database's clock as last seen, unless
+// CallerClock.
+func (db *DB) onDatabaseClock(req storage.ClaimRequest) storage.ClaimRequest {
+	if !db.opts.CallerClock {
+		db.mu.Lock()
+		req.Now = time.Now().Add(db.clockOffset)
+		db.mu.Unlock()
+	}
+	return req
 }
 
-// claimIfFree takes the key's lock if it is free and reads its record in
-// one round trip, inside a transaction on a connection of its own, and
-// decides. A claim that is not durable keeps the transaction open, and
-// the lock, in the returned Tx: its record is written when it commits. A
-// durable one writes its claim, commits and unlocks at once. A key locked
-// by another claim is errBusy, with the record as committed.
-func (db *DB) claimIfFree(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (outcome storage.Outcome, rec *storage.Record, tx *Tx, committed committedRead, err error) {
+// The back-off of a claim that finds its key locked: it asks again after
+// lockPollFirst, doubling up to lockPollMax, until LockTimeout has passed.
+const (
+	lockPollFirst = 2 * time.Millisecond
+	lockPollMax   = 50 * time.Millisecond
+)
+
+// errLocked: a lock that a statement waited for was not granted within
+// LockTimeout (the pool's lock_timeout): a table's, queued behind a schema
+// change, say. The key's own lock is never waited for (see look).
+var errLocked = errors.New("pgstore: a lock was not granted within the lock timeout")
+
+// A look is what one try of a key's lock found.
+type look struct {
+	// tx holds the key's lock in its open transaction; nil when another
+	// claim holds it, or when lockTimedOut.
+	tx *Tx
+	// stored is the key's record as committed, and req is the request on
+	// the database's clock as read with it.
+	stored *storage.Record
+	req    storage.ClaimRequest
+	// at is when the look began, before the lock was asked for: a
+	// duplicate waiting elsewhere times its wait from no earlier than this
+	// (see Tx.Commit's notice).
+	at           time.Time
+	sighting     ledger.Sighting
+	lockTimedOut bool // the read waited out LockTimeout (errLocked)
+}
+
+// look takes the key's lock if it is free and reads its record in one
+// round trip, inside a transaction on a connection of its own. When the
+// lock was not granted in time, it reads the record without it.
+func (db *DB) look(ctx context.Context, req storage.ClaimRequest) (look, error) {
+	l := look{sighting: db.ledger.Sight(req.Key)}
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
-		return 0, nil, nil, committed, err
+		return l, err
 	}
-	// Taken before the lock is asked for: a duplicate waiting elsewhere
-	// times its wait from no earlier than this (see Tx.Commit's notice).
-	claimedAt := time.Now()
-	t := &Tx{db: db, key: req.Key, lock: KeyLock(req.Key), durable: bool(durable), conn: conn}
-	defer func() {
-		if tx == nil {
-			t.rollbackLocked()
-		}
-	}()
+	l.at = time.Now()
+	t := &Tx{db: db, key: req.Key, lock: KeyLock(req.Key), conn: conn}
 	locked, stored, now, err := t.lockAndRead(ctx)
 	if err != nil {
-		return 0, nil, nil, committed, err
+		t.rollbackLocked()
+		if errors.Is(err, errLocked) {
+			return db.lookWithoutLock(ctx, req, l.sighting)
+		}
+		return l, err
 	}
 	db.sawClock(now)
 	if !db.opts.CallerClock {
 		req.Now = now
 	}
 	if !locked {
-		return 0, nil, nil, committedRead{record: stored, req: req, readAt: claimedAt}, errBusy
+		t.rollbackLocked()
+		t = nil
 	}
-	outcome, rec = storage.Decide(stored, req, db.claimant)
-	if !outcome.Claimed() {
-		db.remember(req.Key, rec, claimedAt)
-		return outcome, rec, nil, committed, nil
+	l.tx, l.stored, l.req = t, stored, req
+	return l, nil
+}
+
+// lookWithoutLock reads the key's record as committed, without its lock,
+// with the database's clock.
+func (db *DB) lookWithoutLock(ctx context.Context, req storage.ClaimRequest, s ledger.Sighting) (look, error) {
+	l := look{at: time.Now(), sighting: s, lockTimedOut: true}
+	var now time.Time
+	stored, err := scanRecord(db.pool.QueryRow(ctx, selectRecordAt, req.Key.Scope, req.Key.Key), &now)
+	if err != nil {
+		return l, err
 	}
-	t.claim, t.prior, t.lease, t.claimedAt = rec, stored, req.Lease, claimedAt
+	if !db.opts.CallerClock {
+		req.Now = now
+	}
+	l.stored, l.req = stored, req
+	return l, nil
+}
+
+// take makes rec, the claim l decided, in l's transaction. A claim that is
+// not durable keeps the transaction open, and the lock, and is held in the
+// ledger: its record is written when its Tx commits. A durable one writes
+// its claim, commits and unlocks at once.
+func (db *DB) take(ctx context.Context, l look, outcome storage.Outcome, rec *storage.Record, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
+	t := l.tx
+	t.claim, t.prior, t.lease, t.claimedAt, t.durable = rec, l.stored, l.req.Lease, l.at, bool(durable)
 	if !durable {
-		db.setPending(req.Key, rec)
-		return outcome, rec, t, committed, nil
+		db.ledger.Hold(t.key, rec)
+		return outcome, rec, t, nil
 	}
 	if err := t.writeDurableClaim(ctx); err != nil {
-		return 0, nil, nil, committed, err
+		t.rollbackLocked()
+		return 0, nil, nil, err
 	}
-	return outcome, rec, t, committed, nil
+	return outcome, rec, t, nil
 }
 
 // lockAndRead begins t's transaction, takes its key's lock if no other
@@ -352,43 +351,6 @@ func sendBatch(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, read func(
 		return errLocked
 	}
 	return err
-}
-
-// decidePending decides req on the uncommitted claim this process holds
-// of its key, if any: in flight for the same request, a mismatch for
-// another; 0 when there is none. Other processes cannot see that claim and
-// wait for its lock instead; this one knows it, and answers at once.
-func (db *DB) decidePending(req storage.ClaimRequest) (storage.Outcome, *storage.Record) {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	p := db.pending[req.Key]
-	switch {
-	case p == nil:
-		return 0, nil
-	case p.Fingerprint != req.Fingerprint || p.Scheme != req.Scheme:
-		return storage.OutcomeMismatch, p
-	default:
-		return storage.OutcomeInFlight, p
-	}
-}
-
-// setPending records rec as this process's claim of k, not yet committed:
-// until it is, this process decides its key's duplicates on it at once,
-// rather than have them wait for the key's lock.
-func (db *DB) setPending(k storage.RecordKey, rec *storage.Record) {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	db.pending[k] = rec
-}
-
-// removePending forgets rec, the uncommitted claim of k, once its
-// transaction has ended.
-func (db *DB) removePending(k storage.RecordKey, rec *storage.Record) {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	if db.pending[k] == rec {
-		delete(db.pending, k)
-	}
 }
 
 // inFlightGuess is the record a claim answers in flight with when another

@@ -61,7 +61,7 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (
 	if err != nil {
 		return nil, err
 	}
-	db.forget(k)
+	db.ledger.Forget(k)
 	time.Sleep(completedTrust) // not cut short by ctx: the delete has committed, and the caller is to hear so only once it holds
 	return released, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/storage/ledger"
 )
 
 // endTimeout bounds a rollback, which runs whatever the caller's context.
@@ -59,9 +60,9 @@ type Tx struct {
 	lease     time.Duration
 	durable   bool
 	claimedAt time.Time
-	// committing is when Commit began, before it sent anything: what the
-	// completed record it keeps in memory is trusted from (see remember).
-	committing time.Time
+	// committing is taken as Commit begins, before it sends anything: the
+	// completed record the ledger keeps is trusted from then.
+	committing ledger.Sighting
 
 	mu     sync.Mutex    // one statement at a time: a connection is not safe for concurrent use
 	conn   *pgxpool.Conn // in a transaction, holding the key's lock; nil for a durable claim until its first statement
@@ -124,7 +125,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 		t.rollbackLocked()
 		return fmt.Errorf("pgstore: the handler's storage failed, so its result was not stored: %w", t.failed)
 	}
-	t.committing = time.Now() // before the commit is sent: see remember
+	t.committing = t.db.ledger.Sight(t.key)
 	notify := t.durable || time.Since(t.claimedAt) >= t.db.opts.LockTimeout
 	if t.durable {
 		return t.commitDurableLocked(ctx, done, bool(keepWrites), notify)
@@ -161,7 +162,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 	}
 	t.conn.Release()
 	t.conn = nil
-	t.db.remember(t.key, done, t.committing)
+	t.db.ledger.Remember(t.key, done, nil, t.committing)
 	return nil
 }
 
@@ -178,7 +179,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, keep
 		t.rollbackLocked()
 		_, err := t.db.pool.Exec(ctx, stmt, args...)
 		if err == nil {
-			t.db.remember(t.key, done, t.committing)
+			t.db.ledger.Remember(t.key, done, nil, t.committing)
 		}
 		return superseded(commitOutcome(err))
 	}
@@ -193,7 +194,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, keep
 	}
 	t.conn.Release()
 	t.conn = nil
-	t.db.remember(t.key, done, t.committing)
+	t.db.ledger.Remember(t.key, done, nil, t.committing)
 	return nil
 }
 
@@ -217,12 +218,10 @@ func (t *Tx) Rollback() {
 	}
 }
 
-// endLocked marks t ended and forgets its claim as pending.
+// endLocked marks t ended, and the ledger stops holding its claim.
 func (t *Tx) endLocked() {
 	t.ended = true
-	if !t.durable {
-		t.db.removePending(t.key, t.claim)
-	}
+	t.db.ledger.Release(t.key, t.claim)
 }
 
 // rollbackLocked ends t's transaction, if it has one, which releases the

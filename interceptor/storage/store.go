@@ -282,18 +282,21 @@ type Claimant struct {
 }
 
 // Decide applies the claim rules to stored, the live or expired record for
-// req.Key (nil when there is none), for a claim by who. It returns the
-// outcome and the record as it stands afterwards: a new in-flight record
-// when the outcome is Claimed, which the store must write, or stored itself.
-func Decide(stored *Record, req ClaimRequest, who Claimant) (Outcome, *Record) {
+// req.Key (nil when there is none), for a claim by who. held says that
+// stored is a claim whose Tx who still runs: its worker is alive, so it is
+// in flight to its own request however late its lease or expiry. Decide
+// returns the outcome and the record as it stands afterwards: a new
+// in-flight record when the outcome is Claimed, which the store must
+// write, or stored itself.
+func Decide(stored *Record, held bool, req ClaimRequest, who Claimant) (Outcome, *Record) {
 	switch {
-	case stored == nil || !req.Now.Before(stored.Expiry):
+	case stored == nil || !held && !req.Now.Before(stored.Expiry):
 		return OutcomeFresh, newClaim(req, who, 1, req.Now.Add(req.TTL))
 	case stored.Fingerprint != req.Fingerprint || stored.Scheme != req.Scheme:
 		return OutcomeMismatch, stored
 	case stored.State == StateCompleted:
 		return OutcomeReplay, stored
-	case req.Now.Before(stored.LeaseExpiry) && !(who.Exclusive && stored.Owner != who.ID):
+	case held || req.Now.Before(stored.LeaseExpiry) && !(who.Exclusive && stored.Owner != who.ID):
 		return OutcomeInFlight, stored
 	default:
 		return OutcomeTakeover, newClaim(req, who, stored.Attempt+1, stored.Expiry)
