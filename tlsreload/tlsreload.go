@@ -74,72 +74,92 @@ func (s *Server) Reload() error {
 }
 
 func (s *Server) load() (*loaded, error) {
+	cert, err := s.loadCert()
+	if err != nil {
+		return nil, err
+	}
+	l := &loaded{cert: cert}
+	if s.files.ClientCA == "" {
+		return l, nil
+	}
+	cas, err := s.loadClientCAs(l)
+	if err != nil {
+		return nil, err
+	}
+	if s.files.ClientCRL != "" {
+		data, err := safefile.ReadPrivate(s.files.ClientCRL)
+		if err != nil {
+			return nil, fmt.Errorf("tls client CRL: %w", err)
+		}
+		if l.revoked, err = ParseCRLs(data, cas); err != nil {
+			return nil, fmt.Errorf("tls client CRL: %s: %w", s.files.ClientCRL, err)
+		}
+	}
+	return l, nil
+}
+
+// loadCert loads the server's certificate and key, and refuses one that
+// is out of its validity or not for servers.
+func (s *Server) loadCert() (tls.Certificate, error) {
 	certPEM, err := safefile.Read(s.files.Cert)
 	if err != nil {
-		return nil, fmt.Errorf("tls certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("tls certificate: %w", err)
 	}
 	keyPEM, err := safefile.ReadPrivate(s.files.Key)
 	if err != nil {
-		return nil, fmt.Errorf("tls key: %w", err)
+		return tls.Certificate{}, fmt.Errorf("tls key: %w", err)
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("tls: %s and %s: %w", s.files.Cert, s.files.Key, err)
+		return tls.Certificate{}, fmt.Errorf("tls: %s and %s: %w", s.files.Cert, s.files.Key, err)
 	}
 	leaf := cert.Leaf
 	if leaf == nil { // GODEBUG=x509keypairleaf=0
 		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return nil, fmt.Errorf("tls: %s: %w", s.files.Cert, err)
+			return tls.Certificate{}, fmt.Errorf("tls: %s: %w", s.files.Cert, err)
 		}
 		cert.Leaf = leaf
 	}
 	switch now := s.now(); {
 	case now.After(leaf.NotAfter):
-		return nil, fmt.Errorf("tls: %s expired at %s", s.files.Cert, leaf.NotAfter.UTC().Format(time.RFC3339))
+		return tls.Certificate{}, fmt.Errorf("tls: %s expired at %s", s.files.Cert, leaf.NotAfter.UTC().Format(time.RFC3339))
 	case now.Before(leaf.NotBefore):
-		return nil, fmt.Errorf("tls: %s is not valid until %s", s.files.Cert, leaf.NotBefore.UTC().Format(time.RFC3339))
+		return tls.Certificate{}, fmt.Errorf("tls: %s is not valid until %s", s.files.Cert, leaf.NotBefore.UTC().Format(time.RFC3339))
 	}
 	if !usableBy(leaf, x509.ExtKeyUsageServerAuth) {
-		return nil, fmt.Errorf("tls: %s is not for servers (its extended key usage lacks serverAuth): clients would refuse it", s.files.Cert)
+		return tls.Certificate{}, fmt.Errorf("tls: %s is not for servers (its extended key usage lacks serverAuth): clients would refuse it", s.files.Cert)
 	}
-	l := &loaded{cert: cert}
-	if s.files.ClientCA != "" {
-		caPEM, err := safefile.ReadPrivate(s.files.ClientCA)
+	return cert, nil
+}
+
+// loadClientCAs loads the client CAs into l and returns them.
+func (s *Server) loadClientCAs(l *loaded) ([]*x509.Certificate, error) {
+	caPEM, err := safefile.ReadPrivate(s.files.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("tls client CA: %w", err)
+	}
+	l.clientCAs, l.caRaw = x509.NewCertPool(), map[string]bool{}
+	var cas []*x509.Certificate
+	for rest := caPEM; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		ca, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("tls client CA: %w", err)
+			return nil, fmt.Errorf("tls client CA: %s: %w", s.files.ClientCA, err)
 		}
-		l.clientCAs, l.caRaw = x509.NewCertPool(), map[string]bool{}
-		var cas []*x509.Certificate
-		for rest := caPEM; ; {
-			var block *pem.Block
-			if block, rest = pem.Decode(rest); block == nil {
-				break
-			}
-			if block.Type != "CERTIFICATE" {
-				continue
-			}
-			ca, err := x509.ParseCertificate(block.Bytes)
-			if err != nil {
-				return nil, fmt.Errorf("tls client CA: %s: %w", s.files.ClientCA, err)
-			}
-			l.clientCAs.AddCert(ca)
-			l.caRaw[string(ca.Raw)] = true
-			cas = append(cas, ca)
-		}
-		if len(l.caRaw) == 0 {
-			return nil, fmt.Errorf("tls client CA: %s holds no PEM certificate", s.files.ClientCA)
-		}
-		if s.files.ClientCRL != "" {
-			data, err := safefile.ReadPrivate(s.files.ClientCRL)
-			if err != nil {
-				return nil, fmt.Errorf("tls client CRL: %w", err)
-			}
-			if l.revoked, err = ParseCRLs(data, cas); err != nil {
-				return nil, fmt.Errorf("tls client CRL: %s: %w", s.files.ClientCRL, err)
-			}
-		}
+		l.clientCAs.AddCert(ca)
+		l.caRaw[string(ca.Raw)] = true
+		cas = append(cas, ca)
 	}
-	return l, nil
+	if len(l.caRaw) == 0 {
+		return nil, fmt.Errorf("tls client CA: %s holds no PEM certificate", s.files.ClientCA)
+	}
+	return cas, nil
 }
 
 // StillTrusted says whether chain, a client certificate chain verified at
