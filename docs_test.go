@@ -256,3 +256,21 @@ func TestDocs_TestingNamesEveryFuzzTarget(t *testing.T) {
 		t.Fatal("found no fuzz target in the tree")
 	}
 }
+
+// TestReadme_LinksEveryDocsPage checks that the README links every page
+// under docs/, so that no page is found only by chance.
+func TestReadme_LinksEveryDocsPage(t *testing.T) {
+	pages := docsPages(t)
+	linked := map[string]bool{}
+	for _, line := range pages["README.md"].prose {
+		for _, m := range linkRE.FindAllStringSubmatch(line, -1) {
+			file, _, _ := strings.Cut(m[1], "#")
+			linked[file] = true
+		}
+	}
+	for p := range pages {
+		if p != "README.md" && !linked[p] {
+			t.Errorf("README.md does not link %s", p)
+		}
+	}
+}
