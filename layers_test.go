@@ -12,7 +12,7 @@ import (
 // kits included, may import only packages on floors below its own. (A
 // package's _test.go files may use any package, as an external test
 // package does: a store's tests run the conformance suite above it.) The
-// README's layout table says what each is for. A new package must be given
+// layout table of docs/layout.md says what each is for. A new package must be given
 // a floor here, which is the moment to decide what it may depend on.
 var floors = [][]string{
 	// The files of the top directory, embedded: the OpenAPI document, the
