@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-// floors places every package of the module on a floor: a package, test
-// kits included, may import only packages on floors below its own. (A
-// package's _test.go files may use any package, as an external test
-// package does: a store's tests run the conformance suite above it.) The
-// layout table of docs/layout.md says what each is for. A new package must be given
-// a floor here, which is the moment to decide what it may depend on.
+// floors places every package of the module on a floor. A package, test
+// kits included, may import only packages on floors below its own. Its
+// _test.go files may use any package, as an external test package does:
+// a store's tests run the conformance suite above it. docs/layout.md says
+// what each package is for. A new package must be given a floor here,
+// which is the moment to decide what it may depend on.
 var floors = [][]string{
 	// The files of the top directory, embedded: the OpenAPI document, the
 	// descriptors, VERSION.
