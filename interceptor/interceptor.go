@@ -81,8 +81,9 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		return handler(ctx, req)
 	}
 
+	c := i.newCall(rk, fp, obs)
 	for runs := 1; ; runs++ {
-		resp, err := i.answer(ctx, req, handler, rk, fp, obs, runs > 1)
+		resp, err := c.answer(ctx, req, handler, runs > 1)
 		if !errors.Is(err, errRunAgain) {
 			return resp, err
 		}
@@ -92,30 +93,53 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	}
 }
 
-// answer claims rk and answers by its outcome: the stored result, an
-// error, or the handler's run. again is true when an earlier run of the
-// request lost to a concurrent change: the observer was told of its claim,
-// and the caller of its expiry.
-func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHandler, rk storage.RecordKey, fp storage.Fingerprint, obs *Observation, again bool) (any, error) {
-	outcome, rec, tx, now, err := i.claim(ctx, rk, fp, obs)
+// call is one keyed request on its way through the rules. It holds what
+// names the request, how durable its claims are, and the claim it runs
+// under. Durability is decided once, here, so every step reads one answer.
+type call struct {
+	i   *idempotency
+	key storage.RecordKey
+	fp  storage.Fingerprint
+	obs *Observation
+	// durable is true when a claim is committed before the handler runs.
+	// It is false for a transactional method on a TxStore: its writes are
+	// its only effect, so its claim commits with them or never.
+	durable bool
+
+	claim *storage.Record // the claim the handler runs under; nil until claimed
+	tx    storage.Tx      // the claim's Tx, on a TxStore
+}
+
+func (i *idempotency) newCall(rk storage.RecordKey, fp storage.Fingerprint, obs *Observation) *call {
+	transactional := i.txStore != nil && i.opts.transactional[obs.FullMethod]
+	return &call{i: i, key: rk, fp: fp, obs: obs, durable: !transactional}
+}
+
+// answer claims the key and answers by the outcome: the stored result, an
+// error, or the handler's run. again is true when an earlier run lost to
+// a concurrent change. The observer was then told of its claim, and the
+// caller of its expiry.
+func (c *call) answer(ctx context.Context, req any, handler grpc.UnaryHandler, again bool) (any, error) {
+	c.claim, c.tx = nil, nil
+	outcome, rec, now, err := c.claimKey(ctx)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, status.FromContextError(ctxErr).Err() // the caller gave up, maybe while waiting
 		}
-		obs.Err = err
-		return nil, storeFailure(err, rk.Key, nil, false)
+		c.obs.Err = err
+		return nil, c.storeFailure(err)
 	}
-	if tx != nil {
-		defer tx.Rollback() // a handler that panics releases its claim
+	if c.tx != nil {
+		defer c.tx.Rollback() // a handler that panics releases its claim
 	}
 	if !again {
-		obs.Outcome, obs.Attempt = outcome, rec.Attempt
-		i.opts.observer.Claimed(ctx, *obs)
+		c.obs.Outcome, c.obs.Attempt = outcome, rec.Attempt
+		c.i.opts.observer.Claimed(ctx, *c.obs)
 	}
 
-	// Every answer about a record says when it is forgotten: until then a
-	// retry with this key is safe. Truncated to the second, so never late
-	// (nor after a run again, whose claim expires later still). A caller
+	// Every answer about a record says when it is forgotten. Until then a
+	// retry with this key is safe. The time is truncated to the second, so
+	// it is never late. A run again's claim expires later still. A caller
 	// that has gone gets no header; its claim still runs.
 	expires := metadata.MD{}
 	if !again {
@@ -131,11 +155,12 @@ func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHan
 	}
 	switch outcome {
 	case storage.OutcomeInFlight:
-		return nil, errInFlight(rk.Key, i.handlerTimes.retryDelay(obs.FullMethod, rec.LeaseExpiry.Sub(now)))
+		return nil, errInFlight(c.key.Key, c.i.handlerTimes.retryDelay(c.obs.FullMethod, rec.LeaseExpiry.Sub(now)))
 	case storage.OutcomeMismatch:
-		return nil, errMismatch(rk.Key, rec, fp, i.scheme)
+		return nil, errMismatch(c.key.Key, rec, c.fp, c.i.scheme)
 	}
-	return i.run(ctx, req, handler, rk, rec, tx, obs)
+	c.claim = rec
+	return c.run(ctx, req, handler)
 }
 
 // maxConflictRuns bounds how many times a transactional method runs for one
@@ -143,59 +168,56 @@ func (i *idempotency) answer(ctx context.Context, req any, handler grpc.UnaryHan
 const maxConflictRuns = 8
 
 // errRunAgain is run's answer when a transactional method's writes lost
-// to a concurrent change: nothing was stored and the claim was released,
+// to a concurrent change. Nothing was stored and the claim was released,
 // so the request is claimed and run again.
 var errRunAgain = errors.New("idempotency: run again")
 
-// claim claims rk, through ClaimTx when the store is a TxStore. With
-// WithInFlightWait, a request that finds the same request in flight waits
-// for it to finish and claims again, up to the wait and the caller's
-// deadline. A run in this process wakes its waiters when it ends; one in
-// another process sharing the store wakes them through the store when it
-// is a Watcher, and is polled otherwise (and, rarely, in case a notice is
-// lost, even so).
-func (i *idempotency) claim(ctx context.Context, rk storage.RecordKey, fp storage.Fingerprint, obs *Observation) (storage.Outcome, *storage.Record, storage.Tx, time.Time, error) {
-	w := &inFlightWait{watcher: i.watcher, key: rk, limit: i.opts.inFlightWait, pollEvery: 10 * time.Millisecond}
+// claimKey claims the key, through ClaimTx when the store is a TxStore,
+// and keeps the claim's Tx. With WithInFlightWait, a request that finds
+// the same request in flight waits for it to end and claims again. It
+// waits up to the limit and the caller's deadline. A run in this process
+// wakes its waiters when it ends. A run in another process wakes them
+// through the store when it is a Watcher. Otherwise, and in case a notice
+// is lost, waiters poll.
+func (c *call) claimKey(ctx context.Context) (storage.Outcome, *storage.Record, time.Time, error) {
+	opts := c.i.opts
+	w := &inFlightWait{watcher: c.i.watcher, key: c.key, limit: opts.inFlightWait, pollEvery: 10 * time.Millisecond}
 	defer w.stop()
 	for {
-		now := i.opts.now()
-		outcome, rec, tx, err := i.claimOnce(ctx, storage.ClaimRequest{Key: rk, Fingerprint: fp, Scheme: i.scheme,
-			Now: now, Lease: i.opts.lease, TTL: i.opts.ttl}, obs)
-		if err != nil || outcome != storage.OutcomeInFlight || i.opts.inFlightWait <= 0 {
-			return outcome, rec, tx, now, err
+		now := opts.now()
+		outcome, rec, err := c.claimOnce(ctx, storage.ClaimRequest{Key: c.key, Fingerprint: c.fp, Scheme: c.i.scheme,
+			Now: now, Lease: opts.lease, TTL: opts.ttl})
+		if err != nil || outcome != storage.OutcomeInFlight || opts.inFlightWait <= 0 {
+			return outcome, rec, now, err
 		}
-		local := i.flights.done(rk) // nil unless it runs in this process
+		local := c.i.flights.done(c.key) // nil unless it runs in this process
 		if local == nil && w.watch() {
 			continue // it may have ended before the watch began: look again
 		}
 		switch timedOut, err := w.wait(ctx, local); {
 		case err != nil:
-			return 0, nil, nil, now, err
+			return 0, nil, now, err
 		case timedOut:
-			return outcome, rec, nil, now, nil
+			return outcome, rec, now, nil
 		}
 	}
 }
 
 // claimOnce asks the store once, through ClaimTx when it is a TxStore.
-func (i *idempotency) claimOnce(ctx context.Context, req storage.ClaimRequest, obs *Observation) (outcome storage.Outcome, rec *storage.Record, tx storage.Tx, err error) {
+func (c *call) claimOnce(ctx context.Context, req storage.ClaimRequest) (outcome storage.Outcome, rec *storage.Record, err error) {
 	start := time.Now()
-	if i.txStore != nil {
-		durability := storage.ClaimDurable
-		if i.opts.transactional[obs.FullMethod] {
-			durability = storage.ClaimInTx // its writes are its only effect: they and the claim commit together
-		}
-		outcome, rec, tx, err = i.txStore.ClaimTx(ctx, req, durability)
+	if c.i.txStore != nil {
+		outcome, rec, c.tx, err = c.i.txStore.ClaimTx(ctx, req, storage.Durability(c.durable))
 	} else {
-		outcome, rec, err = i.store.Claim(ctx, req)
+		outcome, rec, err = c.i.store.Claim(ctx, req)
 	}
-	obs.Store += time.Since(start)
-	return outcome, rec, tx, err
+	c.obs.Store += time.Since(start)
+	return outcome, rec, err
 }
 
 // watchedPollEvery is how often a duplicate waiting on a Watcher's notice
-// looks at the store anyway, in case the notice was lost. (A variable only
-// so that a test can tell a notice from a poll.)
+// looks at the store anyway, in case the notice was lost. It is a variable
+// only so that a test can tell a notice from a poll.
 var watchedPollEvery = time.Second
 
 // identify returns the record key and fingerprint of a request, dedup false
@@ -234,66 +256,67 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (rk 
 	return storage.RecordKey{Scope: scope, Key: key}, true, fp, nil
 }
 
-// run runs the handler under claim, stores its result and returns it. With
-// a Tx, the handler's writes commit together with the result, and only
-// with a response: an error's writes are discarded, since no answer names
-// them. The handler's header and trailer metadata are held back until the
+// run runs the handler under the claim, stores its result and returns it.
+// With a Tx, the handler's writes commit together with the result, and
+// only with a response. An error's writes are discarded, since no answer
+// names them. The handler's header and trailer are held back until the
 // result is stored, so that a superseded attempt sends nothing of its own.
-func (i *idempotency) run(ctx context.Context, req any, handler grpc.UnaryHandler, rk storage.RecordKey, claim *storage.Record, tx storage.Tx, obs *Observation) (any, error) {
-	// Once claimed, the handler runs to its end even if the caller has gone
-	// (its deadline passed, it hung up), bounded by the server's own limit:
-	// the retry then finds the result instead of a key locked for a lease.
+func (c *call) run(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
+	// Once claimed, the handler runs to its end even if the caller has gone.
+	// The server's own limit bounds it. A retry then finds the result
+	// instead of a key locked for a lease.
 	detached := context.WithoutCancel(ctx) // for the completion too
-	hctx, cancelHandler := context.WithTimeout(detached, i.opts.handlerTimeout)
+	hctx, cancelHandler := context.WithTimeout(detached, c.i.opts.handlerTimeout)
 	defer cancelHandler()
 	capture := &capturingStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
-	hctx = grpc.NewContextWithServerTransportStream(context.WithValue(hctx, attemptKey{}, claim.Attempt), capture)
+	hctx = grpc.NewContextWithServerTransportStream(context.WithValue(hctx, attemptKey{}, c.claim.Attempt), capture)
+	if c.tx != nil {
+		hctx = c.tx.Context(hctx)
+	}
 	// A claim that is not durable lives no longer than this process's run
 	// of it: there is no lease to renew.
-	durable := tx == nil || !i.opts.transactional[obs.FullMethod]
 	stopRenewing := func() {}
-	if tx != nil {
-		hctx = tx.Context(hctx)
-	}
-	if durable {
-		stopRenewing = i.renewWhileRunning(ctx, rk, *claim, obs.FullMethod)
+	if c.durable {
+		stopRenewing = c.renewWhileRunning(ctx)
 		defer stopRenewing() // for a handler that panics; else stopped below, before the commit
 	}
-	// A handler deaf to its context must not hold its key for good: once it
-	// has overrun its limit by as much again (so that one that returns at
-	// its deadline still has its answer stored), its claim is released, or,
-	// durable, left to the lease rule, and nothing it still does is stored.
-	overran := time.AfterFunc(2*i.opts.handlerTimeout, func() {
+	// A handler deaf to its context must not hold its key for good. Once it
+	// has overrun its limit by as much again, its claim is released. A
+	// durable claim is left to the lease rule. Nothing it still does is
+	// stored. A handler that returns at its deadline still has its answer
+	// stored.
+	tx := c.tx // the timer may fire while a run again claims anew
+	overran := time.AfterFunc(2*c.i.opts.handlerTimeout, func() {
 		stopRenewing()
 		if tx != nil {
 			tx.Rollback()
 		}
 	})
 	defer overran.Stop()
-	if i.opts.inFlightWait > 0 { // else no duplicate waits for this run
-		flight := i.flights.begin(rk)
-		defer i.flights.end(rk, flight) // after the commit: waiters find the result
+	if c.i.opts.inFlightWait > 0 { // else no duplicate waits for this run
+		flight := c.i.flights.begin(c.key)
+		defer c.i.flights.end(c.key, flight) // after the commit: waiters find the result
 	}
-	resp, herr := i.invoke(hctx, req, handler, obs)
+	resp, herr := c.i.invoke(hctx, req, handler, c.obs)
 	stopRenewing()
 
-	result, err := i.resultOf(resp, herr, capture)
+	result, err := c.i.resultOf(resp, herr, capture)
 	if err != nil {
-		// Nothing can be stored; a durable claim stays in flight and a retry
-		// takes it over once the lease ends.
+		// Nothing can be stored. A durable claim stays in flight, and a
+		// retry takes it over once the lease ends.
 		return nil, err
 	}
-	return i.deliver(ctx, detached, rk, claim, tx, result, resp, durable, obs)
+	return c.deliver(ctx, detached, result, resp)
 }
 
 // deliver stores result and answers with it. A transactional method's
-// error of a code given to WithoutStoring is not stored: its Tx is rolled
+// error of a code given to WithoutStoring is not stored. Its Tx is rolled
 // back, which discards its writes and frees the key, since its claim was
-// never durable.
-func (i *idempotency) deliver(ctx, detached context.Context, rk storage.RecordKey, claim *storage.Record, tx storage.Tx, result *storage.Result, resp any, durable bool, obs *Observation) (any, error) {
-	if !durable && result.Status != nil && i.opts.notStored[codes.Code(result.Status.Code)] {
-		tx.Rollback()
-	} else if err := i.complete(detached, rk, claim, tx, result, durable, obs); err != nil {
+// never durable. The store is written under detached, which outlives ctx.
+func (c *call) deliver(ctx, detached context.Context, result *storage.Result, resp any) (any, error) {
+	if !c.durable && result.Status != nil && c.i.opts.notStored[codes.Code(result.Status.Code)] {
+		c.tx.Rollback()
+	} else if err := c.complete(detached, result); err != nil {
 		return nil, err
 	}
 	if err := sendMetadata(ctx, result.Header, result.Trailer); err != nil {
@@ -334,55 +357,55 @@ func (i *idempotency) resultOf(resp any, herr error, capture *capturingStream) (
 	return result, nil
 }
 
-// complete stores result as the completion of claim, in tx with the
-// handler's writes when it holds them (kept only if the handler
-// succeeded), and returns what the caller is told if that failed:
-// errRunAgain when a transactional method lost to a concurrent change.
-func (i *idempotency) complete(ctx context.Context, rk storage.RecordKey, claim *storage.Record, tx storage.Tx, result *storage.Result, durable bool, obs *Observation) error {
+// complete stores result as the completion of the claim. With a Tx, the
+// handler's writes commit with it, if the handler succeeded. It returns
+// what the caller is told if that failed. That is errRunAgain when a
+// transactional method lost to a concurrent change.
+func (c *call) complete(ctx context.Context, result *storage.Result) error {
 	ctx, cancel := context.WithTimeout(ctx, completeTimeout)
 	defer cancel()
 	start := time.Now()
-	done := claim.Completed(result)
-	// Only a claim that is not durable commits with the handler's writes:
-	// its stored error left nothing behind, so an operator may release it.
-	done.Transactional = !durable
+	done := c.claim.Completed(result)
+	// Only a claim that is not durable commits with the handler's writes.
+	// Its stored error left nothing behind, so an operator may release it.
+	done.Transactional = !c.durable
 	var err error
-	if tx != nil {
+	if c.tx != nil {
 		writes := storage.KeepWrites
 		if result.Status != nil {
 			writes = storage.DropWrites // a handler that failed leaves no writes behind
 		}
-		err = tx.Commit(ctx, done, writes)
+		err = c.tx.Commit(ctx, done, writes)
 	} else {
-		err = i.store.Complete(ctx, rk, done)
+		err = c.i.store.Complete(ctx, c.key, done)
 	}
-	obs.Store += time.Since(start)
+	c.obs.Store += time.Since(start)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, storage.ErrSuperseded):
-		return errSuperseded(rk.Key, claim.Attempt)
-	case errors.Is(err, storage.ErrConflict) && !durable:
+		return errSuperseded(c.key.Key, c.claim.Attempt)
+	case errors.Is(err, storage.ErrConflict) && !c.durable:
 		return errRunAgain
 	default:
-		obs.Err = err
-		return storeFailure(err, rk.Key, claim, durable)
+		c.obs.Err = err
+		return c.storeFailure(err)
 	}
 }
 
-// renewWhileRunning extends the claim's lease every third of a lease, so
-// that a slow but live worker is never taken over: only a dead one, whose
-// renewals stopped, is. It stops when the returned func is called, which
-// waits for it, or when a renewal finds the claim superseded. A renewal that
-// fails otherwise is logged and tried again at the next tick; if they all
-// fail, the lease runs out and a takeover supersedes this attempt, as if it
-// had died.
-func (i *idempotency) renewWhileRunning(ctx context.Context, rk storage.RecordKey, claim storage.Record, method string) (stop func()) {
+// renewWhileRunning extends the claim's lease every third of a lease. A
+// slow but live worker is then never taken over; only a dead one is. It
+// stops when the returned func is called, which waits for it, or when a
+// renewal finds the claim superseded. A renewal that fails otherwise is
+// logged and tried again at the next tick. If they all fail, the lease runs
+// out and a takeover supersedes this attempt, as if it had died.
+func (c *call) renewWhileRunning(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
+	claim, opts := *c.claim, c.i.opts
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(i.opts.lease / 3)
+		tick := time.NewTicker(opts.lease / 3)
 		defer tick.Stop()
 		for {
 			select {
@@ -390,13 +413,13 @@ func (i *idempotency) renewWhileRunning(ctx context.Context, rk storage.RecordKe
 				return
 			case <-tick.C:
 			}
-			claim.LeaseExpiry = i.opts.now().Add(i.opts.lease)
-			switch err := i.store.Renew(ctx, rk, &claim); {
+			claim.LeaseExpiry = opts.now().Add(opts.lease)
+			switch err := c.i.store.Renew(ctx, c.key, &claim); {
 			case errors.Is(err, storage.ErrSuperseded):
 				return
 			case err != nil && ctx.Err() == nil:
-				i.opts.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: lease renewal failed; will retry at the next tick",
-					slog.String("method", method), slog.Uint64("attempt", claim.Attempt), slog.Any("err", err))
+				opts.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: lease renewal failed; will retry at the next tick",
+					slog.String("method", c.obs.FullMethod), slog.Uint64("attempt", claim.Attempt), slog.Any("err", err))
 			}
 		}
 	}()
@@ -494,25 +517,25 @@ func AttemptFromContext(ctx context.Context) (attempt uint64, ok bool) {
 	return attempt, ok
 }
 
-// storeFailure is what the caller is told when the store failed: the one
-// place where the store contract's errors become gRPC codes. claim is nil
-// when the claim itself failed, so that the request was not run; otherwise
-// the completion of claim failed, durable saying whether the claim was
-// already committed (the handler may then have acted outside the store).
-// The cause goes to the Observer and the log, never to the caller.
-func storeFailure(err error, key string, claim *storage.Record, durable bool) error {
+// storeFailure is what the caller is told when the store failed. It is
+// the one place where the store contract's errors become gRPC codes. With
+// no claim, the claim itself failed and the request was not run. With
+// one, its completion failed, and a durable claim's handler may have acted
+// outside the store. The cause goes to the Observer and the log, never to
+// the caller.
+func (c *call) storeFailure(err error) error {
 	switch {
-	case claim == nil && errors.Is(err, storage.ErrDamaged):
+	case c.claim == nil && errors.Is(err, storage.ErrDamaged):
 		return status.Error(codes.DataLoss, "idempotency store found its data damaged; the request was not run")
-	case claim == nil:
+	case c.claim == nil:
 		return status.Error(codes.Unavailable, "idempotency store unavailable, the request was not run; retry with the same key")
 	case errors.Is(err, storage.ErrDamaged):
-		return status.Errorf(codes.DataLoss, "idempotency store found its data damaged; the result of attempt %d was not stored", claim.Attempt)
+		return status.Errorf(codes.DataLoss, "idempotency store found its data damaged; the result of attempt %d was not stored", c.claim.Attempt)
 	case errors.Is(err, storage.ErrOutcomeUnknown):
-		return errOutcomeUnknown(key, claim.Attempt, durable)
-	case durable:
+		return errOutcomeUnknown(c.key.Key, c.claim.Attempt, c.durable)
+	case c.durable:
 		return status.Errorf(codes.Unavailable,
-			"idempotency store failed to save the result of attempt %d; retry with the same key", claim.Attempt)
+			"idempotency store failed to save the result of attempt %d; retry with the same key", c.claim.Attempt)
 	default:
 		return status.Error(codes.Unavailable,
 			"idempotency store failed to save the request's writes and result, which were most likely not kept (a commit whose answer was lost may have been); retry with the same key to learn which")

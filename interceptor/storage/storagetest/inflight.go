@@ -122,14 +122,14 @@ func testInFlightChanges(t *testing.T, open Opener) {
 func testInFlightReopen(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := open(t, dir)
-	l := as[storage.InFlightLister](t, s)
+	as[storage.InFlightLister](t, s) // fails at once on a store that cannot list
 	claim(t, s, request("orphan", "body", t0), storage.OutcomeFresh)
 	if ts, ok := s.(storage.TxStore); ok {
 		_, tx := claimTx(t, ts, request("rolled-back", "body", t0), storage.ClaimInTx, storage.OutcomeFresh)
 		tx.Rollback()
 	}
 	s = reopen(t, open, dir, s)
-	l = as[storage.InFlightLister](t, s)
+	l := as[storage.InFlightLister](t, s)
 	if keys, _ := listInFlight(t, l, 10); !slices.Equal(keys, []string{"scope-a/orphan"}) {
 		t.Fatalf("InFlight after reopening listed %v, want the orphaned claim alone", keys)
 	}
