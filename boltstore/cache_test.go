@@ -65,7 +65,7 @@ func TestKeptRecord_AnswersWithoutReadingUntilReplacedOrSwept(t *testing.T) {
 	t0 := time.Now()
 	claim := func(fp storage.Fingerprint, now time.Time) (storage.Outcome, storage.Tx) {
 		t.Helper()
-		outcome, _, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), storage.ClaimInTx)
+		outcome, _, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), storage.Transactional)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,11 +73,11 @@ func TestKeptRecord_AnswersWithoutReadingUntilReplacedOrSwept(t *testing.T) {
 	}
 	complete := func(fp storage.Fingerprint, now time.Time, text string) {
 		t.Helper()
-		outcome, rec, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), storage.ClaimInTx)
+		outcome, rec, tx, err := db.ClaimTx(ctx, keptRequest(fp, now), storage.Transactional)
 		if err != nil || !outcome.Claimed() {
 			t.Fatalf("claim at %v: %v, %v; want it claimed", now.Sub(t0), outcome, err)
 		}
-		if err := tx.Commit(ctx, rec.Completed(textResult(t, text)), storage.KeepWrites); err != nil {
+		if err := tx.Commit(ctx, rec.Completed(textResult(t, text))); err != nil {
 			t.Fatal(err)
 		}
 	}

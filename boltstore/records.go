@@ -24,7 +24,7 @@ var _ storage.TxStore = (*DB)(nil)
 // earlier process are orphans, taken over by the first retry without
 // waiting for their lease.
 func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
-	outcome, rec, tx, err := db.claim(ctx, req, true)
+	outcome, rec, tx, err := db.claim(ctx, req, storage.Durable)
 	if tx != nil {
 		db.ledger.Release(tx.rk, tx.claim) // no Tx will end it: the lease rule alone applies
 	}
@@ -32,19 +32,19 @@ func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outc
 }
 
 // ClaimTx decides req as Claim does and, when it is claimed, returns the Tx
-// that completes it. A claim that is not durable is held in this process's
+// that completes it. A Transactional claim is held in this process's
 // memory until its Tx ends: no other process can use the file, so nothing
 // else can claim the key meanwhile, and a crash loses only a run whose
 // writes were never committed. Its claim, the handler's writes and the
 // result then take one commit.
 //
-// A durable claim is held in memory too until its Tx ends: while this
+// A Durable claim is held in memory too until its Tx ends: while this
 // process runs its handler, the claim is in flight however late its lease,
 // since this process knows the handler is alive. A slow disk that delays
 // renewals cannot get a live worker taken over; only a claim whose process
 // ended (an orphan) or whose Tx ended without a result is.
-func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
-	outcome, rec, tx, err := db.claim(ctx, req, durable)
+func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
+	outcome, rec, tx, err := db.claim(ctx, req, d)
 	if tx == nil {
 		return outcome, rec, nil, err // no typed nil in the interface
 	}
@@ -55,7 +55,7 @@ func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable sto
 // that only reads is answered there. A claim is then decided again, and
 // held, in memory for a transactional method or in a write of the group
 // commit for a durable one.
-func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
+func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
@@ -76,7 +76,7 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable stora
 	if err := db.health.damagedErr(); err != nil {
 		return 0, nil, nil, err // no handler runs for a commit that cannot happen
 	}
-	if !durable {
+	if d == storage.Transactional {
 		return db.claimInMemory(req, key, raw, stored, version)
 	}
 	return db.claimDurable(ctx, req, key)

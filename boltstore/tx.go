@@ -77,13 +77,13 @@ func (t *Tx) end() (writes []func(*bolt.Tx) error, failed error, ok bool) {
 	return t.writes, t.failed, true
 }
 
-// Commit stores done and, with keepWrites, the staged writes, in one write
+// Commit stores done and, if it keeps writes, the staged writes, in one write
 // of the group commit, if the claim still stands and no read or write made
 // through t failed. The claim is released from memory once the commit has
 // ended, either way: committed, its record answers for it; failed, a claim
 // that was not durable leaves the key free to run afresh, a durable one
 // stays in flight under the lease rule.
-func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storage.Writes) error {
+func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 	writes, failed, ok := t.end()
 	if !ok {
 		return ErrTxDone
@@ -92,7 +92,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 	if failed != nil {
 		return fmt.Errorf("boltstore: the handler's storage failed, so its result was not stored: %w", failed)
 	}
-	if !keepWrites {
+	if !done.KeepsWrites() {
 		writes = nil
 	}
 	v, err := encodeRecord(t.key, done) // here, not in the committer, which every write waits for

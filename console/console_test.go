@@ -88,7 +88,9 @@ func (f *fixture) store(t *testing.T, key string, result *storage.Result, transa
 		t.Fatal(err)
 	}
 	done := rec.Completed(result)
-	done.Transactional = transactional
+	if transactional {
+		done.Durability = storage.Transactional
+	}
 	if err := f.db.Complete(ctx, k, done); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -186,6 +188,15 @@ func claim(t *testing.T, b Backend, req storage.ClaimRequest, want storage.Outco
 	return rec
 }
 
+// durability is the Durability of a claim durable or not: subtests keep
+// their names of a bool.
+func durability(durable bool) storage.Durability {
+	if durable {
+		return storage.Durable
+	}
+	return storage.Transactional
+}
+
 // claimTx claims a new key through ClaimTx; the Tx is rolled back when the
 // test ends unless it ended before.
 func claimTx(t *testing.T, b Backend, req storage.ClaimRequest, durable storage.Durability) (*storage.Record, storage.Tx) {
@@ -195,7 +206,7 @@ func claimTx(t *testing.T, b Backend, req storage.ClaimRequest, durable storage.
 		t.Cleanup(tx.Rollback)
 	}
 	if err != nil || got != storage.OutcomeFresh || tx == nil {
-		t.Fatalf("ClaimTx(%q, durable %t) = %v, Tx %v, %v; want fresh with a Tx", req.Key.Key, durable, got, tx, err)
+		t.Fatalf("ClaimTx(%q, durability %v) = %v, Tx %v, %v; want fresh with a Tx", req.Key.Key, durable, got, tx, err)
 	}
 	return rec, tx
 }
@@ -521,7 +532,7 @@ func testStagedVisibleAfterCommit(t *testing.T, open Opener) {
 		t.Run(fmt.Sprintf("keepWrites=%t", keepWrites), func(t *testing.T) {
 			b := newBackend(t, open)
 			req := request("k", t0)
-			rec, tx := claimTx(t, b, req, false)
+			rec, tx := claimTx(t, b, req, storage.Transactional)
 			pi := intent("pi_staged", t0)
 			if err := b.Intents.CreateIntent(tx.Context(context.Background()), "alice", pi); err != nil {
 				t.Fatalf("CreateIntent in a Tx: %v", err)
@@ -531,7 +542,12 @@ func testStagedVisibleAfterCommit(t *testing.T, open Opener) {
 				t.Errorf("ListIntents before Commit = %v, want nothing", got)
 			}
 
-			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.Writes(keepWrites)); err != nil {
+			// A Tx keeps the writes of a response, and drops those of an error.
+			done := result(t, "done")
+			if !keepWrites {
+				done = &storage.Result{Status: &spb.Status{Code: int32(codes.FailedPrecondition), Message: "refused"}}
+			}
+			if err := tx.Commit(context.Background(), rec.Completed(done)); err != nil {
 				t.Fatalf("Commit: %v", err)
 			}
 			if keepWrites {
@@ -546,7 +562,7 @@ func testStagedVisibleAfterCommit(t *testing.T, open Opener) {
 				}
 			}
 			got := claim(t, b, request("k", t0.Add(time.Hour)), storage.OutcomeReplay)
-			if got.State != storage.StateCompleted || got.Result == nil || !proto.Equal(got.Result.Response, result(t, "done").Response) {
+			if got.State != storage.StateCompleted || got.Result == nil || !proto.Equal(got.Result.Response, done.Response) || !proto.Equal(got.Result.Status, done.Status) {
 				t.Errorf("record after Commit: state %v result %v, want completed with the committed result", got.State, got.Result)
 			}
 		})
@@ -561,7 +577,7 @@ func testFailedWriteRollsBack(t *testing.T, open Opener) {
 			create(t, b, "alice", taken)
 
 			req := request("k", t0)
-			rec, tx := claimTx(t, b, req, false)
+			rec, tx := claimTx(t, b, req, storage.Transactional)
 			ctx := tx.Context(context.Background())
 			dup := intent("pi_taken", t0.Add(time.Minute))
 			dup.Amount = "999"
@@ -585,7 +601,7 @@ func testFailedWriteRollsBack(t *testing.T, open Opener) {
 				createDup()
 			}
 
-			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.KeepWrites); err == nil {
+			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done"))); err == nil {
 				t.Fatal("Commit of a Tx with a create of a taken id = nil, want an error")
 			}
 			absent(t, b, "alice", fresh.Id)
@@ -604,7 +620,7 @@ func testFailedWriteRollsBack(t *testing.T, open Opener) {
 func testTakeoverDropsWrites(t *testing.T, open Opener) {
 	b := newBackend(t, open)
 	req := request("k", t0)
-	first, tx := claimTx(t, b, req, true)
+	first, tx := claimTx(t, b, req, storage.Durable)
 	pi := intent("pi_stale", t0)
 	if err := b.Intents.CreateIntent(tx.Context(context.Background()), "alice", pi); err != nil {
 		t.Fatalf("CreateIntent in a Tx: %v", err)
@@ -613,7 +629,7 @@ func testTakeoverDropsWrites(t *testing.T, open Opener) {
 		// An exclusive store never takes over a Tx this process still runs:
 		// its writes commit with its result, however late.
 		claim(t, b, request("k", t0.Add(time.Hour)), storage.OutcomeInFlight)
-		if err := tx.Commit(context.Background(), first.Completed(result(t, "live")), storage.KeepWrites); err != nil {
+		if err := tx.Commit(context.Background(), first.Completed(result(t, "live"))); err != nil {
 			t.Fatalf("Commit(live attempt past its lease) = %v, want it stored", err)
 		}
 		if got := list(t, b, "alice"); len(got) != 1 || got[0] != pi.Id {
@@ -623,7 +639,7 @@ func testTakeoverDropsWrites(t *testing.T, open Opener) {
 	}
 	second := claim(t, b, request("k", t0.Add(lease)), storage.OutcomeTakeover)
 
-	if err := tx.Commit(context.Background(), first.Completed(result(t, "stale")), storage.KeepWrites); !errors.Is(err, storage.ErrSuperseded) {
+	if err := tx.Commit(context.Background(), first.Completed(result(t, "stale"))); !errors.Is(err, storage.ErrSuperseded) {
 		t.Fatalf("Commit(attempt 1 after takeover) = %v, want ErrSuperseded", err)
 	}
 	absent(t, b, "alice", pi.Id)
@@ -641,7 +657,7 @@ func testRollbackDropsWrites(t *testing.T, open Opener) {
 		t.Run(fmt.Sprintf("durable=%t", durable), func(t *testing.T) {
 			b := newBackend(t, open)
 			req := request("k", t0)
-			_, tx := claimTx(t, b, req, storage.Durability(durable))
+			_, tx := claimTx(t, b, req, durability(durable))
 			ctx := tx.Context(context.Background())
 			pi := intent("pi_rolled_back", t0)
 			if err := b.Intents.CreateIntent(ctx, "alice", pi); err != nil {

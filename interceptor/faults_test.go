@@ -78,12 +78,12 @@ type faultyTx struct {
 	store *faultyStore
 }
 
-func (t *faultyTx) Commit(ctx context.Context, done *storage.Record, keepWrites storage.Writes) error {
+func (t *faultyTx) Commit(ctx context.Context, done *storage.Record) error {
 	if t.store.failComplete.Load() {
 		t.Tx.Rollback()
 		return t.store.completeFault()
 	}
-	return t.Tx.Commit(ctx, done, keepWrites)
+	return t.Tx.Commit(ctx, done)
 }
 
 func (s *faultyStore) Renew(ctx context.Context, key storage.RecordKey, claim *storage.Record) error {

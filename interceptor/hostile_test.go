@@ -45,9 +45,9 @@ type slowCommit struct {
 	delay time.Duration
 }
 
-func (t *slowCommit) Commit(ctx context.Context, done *storage.Record, keepWrites storage.Writes) error {
+func (t *slowCommit) Commit(ctx context.Context, done *storage.Record) error {
 	time.Sleep(t.delay)
-	return t.Tx.Commit(ctx, done, keepWrites)
+	return t.Tx.Commit(ctx, done)
 }
 
 // slowShared is a store shared by processes (the lease rule alone decides)

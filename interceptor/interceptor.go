@@ -101,18 +101,21 @@ type call struct {
 	key storage.RecordKey
 	fp  storage.Fingerprint
 	obs *Observation
-	// durable is true when a claim is committed before the handler runs.
-	// It is false for a transactional method on a TxStore: its writes are
-	// its only effect, so its claim commits with them or never.
-	durable bool
+	// durability is Transactional for a method declared so, on a TxStore:
+	// its writes are its only effect, so its claim commits with them or
+	// never. Every other claim is Durable.
+	durability storage.Durability
 
 	claim *storage.Record // the claim the handler runs under; nil until claimed
 	tx    storage.Tx      // the claim's Tx, on a TxStore
 }
 
 func (i *idempotency) newCall(rk storage.RecordKey, fp storage.Fingerprint, obs *Observation) *call {
-	transactional := i.txStore != nil && i.opts.transactional[obs.FullMethod]
-	return &call{i: i, key: rk, fp: fp, obs: obs, durable: !transactional}
+	c := &call{i: i, key: rk, fp: fp, obs: obs, durability: storage.Durable}
+	if i.txStore != nil && i.opts.transactional[obs.FullMethod] {
+		c.durability = storage.Transactional
+	}
+	return c
 }
 
 // answer claims the key and answers by the outcome: the stored result, an
@@ -207,7 +210,7 @@ func (c *call) claimKey(ctx context.Context) (storage.Outcome, *storage.Record, 
 func (c *call) claimOnce(ctx context.Context, req storage.ClaimRequest) (outcome storage.Outcome, rec *storage.Record, err error) {
 	start := time.Now()
 	if c.i.txStore != nil {
-		outcome, rec, c.tx, err = c.i.txStore.ClaimTx(ctx, req, storage.Durability(c.durable))
+		outcome, rec, c.tx, err = c.i.txStore.ClaimTx(ctx, req, c.durability)
 	} else {
 		outcome, rec, err = c.i.store.Claim(ctx, req)
 	}
@@ -276,7 +279,7 @@ func (c *call) run(ctx context.Context, req any, handler grpc.UnaryHandler) (any
 	// A claim that is not durable lives no longer than this process's run
 	// of it: there is no lease to renew.
 	stopRenewing := func() {}
-	if c.durable {
+	if c.durability == storage.Durable {
 		stopRenewing = c.renewWhileRunning(ctx)
 		defer stopRenewing() // for a handler that panics; else stopped below, before the commit
 	}
@@ -314,7 +317,7 @@ func (c *call) run(ctx context.Context, req any, handler grpc.UnaryHandler) (any
 // back, which discards its writes and frees the key, since its claim was
 // never durable. The store is written under detached, which outlives ctx.
 func (c *call) deliver(ctx, detached context.Context, result *storage.Result, resp any) (any, error) {
-	if !c.durable && result.Status != nil && c.i.opts.notStored[codes.Code(result.Status.Code)] {
+	if c.durability == storage.Transactional && result.Status != nil && c.i.opts.notStored[codes.Code(result.Status.Code)] {
 		c.tx.Rollback()
 	} else if err := c.complete(detached, result); err != nil {
 		return nil, err
@@ -366,16 +369,10 @@ func (c *call) complete(ctx context.Context, result *storage.Result) error {
 	defer cancel()
 	start := time.Now()
 	done := c.claim.Completed(result)
-	// Only a claim that is not durable commits with the handler's writes.
-	// Its stored error left nothing behind, so an operator may release it.
-	done.Transactional = !c.durable
+	done.Durability = c.durability // a Transactional error left nothing behind: it may be released
 	var err error
 	if c.tx != nil {
-		writes := storage.KeepWrites
-		if result.Status != nil {
-			writes = storage.DropWrites // a handler that failed leaves no writes behind
-		}
-		err = c.tx.Commit(ctx, done, writes)
+		err = c.tx.Commit(ctx, done)
 	} else {
 		err = c.i.store.Complete(ctx, c.key, done)
 	}
@@ -385,7 +382,7 @@ func (c *call) complete(ctx context.Context, result *storage.Result) error {
 		return nil
 	case errors.Is(err, storage.ErrSuperseded):
 		return errSuperseded(c.key.Key, c.claim.Attempt)
-	case errors.Is(err, storage.ErrConflict) && !c.durable:
+	case errors.Is(err, storage.ErrConflict) && c.durability == storage.Transactional:
 		return errRunAgain
 	default:
 		c.obs.Err = err
@@ -532,8 +529,8 @@ func (c *call) storeFailure(err error) error {
 	case errors.Is(err, storage.ErrDamaged):
 		return status.Errorf(codes.DataLoss, "idempotency store found its data damaged; the result of attempt %d was not stored", c.claim.Attempt)
 	case errors.Is(err, storage.ErrOutcomeUnknown):
-		return errOutcomeUnknown(c.key.Key, c.claim.Attempt, c.durable)
-	case c.durable:
+		return errOutcomeUnknown(c.key.Key, c.claim.Attempt, c.durability == storage.Durable)
+	case c.durability == storage.Durable:
 		return status.Errorf(codes.Unavailable,
 			"idempotency store failed to save the result of attempt %d; retry with the same key", c.claim.Attempt)
 	default:

@@ -42,8 +42,8 @@ func TestRecord_SaysWhetherATransactionalMethodStoredIt(t *testing.T) {
 				t.Fatalf("got %v, want INVALID_ARGUMENT", err)
 			}
 			rec := h.stored(t, "tok", "k")
-			if rec == nil || rec.State != storage.StateCompleted || rec.Transactional != tc.want {
-				t.Fatalf("stored %+v, want completed with Transactional %t", rec, tc.want)
+			if rec == nil || rec.State != storage.StateCompleted || (rec.Durability == storage.Transactional) != tc.want {
+				t.Fatalf("stored %+v, want completed with Durability Transactional %t", rec, tc.want)
 			}
 		})
 	}

@@ -249,7 +249,7 @@ func TestUpdate_LockTimeoutInTx_FailsTx(t *testing.T) {
 		Scheme:      interceptor.FingerprintScheme,
 		Now:         t0, Lease: 30 * time.Second, TTL: time.Hour,
 	}
-	outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.ClaimInTx)
+	outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.Transactional)
 	if err != nil || outcome != storage.OutcomeFresh {
 		t.Fatalf("ClaimTx = %v, %v", outcome, err)
 	}
@@ -261,7 +261,7 @@ func TestUpdate_LockTimeoutInTx_FailsTx(t *testing.T) {
 	if err == nil || !isLockTimeout(err) || ctx.Err() != nil || calls != 0 {
 		t.Fatalf("UpdateIntent in a Tx past the lock timeout = %v (context %v) after %d calls of update; want the lock timeout at once, update never called", err, ctx.Err(), calls)
 	}
-	if err := tx.Commit(context.Background(), rec.Completed(&storage.Result{}), storage.KeepWrites); err == nil {
+	if err := tx.Commit(context.Background(), rec.Completed(&storage.Result{})); err == nil {
 		t.Error("Commit of a Tx whose update timed out = nil, want an error")
 	}
 	holder.Rollback(context.Background())

@@ -25,7 +25,7 @@ func BenchmarkCreate(b *testing.B) {
 	b.ReportAllocs()
 	for i := range b.N {
 		req := request(fmt.Sprintf("create-%d", i), time.Now())
-		outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.ClaimInTx)
+		outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.Transactional)
 		if err != nil || outcome != storage.OutcomeFresh {
 			b.Fatalf("ClaimTx = %v, %v", outcome, err)
 		}
@@ -36,7 +36,7 @@ func BenchmarkCreate(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := tx.Commit(ctx, rec.Completed(res), storage.KeepWrites); err != nil {
+		if err := tx.Commit(ctx, rec.Completed(res)); err != nil {
 			b.Fatal(err)
 		}
 	}

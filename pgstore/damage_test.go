@@ -48,7 +48,7 @@ func TestClaim_DamagedRecord_ErrDamaged(t *testing.T) {
 			if outcome, _, err := reader.Claim(ctx, req); !errors.Is(err, storage.ErrDamaged) {
 				t.Errorf("Claim of the damaged key = %v, %v; want ErrDamaged", outcome, err)
 			}
-			if _, _, tx, err := reader.ClaimTx(ctx, req, storage.ClaimInTx); !errors.Is(err, storage.ErrDamaged) || tx != nil {
+			if _, _, tx, err := reader.ClaimTx(ctx, req, storage.Transactional); !errors.Is(err, storage.ErrDamaged) || tx != nil {
 				t.Errorf("ClaimTx of the damaged key = %v, %v; want ErrDamaged and no Tx", tx, err)
 			}
 			if got, err := reader.Get(ctx, req.Key); !errors.Is(err, storage.ErrDamaged) {

@@ -83,7 +83,7 @@ func TestFailover_SilentPrimary_ProbesClaimsAndNoticesMove(t *testing.T) {
 	}
 
 	req := request("after-failover", time.Now())
-	_, rec, tx, err := a.ClaimTx(context.Background(), req, storage.ClaimDurable)
+	_, rec, tx, err := a.ClaimTx(context.Background(), req, storage.Durable)
 	if err != nil {
 		t.Fatalf("claim on the promoted primary: %v", err)
 	}
@@ -91,7 +91,7 @@ func TestFailover_SilentPrimary_ProbesClaimsAndNoticesMove(t *testing.T) {
 	defer stop()
 	other, stopOther := b.Watch(storage.RecordKey{Scope: "alice", Key: "other"})
 	defer stopOther()
-	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.KeepWrites); err != nil {
+	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done"))); err != nil {
 		t.Fatalf("commit on the promoted primary: %v", err)
 	}
 	select {

@@ -133,7 +133,7 @@ func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing
 			opts := &pgstore.Options{LockTimeout: 300 * time.Millisecond}
 			a, b := open(t, name, opts), open(t, name, opts)
 			req := request("k", time.Now())
-			outcome, rec, tx, err := a.ClaimTx(context.Background(), req, storage.ClaimInTx)
+			outcome, rec, tx, err := a.ClaimTx(context.Background(), req, storage.Transactional)
 			if err != nil || outcome != storage.OutcomeFresh {
 				t.Fatalf("ClaimTx = %v, %v", outcome, err)
 			}
@@ -153,7 +153,7 @@ func TestClaimTx_DuplicateOnOtherProcess_WaitsThenReplaysOrIsInFlight(t *testing
 			} else {
 				time.Sleep(50 * time.Millisecond) // let it reach the lock (if it does not, it still replays)
 			}
-			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.KeepWrites); err != nil {
+			if err := tx.Commit(context.Background(), rec.Completed(result(t, "done"))); err != nil {
 				t.Fatalf("Commit: %v", err)
 			}
 			if !holdPastTimeout {
@@ -171,7 +171,7 @@ func TestWatch_ClaimEndsInOtherProcess_WakesWatcher(t *testing.T) {
 	name := fresh("watch")
 	a, b := open(t, name, nil), open(t, name, nil)
 	req := request("k", time.Now())
-	_, rec, tx, err := a.ClaimTx(context.Background(), req, storage.ClaimDurable)
+	_, rec, tx, err := a.ClaimTx(context.Background(), req, storage.Durable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestWatch_ClaimEndsInOtherProcess_WakesWatcher(t *testing.T) {
 	defer stop()
 	other, stopOther := b.Watch(storage.RecordKey{Scope: "alice", Key: "other"})
 	defer stopOther()
-	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done")), storage.KeepWrites); err != nil {
+	if err := tx.Commit(context.Background(), rec.Completed(result(t, "done"))); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -292,7 +292,7 @@ func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
 	db := open(t, fresh("restart"), nil)
 	ctx := context.Background()
 	req := request("cut", time.Now())
-	_, rec, tx, err := db.ClaimTx(ctx, req, storage.ClaimInTx)
+	_, rec, tx, err := db.ClaimTx(ctx, req, storage.Transactional)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestRestart_ClaimsFailWhileDownRecoverAfter(t *testing.T) {
 			c.StartAgain(t)
 		}
 	}()
-	if err := tx.Commit(ctx, rec.Completed(result(t, "lost")), storage.KeepWrites); err == nil {
+	if err := tx.Commit(ctx, rec.Completed(result(t, "lost"))); err == nil {
 		t.Fatal("Commit with the database down = nil, want an error")
 	}
 	down, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -410,19 +410,19 @@ func TestCommit_ConnectionLostAtCommit_OutcomeUnknown(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 
 	req := request("k", time.Now())
-	outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.ClaimInTx)
+	outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.Transactional)
 	if err != nil || outcome != storage.OutcomeFresh {
 		t.Fatalf("ClaimTx = %v, %v; want fresh", outcome, err)
 	}
 	proxy.CutWhenClientSends([]byte("COMMIT"))
-	err = tx.Commit(ctx, rec.Completed(result(t, "the answer")), storage.KeepWrites)
+	err = tx.Commit(ctx, rec.Completed(result(t, "the answer")))
 	if !errors.Is(err, storage.ErrOutcomeUnknown) {
 		t.Fatalf("Commit over a connection lost at COMMIT = %v, want ErrOutcomeUnknown", err)
 	}
 	if proxy.Cuts() != 1 {
 		t.Fatalf("%d cuts, want the one at COMMIT", proxy.Cuts())
 	}
-	switch outcome, _, tx, err := db.ClaimTx(ctx, request("k", time.Now()), storage.ClaimInTx); {
+	switch outcome, _, tx, err := db.ClaimTx(ctx, request("k", time.Now()), storage.Transactional); {
 	case err != nil:
 		t.Fatalf("the next claim: %v", err)
 	case outcome == storage.OutcomeFresh:
@@ -444,15 +444,15 @@ func TestCommit_DroppedWrites_KeyLockedUntilTheRecordCommits(t *testing.T) {
 	name := fresh("dropped_writes")
 	db := open(t, name, &pgstore.Options{MaxConns: 1, LockTimeout: 30 * time.Second})
 	ctx := context.Background()
-	_, rec, tx, err := db.ClaimTx(ctx, request("warm", time.Now()), storage.ClaimInTx)
+	_, rec, tx, err := db.ClaimTx(ctx, request("warm", time.Now()), storage.Transactional)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(ctx, rec.Completed(result(t, "bad amount")), storage.DropWrites); err != nil {
+	if err := tx.Commit(ctx, rec.Completed(result(t, "bad amount"))); err != nil {
 		t.Fatal(err)
 	}
 	req := request("k", time.Now())
-	_, rec, tx, err = db.ClaimTx(ctx, req, storage.ClaimInTx)
+	_, rec, tx, err = db.ClaimTx(ctx, req, storage.Transactional)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestCommit_DroppedWrites_KeyLockedUntilTheRecordCommits(t *testing.T) {
 	}
 	committed := make(chan error, 1)
 	go func() {
-		committed <- tx.Commit(ctx, rec.Completed(result(t, "bad amount")), storage.DropWrites)
+		committed <- tx.Commit(ctx, rec.Completed(result(t, "bad amount")))
 	}()
 
 	asker := pgtest.Connect(t, cluster.URL(name))
@@ -526,7 +526,7 @@ func TestClaimTx_ReadCommittedWhateverTheDatabasesDefault(t *testing.T) {
 	if err := db.Pool().QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level); err != nil || level != "repeatable read" {
 		t.Fatalf("the database's default = %q, %v; want repeatable read", level, err)
 	}
-	for _, durability := range []storage.Durability{storage.ClaimInTx, storage.ClaimDurable} {
+	for _, durability := range []storage.Durability{storage.Transactional, storage.Durable} {
 		outcome, _, tx, err := db.ClaimTx(ctx, request(fmt.Sprint("isolation-", durability), time.Now()), durability)
 		if err != nil || outcome != storage.OutcomeFresh {
 			t.Fatalf("ClaimTx(durable %v) = %v, %v", durability, outcome, err)

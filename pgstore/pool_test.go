@@ -35,13 +35,13 @@ func storeAndRelease(t *testing.T, db *pgstore.DB) {
 	t.Helper()
 	ctx := context.Background()
 	req := request("k", time.Now())
-	_, rec, tx, err := db.ClaimTx(ctx, req, storage.ClaimInTx)
+	_, rec, tx, err := db.ClaimTx(ctx, req, storage.Transactional)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := rec.Completed(&storage.Result{Status: &spb.Status{Code: int32(codes.InvalidArgument), Message: "bad amount"}})
-	done.Transactional = true
-	if err := tx.Commit(ctx, done, storage.DropWrites); err != nil {
+	done.Durability = storage.Transactional
+	if err := tx.Commit(ctx, done); err != nil {
 		t.Fatal(err)
 	}
 	claim(t, db, request("k", time.Now()), storage.OutcomeReplay)

@@ -31,7 +31,7 @@ const sweepBatch = 1000
 // Claim decides req and, when it is claimed, commits the claim before
 // returning.
 func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
-	outcome, rec, tx, err := db.claim(ctx, req, true)
+	outcome, rec, tx, err := db.claim(ctx, req, storage.Durable)
 	if tx != nil {
 		tx.Rollback() // nothing to roll back: a durable claim's Tx begins on its first statement
 	}
@@ -39,13 +39,13 @@ func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outc
 }
 
 // ClaimTx decides req as Claim does and, when it is claimed, returns the Tx
-// that completes it. A claim that is not durable writes nothing yet: it
+// that completes it. A Transactional claim writes nothing yet: it
 // holds the key's lock in the Tx's open transaction, and its record is
 // inserted, completed, when the Tx commits. Other processes' claims of the
 // key wait for the lock, and see the result once it commits. A crash, or a
 // connection lost, releases the lock and leaves nothing.
-func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
-	outcome, rec, tx, err := db.claim(ctx, req, durable)
+func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
+	outcome, rec, tx, err := db.claim(ctx, req, d)
 	if tx == nil {
 		return outcome, rec, nil, err // no typed nil in the interface
 	}
@@ -60,7 +60,7 @@ func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable sto
 // duplicates, however many, leave the pool to fresh requests. Each look
 // also reads the record as committed, which answers a duplicate at once
 // when it can (a replay, a mismatch).
-func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
+func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
@@ -82,7 +82,7 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, durable stora
 			db.ledger.Remember(req.Key, rec, nil, l.sighting)
 			return outcome, rec, nil, nil
 		case l.tx != nil:
-			return db.take(ctx, l, outcome, rec, durable)
+			return db.take(ctx, l, outcome, rec, d)
 		case l.lockTimedOut || l.at.After(giveUp):
 			// Another claim of the key holds its lock, most likely of the
 			// same request. In flight once a look begun after LockTimeout
@@ -185,14 +185,14 @@ func (db *DB) lookWithoutLock(ctx context.Context, req storage.ClaimRequest, s l
 	return l, nil
 }
 
-// take makes rec, the claim l decided, in l's transaction. A claim that is
-// not durable keeps the transaction open, and the lock, and is held in the
-// ledger: its record is written when its Tx commits. A durable one writes
+// take makes rec, the claim l decided, in l's transaction. A
+// Transactional claim keeps the transaction open, and the lock, and is held in the
+// ledger: its record is written when its Tx commits. A Durable one writes
 // its claim, commits and unlocks at once.
-func (db *DB) take(ctx context.Context, l look, outcome storage.Outcome, rec *storage.Record, durable storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
+func (db *DB) take(ctx context.Context, l look, outcome storage.Outcome, rec *storage.Record, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	t := l.tx
-	t.claim, t.prior, t.lease, t.claimedAt, t.durable = rec, l.stored, l.req.Lease, l.at, bool(durable)
-	if !durable {
+	t.claim, t.prior, t.lease, t.claimedAt, t.durable = rec, l.stored, l.req.Lease, l.at, d == storage.Durable
+	if !t.durable {
 		db.ledger.Hold(t.key, rec)
 		return outcome, rec, t, nil
 	}
@@ -312,7 +312,7 @@ func queueInsert(b *pgx.Batch, k storage.RecordKey, r *storage.Record, lease tim
 			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, lease_expire_time, expire_time, result, transactional, claim_time)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		k.Scope, k.Key, r.Fingerprint[:], r.Scheme, int16(r.State), int64(r.Attempt), r.Token[:], r.Owner,
-		lease.Microseconds(), leaseExpiry, r.Expiry, res, r.Transactional, nullTime(r.ClaimTime))
+		lease.Microseconds(), leaseExpiry, r.Expiry, res, r.Durability == storage.Transactional, nullTime(r.ClaimTime))
 	return nil
 }
 
@@ -412,8 +412,10 @@ func scanRecord(row pgx.Row, first ...any) (*storage.Record, error) {
 	case c.state == nil:
 		return nil, nil
 	}
-	rec := &storage.Record{Scheme: *c.scheme, State: storage.State(*c.state), Attempt: uint64(*c.attempt), Owner: *c.owner, Expiry: *c.expiry,
-		Transactional: *c.transactional}
+	rec := &storage.Record{Scheme: *c.scheme, State: storage.State(*c.state), Attempt: uint64(*c.attempt), Owner: *c.owner, Expiry: *c.expiry}
+	if *c.transactional {
+		rec.Durability = storage.Transactional
+	}
 	switch {
 	case rec.State != storage.StateInFlight && rec.State != storage.StateCompleted:
 		return nil, fmt.Errorf("pgstore: %w: a record has state %d", storage.ErrDamaged, *c.state)

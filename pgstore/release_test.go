@@ -16,13 +16,13 @@ import (
 // storeTxError stores a transactional method's error for key through db.
 func storeTxError(t *testing.T, db *pgstore.DB, key string) {
 	t.Helper()
-	outcome, rec, tx, err := db.ClaimTx(context.Background(), request(key, time.Now()), storage.ClaimInTx)
+	outcome, rec, tx, err := db.ClaimTx(context.Background(), request(key, time.Now()), storage.Transactional)
 	if err != nil || outcome != storage.OutcomeFresh {
 		t.Fatalf("ClaimTx(%s) = %v, %v", key, outcome, err)
 	}
 	done := rec.Completed(&storage.Result{Status: &spb.Status{Code: int32(codes.InvalidArgument), Message: "bad amount"}})
-	done.Transactional = true
-	if err := tx.Commit(context.Background(), done, storage.DropWrites); err != nil {
+	done.Durability = storage.Transactional
+	if err := tx.Commit(context.Background(), done); err != nil {
 		t.Fatalf("Commit(%s): %v", key, err)
 	}
 }
@@ -63,7 +63,7 @@ func TestRelease_RealClock_RefusesAndKeeps(t *testing.T) {
 	a, b := open(t, name, opts), open(t, name, opts)
 	done := claim(t, a, request("durable", time.Now()), storage.OutcomeFresh).Completed(
 		&storage.Result{Status: &spb.Status{Code: int32(codes.Unavailable), Message: "downstream"}})
-	done.Transactional = true // Complete keeps only what a durable claim can be: not transactional
+	done.Durability = storage.Transactional // Complete keeps only what a durable claim can be: not transactional
 	if err := a.Complete(context.Background(), request("durable", time.Time{}).Key, done); err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +72,14 @@ func TestRelease_RealClock_RefusesAndKeeps(t *testing.T) {
 	}
 	claim(t, b, request("durable", time.Now()), storage.OutcomeReplay)
 
-	outcome, rec, tx, err := a.ClaimTx(context.Background(), request("held", time.Now()), storage.ClaimInTx)
+	outcome, rec, tx, err := a.ClaimTx(context.Background(), request("held", time.Now()), storage.Transactional)
 	if err != nil || outcome != storage.OutcomeFresh {
 		t.Fatalf("ClaimTx = %v, %v", outcome, err)
 	}
 	if _, err := b.Release(context.Background(), request("held", time.Time{}).Key, time.Time{}); !errors.Is(err, storage.ErrReleaseInFlight) {
 		t.Errorf("Release of a key another replica's claim holds: %v, want ErrReleaseInFlight", err)
 	}
-	if err := tx.Commit(context.Background(), rec.Completed(result(t, "ok")), storage.KeepWrites); err != nil {
+	if err := tx.Commit(context.Background(), rec.Completed(result(t, "ok"))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Release(context.Background(), request("held", time.Time{}).Key, time.Time{}); !errors.Is(err, storage.ErrReleaseSuccess) {

@@ -110,11 +110,11 @@ func (t *Tx) run(ctx context.Context, fn func(Querier) error) error {
 	return nil
 }
 
-// Commit stores done and, with keepWrites, the handler's statements, in
+// Commit stores done and, if it keeps writes, the handler's statements, in
 // one transaction, if the claim still stands and no statement run through
 // t failed. Waiters in other processes hear of it when it may have kept
 // them waiting: for a durable claim, or one held longer than LockTimeout.
-func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storage.Writes) error {
+func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.ended {
@@ -128,12 +128,13 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 	t.committing = t.db.ledger.Sight(t.key)
 	notify := t.durable || time.Since(t.claimedAt) >= t.db.opts.LockTimeout
 	if t.durable {
-		return t.commitDurableLocked(ctx, done, bool(keepWrites), notify)
+		return t.commitDurableLocked(ctx, done, notify)
 	}
 	// One round trip. Should the record's insert fail (the claim was
 	// superseded), the transaction aborts and the COMMIT after it does
 	// not run: the handler's writes never commit without their record.
 	b := &pgx.Batch{}
+	keepWrites := done.KeepsWrites()
 	if !keepWrites {
 		// The key stays locked from the rollback to the record's commit:
 		// the session takes its lock too (at once: it holds it already).
@@ -167,15 +168,15 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record, keepWrites storag
 }
 
 // commitDurableLocked completes a durable claim: with the handler's
-// statements, if it made any and keepWrites, in their transaction, in one
+// statements, if it made any and done keeps them, in their transaction, in one
 // round trip; otherwise in a statement of its own.
-func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, keepWrites, notify bool) error {
+func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, notify bool) error {
 	stmt, args, err := completion(t.key, done, notify)
 	if err != nil {
 		t.rollbackLocked()
 		return err
 	}
-	if t.conn == nil || !keepWrites {
+	if t.conn == nil || !done.KeepsWrites() {
 		t.rollbackLocked()
 		_, err := t.db.pool.Exec(ctx, stmt, args...)
 		if err == nil {

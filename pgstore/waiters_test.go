@@ -46,9 +46,9 @@ func TestClaim_WaitersHoldNoConnection(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the duplicates are waiting
 	for i := range 10 {
 		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, rec, tx, err := db.ClaimTx(fctx, request(fmt.Sprintf("fresh-%d", i), time.Now()), storage.ClaimInTx)
+		_, rec, tx, err := db.ClaimTx(fctx, request(fmt.Sprintf("fresh-%d", i), time.Now()), storage.Transactional)
 		if err == nil {
-			err = tx.Commit(fctx, rec.Completed(result(t, "done")), storage.KeepWrites)
+			err = tx.Commit(fctx, rec.Completed(result(t, "done")))
 		}
 		cancel()
 		if err != nil {

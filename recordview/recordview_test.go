@@ -234,7 +234,7 @@ func wantLookup(t *testing.T, lookup lookupFunc, db, id string) {
 
 func TestView_Transactional_InTextAndJSON(t *testing.T) {
 	done := inFlight().Completed(created(t, "pi_1"))
-	done.Transactional = true
+	done.Durability = storage.Transactional
 	v := recordview.New(key, done, now)
 	if !v.Transactional || !strings.Contains(text(v, now), "transactional:      yes") {
 		t.Errorf("a transactional method's record: %+v\n%s", v, text(v, now))
@@ -243,7 +243,7 @@ func TestView_Transactional_InTextAndJSON(t *testing.T) {
 	if !strings.Contains(string(b), `"transactional":true`) {
 		t.Errorf("JSON %s lacks transactional true", b)
 	}
-	done.Transactional = false
+	done.Durability = storage.Durable
 	if got := text(recordview.New(key, done, now), now); !strings.Contains(got, "transactional:      no\n") {
 		t.Errorf("another method's record:\n%s", got)
 	}

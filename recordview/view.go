@@ -59,7 +59,7 @@ func New(k storage.RecordKey, rec *storage.Record, now time.Time) *View {
 		Owner:             rec.Owner,
 		Expiry:            rec.Expiry.UTC(),
 		Completed:         rec.State == storage.StateCompleted,
-		Transactional:     rec.Transactional,
+		Transactional:     rec.Durability == storage.Transactional,
 		Details:           []string{},
 	}
 	switch {

@@ -28,13 +28,13 @@ func storeTx(t *testing.T, db *boltstore.DB, key string, result *storage.Result)
 	k := storage.RecordKey{Scope: "alice", Key: key}
 	_, claim, tx, err := db.ClaimTx(context.Background(), storage.ClaimRequest{
 		Key: k, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
-	}, storage.ClaimInTx)
+	}, storage.Transactional)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := claim.Completed(result)
-	done.Transactional = true
-	if err := tx.Commit(context.Background(), done, storage.DropWrites); err != nil {
+	done.Durability = storage.Transactional
+	if err := tx.Commit(context.Background(), done); err != nil {
 		t.Fatal(err)
 	}
 }

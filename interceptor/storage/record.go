@@ -23,7 +23,7 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 		ClaimToken:        r.Token[:],
 		Owner:             r.Owner,
 		ExpireTime:        timestamppb.New(r.Expiry),
-		Transactional:     r.Transactional,
+		Transactional:     r.Durability == Transactional,
 	}
 	if !r.LeaseExpiry.IsZero() {
 		pb.LeaseExpireTime = timestamppb.New(r.LeaseExpiry)
@@ -57,7 +57,10 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	}
 	*r = Record{
 		Scheme: pb.FingerprintScheme, State: state, Attempt: pb.Attempt, Owner: pb.Owner,
-		Expiry: pb.ExpireTime.AsTime(), Transactional: pb.Transactional,
+		Expiry: pb.ExpireTime.AsTime(),
+	}
+	if pb.Transactional {
+		r.Durability = Transactional
 	}
 	copy(r.Fingerprint[:], pb.Fingerprint)
 	copy(r.Token[:], pb.ClaimToken)

@@ -36,7 +36,7 @@ func TestRecord_MarshalRoundTrip(t *testing.T) {
 	withStatus := withResponse
 	withStatus.Result = &storage.Result{Status: &spb.Status{Code: 13, Message: "boom", Details: []*anypb.Any{detail}}}
 	transactional := withStatus
-	transactional.Transactional = true
+	transactional.Durability = storage.Transactional
 
 	for name, r := range map[string]*storage.Record{"in flight": inFlight, "response": &withResponse, "status": &withStatus, "transactional": &transactional} {
 		b, err := r.MarshalBinary()
@@ -52,7 +52,7 @@ func TestRecord_MarshalRoundTrip(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if got.Fingerprint != r.Fingerprint || got.Scheme != r.Scheme || got.State != r.State || got.Attempt != r.Attempt || got.Token != r.Token ||
-			!got.LeaseExpiry.Equal(r.LeaseExpiry) || !got.Expiry.Equal(r.Expiry) || got.Transactional != r.Transactional {
+			!got.LeaseExpiry.Equal(r.LeaseExpiry) || !got.Expiry.Equal(r.Expiry) || got.Durability != r.Durability {
 			t.Errorf("%s: decoded %+v, want %+v", name, got, r)
 		}
 		if r.Result != nil && (!proto.Equal(got.Result.Response, r.Result.Response) || !proto.Equal(got.Result.Status, r.Result.Status) ||

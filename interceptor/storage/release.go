@@ -51,7 +51,7 @@ func CheckRelease(stored *Record, now time.Time) error {
 		return ErrReleaseInFlight
 	case stored.Result.Status == nil:
 		return ErrReleaseSuccess
-	case !stored.Transactional:
+	case stored.Durability != Transactional:
 		return ErrReleaseNotTransactional
 	}
 	return nil

@@ -64,32 +64,28 @@ type TxStore interface {
 
 	// ClaimTx decides req as Claim does. When the outcome is Claimed, it
 	// returns the Tx that the handler's writes join and that completes the
-	// claim. A ClaimDurable claim is committed before ClaimTx returns, as
-	// Claim's is. A ClaimInTx one (a transactional method, whose only
-	// effects are writes through the Tx) need only keep concurrent
-	// duplicates out until the Tx ends: it becomes durable together with
-	// the handler's writes and the completion, or never.
-	ClaimTx(ctx context.Context, req ClaimRequest, durability Durability) (Outcome, *Record, Tx, error)
+	// claim. A Durable claim is committed before ClaimTx returns, as
+	// Claim's is. A Transactional one need only keep concurrent duplicates
+	// out until the Tx ends. It becomes durable together with the
+	// handler's writes and the completion, or never.
+	ClaimTx(ctx context.Context, req ClaimRequest, d Durability) (Outcome, *Record, Tx, error)
 }
 
-// Durability says when a claim of ClaimTx is committed.
-type Durability bool
+// Durability is when a claim is committed. It follows from what the
+// handler may do, and so it also says what a stored error left behind:
+// whether an operator may release it (see CheckRelease).
+type Durability uint8
 
 const (
-	// ClaimInTx: with the Tx that completes it, or never.
-	ClaimInTx Durability = false
-	// ClaimDurable: before ClaimTx returns.
-	ClaimDurable Durability = true
-)
-
-// Writes says whether Commit keeps the handler's writes.
-type Writes bool
-
-const (
-	// DropWrites: the completion alone is stored (a handler that failed).
-	DropWrites Writes = false
-	// KeepWrites: the handler's writes commit with the completion.
-	KeepWrites Writes = true
+	// Durable: the claim is committed before the handler runs. Its handler
+	// may act outside the store, so a stored error of it may have acted.
+	// The zero value, and the only durability of Store.Claim.
+	Durable Durability = iota
+	// Transactional: the claim commits in the Tx that completes it, with
+	// the handler's writes, or never. A handler declared so (the
+	// interceptor's WithTransactional) acts only through its writes. A
+	// stored error of it kept none of them.
+	Transactional
 )
 
 // Tx is a unit of work of a TxStore: the handler's writes and the
@@ -100,17 +96,18 @@ type Tx interface {
 	// through the store's repositories with it join the Tx.
 	Context(parent context.Context) context.Context
 
-	// Commit stores done, the completed form of the claim, and, with
-	// KeepWrites, the writes the handler made through the Tx, in
-	// one transaction, provided CheckClaim finds the claim still the stored
-	// one (ErrSuperseded otherwise). If any of it fails, none of it is
-	// stored, a claim that was not durable is released, and the error is
-	// returned; unless the store cannot tell whether it was stored, which
-	// its error says by wrapping ErrOutcomeUnknown.
-	Commit(ctx context.Context, done *Record, writes Writes) error
+	// Commit stores done, the completed form of the claim, in one
+	// transaction with the writes the handler made through the Tx. It keeps
+	// those writes only when done's result is a response (KeepsWrites): an
+	// error names no writes. CheckClaim must find the claim still the
+	// stored one, else Commit returns ErrSuperseded. If any of it fails,
+	// none of it is stored, a Transactional claim is released, and the
+	// error is returned. A store that cannot tell whether it stored it
+	// returns an error wrapping ErrOutcomeUnknown.
+	Commit(ctx context.Context, done *Record) error
 
-	// Rollback discards the handler's writes and releases a claim that was
-	// not durable; a durable claim stays in flight, for the lease rule.
+	// Rollback discards the handler's writes and releases a Transactional
+	// claim. A Durable claim stays in flight, for the lease rule.
 	Rollback()
 }
 
@@ -249,13 +246,10 @@ type Record struct {
 	Expiry time.Time
 	// Result is set once the record is completed.
 	Result *Result
-	// Transactional says that a transactional method (the interceptor's
-	// WithTransactional, on a TxStore) stored it: its writes commit with
-	// its result, so a stored error kept none of them. Only such an error
-	// may be released (see Releaser). The interceptor sets it only on the
-	// completion of a claim that was not durable (ClaimInTx); a store may
-	// keep any other completion's false, the side that releases nothing.
-	Transactional bool
+	// Durability is that of the claim this record completes. A store keeps
+	// it with the result, so that Release can tell a Transactional error,
+	// which left nothing behind, from a Durable one.
+	Durability Durability
 }
 
 // Result is everything the handler sent back.
@@ -337,4 +331,18 @@ func (r *Record) Completed(result *Result) *Record {
 	done.LeaseExpiry = time.Time{}
 	done.Result = result
 	return &done
+}
+
+// KeepsWrites reports whether a Tx that commits r keeps the handler's
+// writes. It does only for a response: an error names no writes, so a
+// handler that failed leaves none behind.
+func (r *Record) KeepsWrites() bool {
+	return r.Result != nil && r.Result.Status == nil
+}
+
+func (d Durability) String() string {
+	if d == Transactional {
+		return "transactional"
+	}
+	return "durable"
 }

@@ -62,7 +62,7 @@ func testInFlightList(t *testing.T, open Opener) {
 	complete(t, s, done, claim(t, s, done, storage.OutcomeFresh), sampleResult(t, "done"))
 	if ts, ok := s.(storage.TxStore); ok {
 		held := request("held-in-tx", "body", t0.Add(time.Minute))
-		claimTx(t, ts, held, storage.ClaimInTx, storage.OutcomeFresh)
+		claimTx(t, ts, held, storage.Transactional, storage.OutcomeFresh)
 		want = append(want, "scope-a/held-in-tx")
 	}
 	slices.Sort(want)
@@ -125,7 +125,7 @@ func testInFlightReopen(t *testing.T, open Opener) {
 	as[storage.InFlightLister](t, s) // fails at once on a store that cannot list
 	claim(t, s, request("orphan", "body", t0), storage.OutcomeFresh)
 	if ts, ok := s.(storage.TxStore); ok {
-		_, tx := claimTx(t, ts, request("rolled-back", "body", t0), storage.ClaimInTx, storage.OutcomeFresh)
+		_, tx := claimTx(t, ts, request("rolled-back", "body", t0), storage.Transactional, storage.OutcomeFresh)
 		tx.Rollback()
 	}
 	s = reopen(t, open, dir, s)
@@ -141,7 +141,7 @@ func testInFlightTakenOverInTx(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts, l := as[storage.TxStore](t, s), as[storage.InFlightLister](t, s)
 	claim(t, s, request("orphan", "body", t0), storage.OutcomeFresh)
-	rec, tx := claimTx(t, ts, request("orphan", "body", t0.Add(2*lease)), storage.ClaimInTx, storage.OutcomeTakeover)
+	rec, tx := claimTx(t, ts, request("orphan", "body", t0.Add(2*lease)), storage.Transactional, storage.OutcomeTakeover)
 	commit(t, tx, rec, sampleResult(t, "done"))
 	if keys, _ := listInFlight(t, l, 10); len(keys) != 0 {
 		t.Fatalf("InFlight after a transactional takeover committed listed %v, want none", keys)

@@ -15,16 +15,18 @@ import (
 func storeResult(t *testing.T, s Store, req storage.ClaimRequest, result *storage.Result, transactional bool) *storage.Record {
 	t.Helper()
 	if ts, ok := s.(storage.TxStore); ok && transactional {
-		rec, tx := claimTx(t, ts, req, storage.ClaimInTx, storage.OutcomeFresh)
+		rec, tx := claimTx(t, ts, req, storage.Transactional, storage.OutcomeFresh)
 		done := rec.Completed(result)
-		done.Transactional = true
-		if err := tx.Commit(context.Background(), done, storage.DropWrites); err != nil {
+		done.Durability = storage.Transactional
+		if err := tx.Commit(context.Background(), done); err != nil {
 			t.Fatalf("Commit: %v", err)
 		}
 		return done
 	}
 	done := claim(t, s, req, storage.OutcomeFresh).Completed(result)
-	done.Transactional = transactional
+	if transactional {
+		done.Durability = storage.Transactional
+	}
 	if err := s.Complete(context.Background(), req.Key, done); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -47,7 +49,7 @@ func testReleaseTxError(t *testing.T, open Opener) {
 	if err != nil {
 		t.Fatalf("Release of a transactional method's stored error: %v", err)
 	}
-	if got == nil || got.Attempt != done.Attempt || got.Token != done.Token || !got.Transactional {
+	if got == nil || got.Attempt != done.Attempt || got.Token != done.Token || got.Durability != storage.Transactional {
 		t.Fatalf("Release returned %+v, want the stored record %+v", got, done)
 	}
 	sameResult(t, got.Result, errorResult(t))
@@ -103,7 +105,7 @@ func testReleasePendingTx(t *testing.T, s Store, r storage.Releaser) {
 		return
 	}
 	req := request("pending", "body", t0)
-	rec, tx := claimTx(t, ts, req, storage.ClaimInTx, storage.OutcomeFresh)
+	rec, tx := claimTx(t, ts, req, storage.Transactional, storage.OutcomeFresh)
 	_, err := r.Release(context.Background(), req.Key, t0)
 	if !errors.Is(err, storage.ErrReleaseInFlight) && !errors.Is(err, storage.ErrNoRecord) {
 		t.Errorf("Release of a claim not yet committed: %v, want ErrReleaseInFlight or ErrNoRecord", err)

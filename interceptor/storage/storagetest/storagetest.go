@@ -196,10 +196,10 @@ func claimTx(t *testing.T, s storage.TxStore, req storage.ClaimRequest, durable 
 		t.Cleanup(tx.Rollback)
 	}
 	if err != nil {
-		t.Fatalf("ClaimTx(%q at %v, durable %t): %v", req.Key.Key, req.Now, durable, err)
+		t.Fatalf("ClaimTx(%q at %v, durability %v): %v", req.Key.Key, req.Now, durable, err)
 	}
 	if got != want {
-		t.Fatalf("ClaimTx(%q at %v, durable %t) = %v, want %v", req.Key.Key, req.Now, durable, got, want)
+		t.Fatalf("ClaimTx(%q at %v, durability %v) = %v, want %v", req.Key.Key, req.Now, durable, got, want)
 	}
 	if rec == nil {
 		t.Fatalf("ClaimTx(%q) returned no record", req.Key.Key)
@@ -210,10 +210,19 @@ func claimTx(t *testing.T, s storage.TxStore, req storage.ClaimRequest, durable 
 	return rec, tx
 }
 
-// commit commits tx with claim completed as result, keeping its writes.
+// durability is the Durability of a claim durable or not: subtests keep
+// their names of a bool.
+func durability(durable bool) storage.Durability {
+	if durable {
+		return storage.Durable
+	}
+	return storage.Transactional
+}
+
+// commit commits tx with claim completed as result.
 func commit(t *testing.T, tx storage.Tx, claim *storage.Record, result *storage.Result) {
 	t.Helper()
-	if err := tx.Commit(context.Background(), claim.Completed(result), storage.KeepWrites); err != nil {
+	if err := tx.Commit(context.Background(), claim.Completed(result)); err != nil {
 		t.Fatalf("Commit(attempt %d): %v", claim.Attempt, err)
 	}
 }
@@ -637,7 +646,7 @@ func testClaimTxCanceled(t *testing.T, open Opener) {
 			s := newStore(t, open)
 			ts := as[storage.TxStore](t, s)
 			req := request("k", "body", t0)
-			got, _, tx, err := ts.ClaimTx(canceled(), req, storage.Durability(durable))
+			got, _, tx, err := ts.ClaimTx(canceled(), req, durability(durable))
 			if tx != nil {
 				t.Cleanup(tx.Rollback)
 				t.Errorf("ClaimTx(canceled context) returned a Tx, want none")
@@ -657,20 +666,20 @@ func testTxHoldsKey(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
-	first, tx := claimTx(t, ts, req, false, storage.OutcomeFresh)
+	first, tx := claimTx(t, ts, req, storage.Transactional, storage.OutcomeFresh)
 	if first.Attempt != 1 || first.State != storage.StateInFlight {
 		t.Errorf("ClaimTx: attempt %d state %v, want 1, in flight", first.Attempt, first.State)
 	}
 	// While the Tx is open, the key is held against every kind of claim.
 	at := request("k", "body", t0.Add(time.Second))
 	claim(t, s, at, storage.OutcomeInFlight)
-	claimTx(t, ts, at, false, storage.OutcomeInFlight)
-	claimTx(t, ts, at, true, storage.OutcomeInFlight)
+	claimTx(t, ts, at, storage.Transactional, storage.OutcomeInFlight)
+	claimTx(t, ts, at, storage.Durable, storage.OutcomeInFlight)
 	other := request("k", "other body", t0.Add(time.Second))
 	if rec := claim(t, s, other, storage.OutcomeMismatch); rec.Fingerprint != req.Fingerprint {
 		t.Errorf("mismatch reports fingerprint %v, want the claimed %v", rec.Fingerprint, req.Fingerprint)
 	}
-	claimTx(t, ts, other, false, storage.OutcomeMismatch)
+	claimTx(t, ts, other, storage.Transactional, storage.OutcomeMismatch)
 
 	commit(t, tx, first, sampleResult(t, "one"))
 	rec := claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay)
@@ -678,7 +687,7 @@ func testTxHoldsKey(t *testing.T, open Opener) {
 		t.Errorf("replayed record: state %v attempt %d same token %t, want completed, 1, true", rec.State, rec.Attempt, rec.Token == first.Token)
 	}
 	sameResult(t, rec.Result, sampleResult(t, "one"))
-	rec, _ = claimTx(t, ts, request("k", "body", t0.Add(time.Hour)), false, storage.OutcomeReplay)
+	rec, _ = claimTx(t, ts, request("k", "body", t0.Add(time.Hour)), storage.Transactional, storage.OutcomeReplay)
 	sameResult(t, rec.Result, sampleResult(t, "one"))
 }
 
@@ -744,7 +753,7 @@ func raceClaimTx(t *testing.T, ts storage.TxStore, key string, n, bodies int) []
 		wg.Go(func() {
 			body := fmt.Sprintf("body-%d", i%bodies)
 			durable := i%2 == 0
-			got, _, tx, err := ts.ClaimTx(context.Background(), request(key, body, t0), storage.Durability(durable))
+			got, _, tx, err := ts.ClaimTx(context.Background(), request(key, body, t0), durability(durable))
 			if err != nil {
 				t.Error(err)
 			}
@@ -768,9 +777,9 @@ func testTxRollbackFrees(t *testing.T, open Opener) {
 	s := openStore(t, open, dir)
 	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
-	_, tx := claimTx(t, ts, req, false, storage.OutcomeFresh)
+	_, tx := claimTx(t, ts, req, storage.Transactional, storage.OutcomeFresh)
 	tx.Rollback()
-	rec, tx := claimTx(t, ts, req, false, storage.OutcomeFresh)
+	rec, tx := claimTx(t, ts, req, storage.Transactional, storage.OutcomeFresh)
 	if rec.Attempt != 1 {
 		t.Errorf("ClaimTx after a rolled-back claim: attempt %d, want 1", rec.Attempt)
 	}
@@ -786,10 +795,10 @@ func testTxStoredOnlyByCommit(t *testing.T, open Opener) {
 	s := openStore(t, open, dir)
 	ts := as[storage.TxStore](t, s)
 	committed := request("committed", "body", t0)
-	rec, tx := claimTx(t, ts, committed, false, storage.OutcomeFresh)
+	rec, tx := claimTx(t, ts, committed, storage.Transactional, storage.OutcomeFresh)
 	commit(t, tx, rec, sampleResult(t, "kept"))
 	rolledBack := request("rolled-back", "body", t0)
-	_, tx = claimTx(t, ts, rolledBack, false, storage.OutcomeFresh)
+	_, tx = claimTx(t, ts, rolledBack, storage.Transactional, storage.OutcomeFresh)
 	tx.Rollback()
 	s = reopen(t, open, dir, s)
 	sameResult(t, claim(t, s, request("committed", "body", t0.Add(time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "kept"))
@@ -806,7 +815,7 @@ func testTxDurableStored(t *testing.T, open Opener) {
 	s := openStore(t, open, dir)
 	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
-	first, _ := claimTx(t, ts, req, true, storage.OutcomeFresh)
+	first, _ := claimTx(t, ts, req, storage.Durable, storage.OutcomeFresh)
 	// The Tx stays open: the claim is stored already, not by its end.
 	s = reopen(t, open, dir, s)
 	if s.Claimant().Exclusive {
@@ -828,7 +837,7 @@ func testTxDurableCommit(t *testing.T, open Opener) {
 	s := openStore(t, open, dir)
 	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
-	rec, tx := claimTx(t, ts, req, true, storage.OutcomeFresh)
+	rec, tx := claimTx(t, ts, req, storage.Durable, storage.OutcomeFresh)
 	commit(t, tx, rec, sampleResult(t, "one"))
 	sameResult(t, claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "one"))
 	s = reopen(t, open, dir, s)
@@ -843,19 +852,19 @@ func testTxSuperseded(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
-	first, tx := claimTx(t, ts, req, true, storage.OutcomeFresh)
+	first, tx := claimTx(t, ts, req, storage.Durable, storage.OutcomeFresh)
 	if s.Claimant().Exclusive {
 		// The store is this process's alone, and this process still runs the
 		// claim's Tx: its worker is alive, however late its lease.
 		claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeInFlight)
-		if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "live")), storage.KeepWrites); err != nil {
+		if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "live"))); err != nil {
 			t.Fatalf("Commit(live attempt past its lease) = %v, want it stored", err)
 		}
 		sameResult(t, claim(t, s, request("k", "body", t0.Add(2*time.Hour)), storage.OutcomeReplay).Result, sampleResult(t, "live"))
 		return
 	}
 	second := claim(t, s, request("k", "body", t0.Add(lease)), storage.OutcomeTakeover)
-	if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "stale")), storage.KeepWrites); !errors.Is(err, storage.ErrSuperseded) {
+	if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "stale"))); !errors.Is(err, storage.ErrSuperseded) {
 		t.Fatalf("Commit(attempt 1 after takeover) = %v, want ErrSuperseded", err)
 	}
 	// Nothing of attempt 1 was stored: attempt 2 is in flight, and its
@@ -871,7 +880,7 @@ func testTxSuperseded(t *testing.T, open Opener) {
 func testTxDurableRollback(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts := as[storage.TxStore](t, s)
-	first, tx := claimTx(t, ts, request("k", "body", t0), true, storage.OutcomeFresh)
+	first, tx := claimTx(t, ts, request("k", "body", t0), storage.Durable, storage.OutcomeFresh)
 	tx.Rollback()
 	rec := claim(t, s, request("k", "body", t0.Add(lease-time.Millisecond)), storage.OutcomeInFlight)
 	if rec.Attempt != 1 || rec.Token != first.Token {
@@ -890,7 +899,7 @@ func testTxDurableRenewedRollback(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts := as[storage.TxStore](t, s)
 	req := request("k", "body", t0)
-	first, tx := claimTx(t, ts, req, true, storage.OutcomeFresh)
+	first, tx := claimTx(t, ts, req, storage.Durable, storage.OutcomeFresh)
 	renewed := *first
 	renewed.LeaseExpiry = t0.Add(3 * lease)
 	if err := s.Renew(context.Background(), req.Key, &renewed); err != nil {
@@ -910,13 +919,13 @@ func testTxDurableRenewedRollback(t *testing.T, open Opener) {
 }
 
 func testTxEnded(t *testing.T, open Opener) {
-	for _, durable := range []storage.Durability{storage.ClaimInTx, storage.ClaimDurable} {
-		t.Run(fmt.Sprintf("CommitTwice/durable=%t", durable), func(t *testing.T) {
+	for _, durable := range []storage.Durability{storage.Transactional, storage.Durable} {
+		t.Run(fmt.Sprintf("CommitTwice/durable=%t", durable == storage.Durable), func(t *testing.T) {
 			s := newStore(t, open)
 			ts := as[storage.TxStore](t, s)
 			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, storage.OutcomeFresh)
 			commit(t, tx, rec, sampleResult(t, "one"))
-			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "two")), storage.KeepWrites); err == nil {
+			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "two"))); err == nil {
 				t.Error("second Commit = nil, want an error")
 			}
 			tx.Rollback() // after Commit: does nothing
@@ -926,15 +935,15 @@ func testTxEnded(t *testing.T, open Opener) {
 			}
 			sameResult(t, got.Result, sampleResult(t, "one"))
 		})
-		t.Run(fmt.Sprintf("CommitAfterRollback/durable=%t", durable), func(t *testing.T) {
+		t.Run(fmt.Sprintf("CommitAfterRollback/durable=%t", durable == storage.Durable), func(t *testing.T) {
 			s := newStore(t, open)
 			ts := as[storage.TxStore](t, s)
 			rec, tx := claimTx(t, ts, request("k", "body", t0), durable, storage.OutcomeFresh)
 			tx.Rollback()
-			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "late")), storage.KeepWrites); err == nil {
+			if err := tx.Commit(context.Background(), rec.Completed(sampleResult(t, "late"))); err == nil {
 				t.Error("Commit after Rollback = nil, want an error")
 			}
-			if durable {
+			if durable == storage.Durable {
 				// The claim stays in flight, as Rollback left it.
 				got := claim(t, s, request("k", "body", t0.Add(time.Second)), storage.OutcomeInFlight)
 				if got.Attempt != 1 || got.Token != rec.Token || got.Result != nil {
