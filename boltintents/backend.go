@@ -10,7 +10,7 @@ import (
 	"github.com/paymentsd/paymentsd/server"
 )
 
-// Backend is a backend.Backend in a bbolt file: the records of a
+// Backend is a backend.Backend in a bbolt file. It holds the records of a
 // boltstore.DB and the intents beside them.
 type Backend struct {
 	db      *boltstore.DB
@@ -19,8 +19,8 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
-// Open opens (creating it if needed) the bbolt file at path, with its
-// intents' buckets.
+// Open opens the bbolt file at path, with its intents' buckets. It creates
+// the file if needed.
 func Open(ctx context.Context, path string) (*Backend, error) {
 	db, err := boltstore.Open(path, nil)
 	if err != nil {
@@ -40,9 +40,9 @@ func (b *Backend) Intents() server.IntentStore { return b.intents }
 func (b *Backend) String() string              { return b.db.Path() }
 func (b *Backend) Close() error                { return b.db.Close() }
 
-// Check reports the file's health. A file found damaged stays so; one
-// whose commits failed (a full disk, an I/O error) is probed with a
-// commit, which reports it healthy again once one succeeds.
+// Check reports the file's health. A file found damaged stays so. A file
+// whose commits failed, as on a full disk or an I/O error, is probed with a
+// commit. Once a probe succeeds, the file is reported healthy again.
 func (b *Backend) Check(ctx context.Context) error {
 	err := b.db.Health()
 	if err != nil && !errors.Is(err, boltstore.ErrDamaged) {

@@ -1,8 +1,8 @@
-// Package boltintents keeps paymentsd's payment intents in buckets of their
-// own in the bbolt file of a boltstore.DB, written through its group
-// commit. Inside a handler under the idempotency interceptor, its writes
-// join the completion of the request's record: intent and answer commit
-// together, or neither does.
+// Package boltintents keeps paymentsd's payment intents in the bbolt file
+// of a boltstore.DB. They live in buckets of their own and are written
+// through its group commit. Inside a handler under the idempotency
+// interceptor, its writes join the completion of the request's record.
+// Intent and answer commit together, or neither does.
 package boltintents
 
 import (
@@ -21,17 +21,18 @@ import (
 	"github.com/paymentsd/paymentsd/server"
 )
 
-// Intents live in two buckets: intents maps an id to its owner and the
-// intent's encoding; intents_by_owner lists each owner's ids in creation
-// order, for paging, its values only the seal of their keys. Every value
-// is sealed (internal/sealed), so that a damaged id or entry is found.
+// Intents live in two buckets. The bucket intents maps an id to its owner
+// and the intent's encoding. The bucket intents_by_owner lists each owner's
+// ids in creation order, for paging. Its values are only the seal of their
+// keys. Every value is sealed (internal/sealed), so a damaged id or entry
+// is found.
 var (
 	bucketIntents = []byte("intents")
 	bucketByOwner = []byte("intents_by_owner")
 )
 
-// errChanged is a compare-and-set that lost: the intent changed between
-// its read and its write. Inside a boltstore.Tx, it runs the request again.
+// errChanged is a compare-and-set that lost. The intent changed between its
+// read and its write. Inside a boltstore.Tx, it runs the request again.
 var errChanged = fmt.Errorf("payment intent changed while it was being updated: %w", boltstore.ErrConflict)
 
 // Store is a server.IntentStore in a boltstore.DB.
@@ -72,9 +73,9 @@ func New(ctx context.Context, db *boltstore.DB) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
-// CreateIntent stores a new intent owned by owner; server.ErrExists if its
-// id is taken. Inside a boltstore.Tx the write is staged, and a taken id
-// fails the Tx when it commits.
+// CreateIntent stores a new intent owned by owner. It returns
+// server.ErrExists if the id is taken. Inside a boltstore.Tx, the write is
+// staged. A taken id then fails the Tx when it commits.
 func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error {
 	v, err := encodeIntent(owner, pi)
 	if err != nil {
@@ -93,19 +94,19 @@ func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.P
 	}))
 }
 
-// GetIntent returns owner's intent id; server.ErrNotFound when there is
-// none: another owner's intent is as absent as a missing one.
+// GetIntent returns owner's intent id, or server.ErrNotFound when there is
+// none. Another owner's intent is as absent as a missing one.
 func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error) {
 	pi, _, err := s.read(ctx, owner, id)
 	return pi, err
 }
 
-// UpdateIntent applies update to owner's intent id and stores it if update
-// reports a change, with a compare-and-set on the stored bytes: a
-// concurrent change makes it read and apply update again. Inside a
-// boltstore.Tx the write is staged, and a concurrent change fails the Tx
-// when it commits, with boltstore.ErrConflict, so that the interceptor runs
-// a transactional request again.
+// UpdateIntent applies update to owner's intent id. It stores the intent
+// if update reports a change. The write is a compare-and-set on the stored
+// bytes. A concurrent change makes UpdateIntent read and apply update
+// again. Inside a boltstore.Tx, the write is staged. A concurrent change
+// then fails the Tx when it commits, with boltstore.ErrConflict. So the
+// interceptor runs a transactional request again.
 func (s *Store) UpdateIntent(ctx context.Context, owner, id string, update func(*paymentsv1.PaymentIntent) bool) (*paymentsv1.PaymentIntent, error) {
 	for {
 		pi, before, err := s.read(ctx, owner, id)
@@ -129,10 +130,10 @@ func (s *Store) UpdateIntent(ctx context.Context, owner, id string, update func(
 	}
 }
 
-// ListIntents returns up to limit of owner's intents in creation order,
-// starting after the cursor after (nil for the first page), and the cursor
-// of the next page, nil when there is none. A cursor is opaque; one that
-// names no intent still lists from where it would sort.
+// ListIntents returns up to limit of owner's intents in creation order. It
+// starts after the cursor after, which is nil for the first page. It also
+// returns the cursor of the next page, nil when there is none. A cursor is
+// opaque. One that names no intent still lists from where it would sort.
 func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, limit int) ([]*paymentsv1.PaymentIntent, []byte, error) {
 	if limit <= 0 {
 		return nil, nil, fmt.Errorf("list intents: limit %d, want at least 1", limit)
@@ -190,7 +191,7 @@ func (s *Store) read(ctx context.Context, owner, id string) (pi *paymentsv1.Paym
 	return pi, raw, serverError(err)
 }
 
-// serverError is err, an error of the DB, as the server is to read it: a
+// serverError is err, an error of the DB, as the server is to read it. A
 // boltstore.ErrDamaged is a server.ErrDamaged too.
 func serverError(err error) error {
 	if errors.Is(err, boltstore.ErrDamaged) {
@@ -205,8 +206,8 @@ type damaged struct{ error }
 
 func (e damaged) Unwrap() []error { return []error{server.ErrDamaged, e.error} }
 
-// ownerPrefix starts the index keys of owner's intents: its length, then
-// owner, so that no owner's keys run into another's.
+// ownerPrefix starts the index keys of owner's intents. It is the owner's
+// length, then owner. So no owner's keys run into another's.
 func ownerPrefix(owner string) []byte {
 	return append(binary.AppendUvarint(nil, uint64(len(owner))), owner...)
 }
@@ -247,8 +248,8 @@ func getIntent(tx *bolt.Tx, owner, id string) (*paymentsv1.PaymentIntent, []byte
 	return pi, bytes.Clone(v), nil
 }
 
-// encodeIntent is the stored form of pi: its owner, then its deterministic
-// encoding, sealed with a checksum.
+// encodeIntent is the stored form of pi. That is its owner, then its
+// deterministic encoding, sealed with a checksum.
 func encodeIntent(owner string, pi *paymentsv1.PaymentIntent) ([]byte, error) {
 	if owner == "" { // an intent belongs to someone; its stored form relies on it
 		return nil, fmt.Errorf("encode intent %s: no owner", pi.Id)

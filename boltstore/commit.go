@@ -14,21 +14,21 @@ import (
 var ErrClosed = errors.New("boltstore: closed")
 
 // ErrConflict is for a write function that finds the data its caller read
-// changed since (a compare-and-set that lost): one that returns an error
-// wrapping it inside a Tx makes the interceptor run a transactional
-// method's handler again, on the data as it now stands.
+// changed since: a compare-and-set that lost. Inside a Tx, such a function
+// returns an error wrapping ErrConflict. The interceptor then runs the
+// transactional method's handler again, on the data as it now stands.
 var ErrConflict = storage.ErrConflict
 
-// maxBatch bounds how many writes share one commit, so that one commit's
+// maxBatch bounds how many writes share one commit. So one commit's
 // transaction never grows without limit under load.
 const maxBatch = 512
 
 // Group commit. Every write is a function queued to one committer
-// goroutine, which runs all the writes waiting at that moment in a single
-// bbolt transaction: one fsync for the lot. A write returns only once its
-// commit is durable. The next commit starts as soon as the previous one
-// ends, so a lone writer waits for nothing but its own fsync (bbolt's
-// DB.Batch instead waits up to 10ms for company), while under load each
+// goroutine. It runs all the writes waiting at that moment in a single
+// bbolt transaction, with one fsync for the lot. A write returns only once
+// its commit is durable. The next commit starts as soon as the previous one
+// ends. So a lone writer waits for nothing but its own fsync. The Batch
+// method of bbolt instead waits up to 10ms for company. Under load, each
 // fsync is shared by everything that queued during the last one.
 type write struct {
 	fn   func(*bolt.Tx) error
@@ -36,17 +36,19 @@ type write struct {
 }
 
 // Update runs fn in a write transaction shared with other writers (group
-// commit) and returns once it is durable. An error from fn rolls back fn
-// alone and is returned to its caller only; so is a panic, as an error. fn
-// may run more than once, if another write of its batch fails, so it must
-// set its results afresh on every run and have no effect outside tx.
+// commit). It returns once the transaction is durable. An error from fn
+// rolls back fn alone and is returned to its caller only. A panic in fn is
+// treated the same way, as an error. If another write of its batch fails,
+// fn may run more than once. So fn must set its results afresh on every
+// run and have no effect outside tx.
 //
-// When ctx carries a Tx of this DB (a handler under the interceptor), fn
-// is not run now: it joins the Tx, to run in the transaction that
-// completes the Tx's record, and Update returns nil. Its error then fails
-// the whole Tx, which stores nothing; an error wrapping ErrConflict runs a
-// transactional method again. Reads made meanwhile through View see
-// the data as committed, without the Tx's writes.
+// When ctx carries a Tx of this DB, fn is not run now. That is the case of
+// a handler under the interceptor. Then fn joins the Tx and runs in the
+// transaction that completes the Tx's record, and Update returns nil. An
+// error of fn then fails the whole Tx, which stores nothing. An error
+// wrapping ErrConflict runs a transactional method again. Reads made
+// meanwhile through View see the data as committed, without the Tx's
+// writes.
 //
 // A ctx that is done before fn is queued writes nothing.
 func (db *DB) Update(ctx context.Context, fn func(*bolt.Tx) error) error {
@@ -103,12 +105,12 @@ func (db *DB) commitLoop() {
 }
 
 // commit runs batch in one transaction. When a write fails, it alone is
-// answered with its error; the writes before it commit again together, and
-// those after it form the next batch.
+// answered with its error. The writes before it commit again together. The
+// writes after it form the next batch.
 func (db *DB) commit(batch []*write) {
-	// A damaged file takes no more writes: bbolt may panic again as it
-	// rolls a failed commit back, leaving its write lock held, and every
-	// later write would hang on it.
+	// A damaged file takes no more writes. As it rolls a failed commit
+	// back, bbolt may panic again and leave its write lock held. Every later
+	// write would hang on that lock.
 	if err := db.health.damagedErr(); err != nil {
 		answer(batch, err)
 		return
@@ -141,9 +143,9 @@ func (db *DB) commit(batch []*write) {
 			answer(batch, err)       // nil, or the commit's own failure for everyone
 			return
 		}
-		// Each write runs at most twice, however many of the batch fail, if
-		// a write that succeeded succeeds again on the same data (Update asks
-		// that it be safe to run again in any case).
+		// Each write runs at most twice, however many of the batch fail.
+		// That holds if a write that succeeded succeeds again on the same
+		// data. (Update asks that it be safe to run again in any case.)
 		batch[failed].done <- err
 		db.commit(batch[:failed])
 		batch = batch[failed+1:]
@@ -158,12 +160,12 @@ func answer(batch []*write, err error) {
 }
 
 // checkFailedCommit looks at the file after the commit of transaction txid
-// failed, and reports whether its outcome is unknown. If bbolt wrote its
-// meta page before the failure (an fsync that failed after it), the
-// transaction is visible through the mapping though it may not be on
-// disk: its writers cannot be told it was not kept, and nothing read from
-// the file can be trusted any more, until a restart reads what the disk
-// holds.
+// failed. It reports whether the commit's outcome is unknown. The meta page
+// may have been written before the failure, by an fsync that failed after
+// it. Then the transaction is visible through the mapping, though it may
+// not be on disk. Its writers cannot be told it was not kept. Nothing read
+// from the file can be trusted any more, until a restart reads what the
+// disk holds.
 func (db *DB) checkFailedCommit(txid int, failure error) (unknown bool) {
 	var visible int
 	if err := db.bolt.View(func(tx *bolt.Tx) error { visible = tx.ID(); return nil }); err != nil {
@@ -177,20 +179,20 @@ func (db *DB) checkFailedCommit(txid int, failure error) (unknown bool) {
 	return true
 }
 
-// stopped is the state of a DB after a commit whose outcome is unknown: it
-// takes no more reads or writes until a restart reads what the disk holds.
-// Its data is not known to be damaged, so it is an storage.ErrStopped,
-// not an ErrDamaged: a caller retries, with the same key, once it is
-// restarted.
+// stopped is the state of a DB after a commit whose outcome is unknown.
+// The DB takes no more reads or writes until a restart reads what the disk
+// holds. Its data is not known to be damaged. So stopped is a
+// storage.ErrStopped, not an ErrDamaged. A caller retries with the same key
+// once the DB is restarted.
 type stopped struct{ cause error }
 
 func (e *stopped) Error() string   { return e.cause.Error() }
 func (e *stopped) Unwrap() []error { return []error{storage.ErrStopped, e.cause} }
 
-// run runs the write's function, turning a panic into its error, so that
-// one bad write neither kills the process nor fails its batch (bbolt's
-// DB.Batch guards the same way). bbolt's own panics, on a damaged page,
-// are an ErrDamaged.
+// run runs the write's function and turns a panic into its error. So one
+// bad write neither kills the process nor fails its batch. The Batch
+// method of bbolt guards the same way. A panic of bbolt itself, on a
+// damaged page, is an ErrDamaged.
 func (w *write) run(tx *bolt.Tx) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -200,9 +202,10 @@ func (w *write) run(tx *bolt.Tx) (err error) {
 	return w.fn(tx)
 }
 
-// updateBolt is bbolt's Update, with a panic while it commits (bbolt
-// asserts on damaged pages as it spills them) turned into an ErrDamaged.
-// bbolt rolls the transaction back as the panic passes.
+// updateBolt is bbolt's Update, with a panic while it commits turned into
+// an ErrDamaged. Such a panic comes from bbolt's assertions on damaged
+// pages as it spills them. The transaction is rolled back by bbolt as the
+// panic passes.
 func (db *DB) updateBolt(fn func(*bolt.Tx) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -212,6 +215,6 @@ func (db *DB) updateBolt(fn func(*bolt.Tx) error) (err error) {
 	return db.bolt.Update(fn)
 }
 
-// Commits is how many write transactions the DB has committed or tried:
-// with group commit, fewer than the writes it was asked for.
+// Commits is how many write transactions the DB has committed or tried.
+// With group commit, they are fewer than the writes it was asked for.
 func (db *DB) Commits() uint64 { return db.commits.Load() }

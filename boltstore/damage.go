@@ -16,15 +16,16 @@ import (
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
-// ErrDamaged is returned when the data file is damaged: by Open, which
-// refuses a file it cannot fully trust, and by any call that meets a
-// damaged page while serving (Health reports it from then on).
+// ErrDamaged is returned when the data file is damaged. Open returns it
+// for a file it cannot fully trust, and refuses that file. Any call that
+// meets a damaged page while serving returns it too. Health reports it from
+// then on.
 var ErrDamaged = errors.New("data file is damaged")
 
 // damaged is an ErrDamaged with its cause. A damaged file (latch) takes no
-// more writes; a damaged record fails the calls about it alone. It is an
-// storage.ErrDamaged too, the store contract's word for it, so that
-// the interceptor answers DATA_LOSS.
+// more writes. A damaged record fails only the calls about it. It is a
+// storage.ErrDamaged too, the store contract's word for it. So the
+// interceptor answers DATA_LOSS.
 type damaged struct {
 	cause error
 	latch bool
@@ -35,18 +36,19 @@ func (e *damaged) Unwrap() []error {
 	return []error{ErrDamaged, storage.ErrDamaged, e.cause}
 }
 
-// asDamaged turns what bbolt panicked with, on a page that is not what it
-// should be, into an ErrDamaged.
+// asDamaged turns what bbolt panicked with into an ErrDamaged. It is for a
+// panic on a page that is not what it should be.
 func asDamaged(panicked any) error {
 	return &damaged{cause: fmt.Errorf("bbolt: %v", panicked), latch: true}
 }
 
 // recovered is the error for what a function called by bbolt, or bbolt
 // itself, panicked with. Call it from the deferred function that recovered
-// p: a panic raised in bbolt's code (an assertion, an index out of range,
-// a fault reading a page of garbage) means a damaged file; any other, and
-// bbolt's own complaints of misuse (a nil *Bucket of a bucket that does not
-// exist, Commit inside Update), are the caller's bug.
+// p. A panic raised in bbolt's code means a damaged file. Such a panic is
+// an assertion, an index out of range, or a fault reading a page of
+// garbage. Any other panic is the caller's bug. So are bbolt's own
+// complaints of misuse: a nil *Bucket of a bucket that does not exist, or
+// Commit inside Update.
 func recovered(p any) error {
 	msg := fmt.Sprint(p)
 	misuse := strings.Contains(msg, "nil pointer dereference") || strings.Contains(msg, "managed tx")
@@ -56,31 +58,31 @@ func recovered(p any) error {
 	return fmt.Errorf("boltstore: panic: %v", p)
 }
 
-// guardFaults makes a memory fault of the calling goroutine, such as bbolt
-// reading through a page id of garbage past its mapping, a panic that can
-// be recovered instead of a crash. Use: defer guardFaults()().
+// guardFaults makes a memory fault of the calling goroutine a panic that
+// can be recovered, instead of a crash. Such a fault is bbolt reading
+// through a page id of garbage past its mapping. Use: defer guardFaults()().
 func guardFaults() (restore func()) {
 	old := debug.SetPanicOnFault(true)
 	return func() { debug.SetPanicOnFault(old) }
 }
 
 // recordError is the error for the stored record of key that does not
-// decode: an ErrDamaged for the calls about that record. Key bytes are the
-// caller's principal and idempotency key, which never reach a log, so the
-// record is named by a hash of them.
+// decode. It is an ErrDamaged for the calls about that record. Key bytes
+// are the caller's principal and idempotency key, which never reach a log.
+// So the record is named by a hash of them.
 func recordError(key []byte, err error) error {
 	return DamagedValue(fmt.Errorf("record %s: %w", sealed.KeyHash(key), err))
 }
 
-// DamagedValue is the error for one stored value found damaged (its
-// checksum does not match, it does not decode): an ErrDamaged for the
-// calls about that value alone, while the store serves on.
+// DamagedValue is the error for one stored value found damaged. Its
+// checksum does not match, or it does not decode. The error is an
+// ErrDamaged for the calls about that value alone. The store serves on.
 func DamagedValue(cause error) error { return &damaged{cause: cause} }
 
 // panickedIn reports whether the goroutine's panic in progress was raised
 // by a function whose name starts with one of prefixes. It looks at the
-// frames below runtime.gopanic, skipping the runtime's own (a fault's
-// sigpanic).
+// frames below runtime.gopanic. It skips the runtime's own, such as a
+// fault's sigpanic.
 func panickedIn(prefixes ...string) bool {
 	pcs := make([]uintptr, 64)
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
@@ -104,12 +106,12 @@ func panickedIn(prefixes ...string) bool {
 	}
 }
 
-// The layout of a bbolt meta page (go.etcd.io/bbolt/internal/common): a
-// 16-byte page header, then magic, version, page size, flags (4 bytes
-// each), root bucket page and sequence, freelist page, high-water page,
-// transaction id (8 bytes each), and a FNV-64a checksum of what precedes
-// it. Integers are in the machine's order, little-endian on the platforms
-// this runs on.
+// The layout of a bbolt meta page is in go.etcd.io/bbolt/internal/common.
+// It starts with a 16-byte page header. Then come magic, version, page size
+// and flags, of 4 bytes each. Then come root bucket page and sequence,
+// freelist page, high-water page and transaction id, of 8 bytes each. Last
+// is an FNV-64a checksum of what precedes it. Integers are in the machine's
+// order, little-endian on the platforms this runs on.
 const (
 	metaMagic      = 0xED0CDAED
 	metaVersion    = 2
@@ -125,12 +127,13 @@ type meta struct {
 	txid                  uint64
 }
 
-// checkFileSize refuses a file that is shorter than its meta page says:
-// bbolt would map pages past its end and die of SIGBUS on the first read
-// of one. An empty file was emptied, since Open creates files whole.
+// checkFileSize refuses a file that is shorter than its meta page says.
+// Otherwise bbolt would map pages past its end. It would die of SIGBUS on
+// the first read of one. An empty file was emptied, since Open creates
+// files whole.
 func checkFileSize(path string) error {
-	// Opened without waiting: a FIFO named as the data file is refused
-	// here instead of blocking the open until a writer comes.
+	// Opened without waiting. A FIFO named as the data file is refused
+	// here, instead of blocking the open until a writer comes.
 	f, err := safefile.Open(path)
 	var irregular *safefile.NotRegularError
 	if errors.As(err, &irregular) {

@@ -1,8 +1,8 @@
-// Package boltstore is the embedded storage.Store: idempotency records
-// in a bbolt file, exclusive to one process, written by group commit. It is
-// a TxStore: an embedder's own writes (paymentsd's intents, say) go through
-// Update, and a handler's writes join the completion of its record in one
-// transaction.
+// Package boltstore is the embedded storage.Store. It keeps idempotency
+// records in a bbolt file that one process holds alone. Writes go through a
+// group commit. The store is a TxStore. An embedder's own writes, such as
+// paymentsd's intents, go through Update. A handler's writes join the
+// completion of its record in one transaction.
 package boltstore
 
 import (
@@ -32,17 +32,17 @@ var (
 	// ErrLocked is returned by Open when another process holds the file.
 	ErrLocked = errors.New("data file is in use by another process")
 	// ErrInUse is returned by New when another DB already uses the bbolt
-	// database: two would each take the other's live claims for orphans.
+	// database. Two DBs would each take the other's live claims for orphans.
 	ErrInUse = errors.New("boltstore: the bbolt database is already used by another DB")
 )
 
 // Options tune Open and New. The zero value is ready to use.
 type Options struct {
 	// LockTimeout is how long Open waits for another process to release the
-	// file before it fails with ErrLocked. Zero means one second.
+	// file. Then Open fails with ErrLocked. Zero means one second.
 	LockTimeout time.Duration
-	// SweepBatch is how many expired records one sweep transaction deletes
-	// at most, bounding how long it holds the write lock. Zero means 1000.
+	// SweepBatch is the most expired records one sweep transaction deletes.
+	// It bounds how long a sweep holds the write lock. Zero means 1000.
 	SweepBatch int
 }
 
@@ -50,8 +50,8 @@ type Options struct {
 var (
 	bucketRecords      = []byte("idempotency_records")
 	bucketRecordExpiry = []byte("idempotency_expiry")
-	// bucketInFlight lists the keys whose records are claims in flight:
-	// what InFlight pages through without reading completed records.
+	// bucketInFlight lists the keys whose records are claims in flight.
+	// InFlight pages through it without reading completed records.
 	bucketInFlight = []byte("idempotency_in_flight")
 )
 
@@ -64,8 +64,8 @@ type DB struct {
 	bolt       *bolt.DB
 	ownsBolt   bool // opened by Open, so closed by Close
 	sweepBatch int
-	// ledger is what this process knows of its records beyond the file,
-	// which claims are decided on.
+	// ledger is what this process knows of its records beyond the file.
+	// Claims are decided on it.
 	ledger *ledger.Ledger
 
 	queue         chan *write // unbuffered; see update
@@ -76,9 +76,10 @@ type DB struct {
 	health        health
 }
 
-// Open opens or creates the data file at path, mode 0600, creating its
-// directory (0700) when missing. It fails within opts.LockTimeout with
-// ErrLocked, naming the file, when another process holds it.
+// Open opens or creates the data file at path, with mode 0600. It creates
+// a missing directory with mode 0700. When another process holds the file,
+// Open fails within opts.LockTimeout. Its error wraps ErrLocked and names
+// the file.
 func Open(path string, opts *Options) (*DB, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -93,10 +94,10 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err := checkFileSize(path); err != nil {
 		return nil, refuse(path, err)
 	}
-	// The freelist is synced with every commit: bbolt rebuilds an unsynced
-	// one at open in goroutines of its own, where a damaged page's panic
-	// cannot be recovered. It is kept in a hash map, as etcd does, so that
-	// allocating from a large one stays cheap.
+	// The freelist is synced with every commit. At open, bbolt rebuilds an
+	// unsynced freelist in goroutines of its own. A damaged page's panic
+	// cannot be recovered there. The freelist is kept in a hash map, as etcd
+	// does. Allocating from a large one then stays cheap.
 	b, err := openBolt(path, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags, FreelistType: bolt.FreelistMapType})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)
@@ -113,14 +114,14 @@ func Open(path string, opts *Options) (*DB, error) {
 	return db, nil
 }
 
-// create makes a new data file at path, when there is none, whole: bbolt
-// writes its first pages to a file of another name beside it, which is
-// linked into place once synced. So path is never a file that is empty or
-// half written, and an empty data file is not new but damaged (emptied by
-// a failed copy, say): it is refused rather than served as a store that
-// has forgotten every key. A link, unlike a rename, never replaces a file
-// that another process created meanwhile. A symbolic link to no file has
-// the file made where it points.
+// create makes a whole new data file at path when there is none. The
+// first pages are written by bbolt to a file of another name beside path.
+// That file is linked into place once synced. So path is never a file that
+// is empty or half written. An empty data file is thus damaged, not new. A
+// failed copy may have emptied it, say. It is refused rather than served
+// as a store that has forgotten every key. A link, unlike a rename, never
+// replaces a file that another process created meanwhile. A symbolic link
+// to no file has the file made where it points.
 func create(path string) error {
 	info, err := os.Lstat(path)
 	if err == nil && info.Mode()&os.ModeSymlink != 0 {
@@ -162,13 +163,13 @@ func create(path string) error {
 	return dirsync.Sync(dir)
 }
 
-// openBolt opens path with bbolt and opts, turning bbolt's panics on some
-// damaged files (an invalid freelist page, say) and the meta pages it
-// rejects into an ErrDamaged; other errors are the system's. bbolt does not
-// unlock and close the file when it panics, so openBolt does: its lock
-// would keep every later opening out, this process's own included. (Its
-// mapping, if made, stays: bbolt keeps no handle on it that openBolt can
-// reach.)
+// openBolt opens path with bbolt and opts. Some damaged files make bbolt
+// panic, such as one with an invalid freelist page. openBolt turns those
+// panics into an ErrDamaged. Meta pages that bbolt rejects are an
+// ErrDamaged too. Other errors are the system's. When bbolt panics, it
+// does not unlock and close the file, so openBolt does. The lock would
+// keep every later opening out, this process's own included. (The mapping,
+// if made, stays: bbolt keeps no handle on it that openBolt can reach.)
 func openBolt(path string, opts *bolt.Options) (b *bolt.DB, err error) {
 	var file *os.File
 	opts.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
@@ -192,8 +193,8 @@ func openBolt(path string, opts *bolt.Options) (b *bolt.DB, err error) {
 	return b, err
 }
 
-// refuse is Open's error for a file that cannot be opened, saying what to
-// do when it is damaged.
+// refuse is Open's error for a file that cannot be opened. For a damaged
+// file, it says what to do.
 func refuse(path string, err error) error {
 	if errors.Is(err, ErrDamaged) {
 		return fmt.Errorf("open %s: %w. It cannot be trusted, so nothing is served from it: restore it from a backup, "+
@@ -202,10 +203,11 @@ func refuse(path string, err error) error {
 	return fmt.Errorf("open %s: %w", path, err)
 }
 
-// New keeps records in b, an open bbolt database, beside the embedder's own
-// buckets; Close then leaves b open. b must be writable and used by no
-// other DB. Its file lock makes this process the only one using it, which
-// is what lets claims left by an earlier process be taken over at once.
+// New keeps records in b, an open bbolt database, beside the embedder's
+// own buckets. Close then leaves b open. New requires b to be writable and
+// used by no other DB. The file lock of b makes this process the only one
+// using it. That lets claims left by an earlier process be taken over at
+// once.
 func New(b *bolt.DB, opts *Options) (*DB, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -243,9 +245,9 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 	db := &DB{
 		bolt:       b,
 		sweepBatch: cmp.Or(opts.SweepBatch, 1000),
-		// The file lock is held until Close: claims of any other ID were
-		// made by a process that has let go of the file.
-		// A completed record is trusted until it expires: only this
+		// The file lock is held until Close. So a claim of any other ID
+		// comes from a process that has let go of the file.
+		// A completed record is trusted until it expires. Only this
 		// process writes the file, and it forgets what it replaces.
 		ledger: ledger.New(storage.Claimant{ID: newProcessID(), Exclusive: true}, 0),
 
@@ -267,9 +269,9 @@ func newProcessID() string {
 // Close stops the committer and, if Open opened it, closes the file.
 // Writes in progress finish first; later ones fail with ErrClosed.
 //
-// A file found damaged is not closed cleanly: bbolt may hold its write lock
-// for good after a panic, so its Close would never return. The process is
-// expected to exit, which releases the file.
+// A file found damaged is not closed cleanly. After a panic, bbolt may
+// hold its write lock for good. Its Close would then never return. The
+// process is expected to exit, which releases the file.
 func (db *DB) Close() error {
 	err := ErrClosed
 	db.closeOnce.Do(func() {
@@ -297,7 +299,7 @@ func (db *DB) closed() bool {
 }
 
 // view is bbolt's View, with its panics on damaged pages turned into an
-// ErrDamaged that Health reports from then on.
+// ErrDamaged. Health reports that error from then on.
 func (db *DB) view(fn func(*bolt.Tx) error) (err error) {
 	if err := db.health.readsRefused(); err != nil {
 		return err
@@ -317,14 +319,14 @@ func (db *DB) view(fn func(*bolt.Tx) error) (err error) {
 func (db *DB) Path() string { return db.bolt.Path() }
 
 // Bolt is the bbolt database, for the embedder's own reads. Write through
-// Update: bbolt's own Update works too, but shares no fsync and joins no
+// Update. The Update of bbolt works too, but shares no fsync and joins no
 // completion.
 func (db *DB) Bolt() *bolt.DB { return db.bolt }
 
 // View runs fn in a read transaction, which never waits for writers. When
-// ctx carries a Tx of this DB, an error of fn fails that Tx as an error of
-// Update would: a handler whose storage failed has no answer to store. A
-// damaged page, on which bbolt panics, is an ErrDamaged.
+// ctx carries a Tx of this DB, an error of fn fails that Tx, as Update's
+// would. A handler whose storage failed has no answer to store. A damaged
+// page, on which bbolt panics, is an ErrDamaged.
 func (db *DB) View(ctx context.Context, fn func(*bolt.Tx) error) error {
 	err := db.view(fn)
 	if err != nil {
@@ -335,9 +337,9 @@ func (db *DB) View(ctx context.Context, fn func(*bolt.Tx) error) error {
 	return err
 }
 
-// joinParts joins parts, each but the last prefixed with its length, so
-// that no part can run into the next. As a bucket key, a prefix of whole
-// parts selects a range; as a value, it puts an owner before an encoding.
+// joinParts joins parts, each but the last prefixed with its length. So no
+// part can run into the next. As a bucket key, a prefix of whole parts
+// selects a range. As a value, it puts an owner before an encoding.
 func joinParts(parts ...[]byte) []byte {
 	n := 0
 	for _, p := range parts {
@@ -357,21 +359,23 @@ func joinParts(parts ...[]byte) []byte {
 // transaction.
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
-// Check verifies the file's structure (page links, freelist, key order)
-// and the checksum of every sealed value (the records, and any other
-// bucket this module seals, such as paymentsd's intents), and returns what is wrong, an
-// ErrDamaged, for tests and operators. Open and New check the structure
-// before serving from a file; a value is checked whenever it is read.
+// Check verifies the file's structure: page links, freelist and key order.
+// It also verifies the checksum of every sealed value. Those are the
+// records and any other bucket this module seals, such as paymentsd's
+// intents. Check returns what is wrong as an ErrDamaged, for tests and
+// operators. Open and New check the structure before serving from a file.
+// A value is checked whenever it is read.
 //
-// On a DB that serves, the structure is checked as a write of the group
-// commit, in its transaction: bbolt's check of a read transaction is only
-// sound while no write commits, and would report pages freed meanwhile as
-// damage. So writes wait while it runs, and a write's own function must not
-// call Check: the committer would wait for itself. The values are then
-// read in a read transaction, a snapshot, which writes need not wait for.
-// On a DB that takes no more writes, its damage known, all is checked in a
-// read transaction, since nothing can commit: the damage known may be a
-// commit's failure, not the file's.
+// On a DB that serves, the structure is checked in a write of the group
+// commit, in its transaction. A bbolt check of a read transaction is only
+// sound while no write commits. It would report pages freed meanwhile as
+// damage. So writes wait while the check runs. A write's own function must
+// not call Check: the committer would wait for itself. The values are then
+// read in a read transaction, a snapshot that writes need not wait for.
+//
+// A DB whose damage is known takes no more writes. There, all is checked
+// in a read transaction, since nothing can commit. The damage known may be
+// a commit's failure, not the file's.
 func (db *DB) Check() error {
 	ran := false
 	var found error
@@ -399,10 +403,10 @@ func checkAll(tx *bolt.Tx) error {
 }
 
 // checkKeys is what Open and New check of the sealed values. A value under
-// a key it was not written under means that key is lost: a retry under it,
-// found free, would run its request a second time, so the file is refused,
-// as a damaged structure is. A value damaged otherwise fails the calls
-// about its own key alone, and the file is served.
+// a key it was not written under means that key is lost. A retry under
+// that key would find it free and run its request a second time. So the
+// file is refused, as a damaged structure is. A value damaged otherwise
+// fails only the calls about its own key. The file is still served.
 func checkKeys(tx *bolt.Tx) error {
 	err := checkValues(tx)
 	var d *damaged
@@ -447,8 +451,8 @@ func checkTx(tx *bolt.Tx) error {
 	return nil
 }
 
-// redacted keeps keys and values, principals and idempotency keys among
-// them, out of the check's messages, which reach logs.
+// redacted keeps keys and values out of the check's messages, which reach
+// logs. Among them are principals and idempotency keys.
 type redacted struct{}
 
 func (redacted) KeyToString([]byte) string   { return "<key>" }

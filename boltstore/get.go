@@ -9,9 +9,9 @@ import (
 )
 
 // Get returns the record stored for k, live or expired, or nil when there
-// is none. It only reads: for an operator's question about a key. A claim
-// not yet committed (a transactional method's, held in memory) is not
-// stored, so Get does not see it.
+// is none. It only reads, to answer an operator's question about a key. A
+// claim not yet committed is not stored, so Get does not see it. Such a
+// claim is a transactional method's, held in memory.
 func (db *DB) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -20,8 +20,8 @@ func (db *DB) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, er
 	return rec, err
 }
 
-// CountRecords returns how many records the file holds, live or expired
-// but not yet swept.
+// CountRecords returns how many records the file holds. It counts live
+// records and expired ones not yet swept.
 func (db *DB) CountRecords(ctx context.Context) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

@@ -10,8 +10,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// health is what the DB knows of its file: damaged for good once a damaged
-// page was met, failing while commits fail (a full or failing disk).
+// health is what the DB knows of its file. The file is damaged for good
+// once a damaged page was met. It is failing while commits fail, as on a
+// full or failing disk.
 type health struct {
 	mu       sync.Mutex
 	damaged  error
@@ -19,8 +20,8 @@ type health struct {
 	poisoned bool // reads refused too
 }
 
-// poison stops the DB for good, for err: it refuses reads as well as
-// writes.
+// poison stops the DB for good, for err. The DB then refuses reads as well
+// as writes.
 func (h *health) poison(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -67,23 +68,24 @@ func (h *health) damagedErr() error {
 	return h.damaged
 }
 
-// Health returns nil while the DB can serve: an ErrDamaged once it met a
-// damaged page (until the file is checked and reopened), the failure of a
-// commit whose outcome is unknown (until a restart), or the error of the
-// last commit while commits fail. A load balancer should drain an
-// instance whose store is unhealthy.
+// Health returns nil while the DB can serve. Once the DB met a damaged
+// page, Health returns an ErrDamaged until the file is checked and
+// reopened. After a commit whose outcome is unknown, it returns that
+// failure until a restart. While commits fail, it returns the error of the
+// last commit. A load balancer should drain an instance whose store is
+// unhealthy.
 func (db *DB) Health() error { return db.health.err() }
 
-// probeSize is what Probe writes beside the data file: room for a commit
-// that grows the file by a few pages.
+// probeSize is what Probe writes beside the data file. It is room for a
+// commit that grows the file by a few pages.
 const probeSize = 64 << 10
 
-// Probe learns whether commits work again after they failed, and Health
-// then reflects its outcome. It writes probeSize bytes to a scratch file
-// beside the data file and syncs them, since a commit that only reuses the
-// file's free pages can succeed on a full disk on which the next one that
-// grows the file fails; then it commits an empty transaction. It does
-// nothing once the file is known to be damaged.
+// Probe learns whether commits work again after they failed. Health then
+// reflects its outcome. Probe writes probeSize bytes to a scratch file
+// beside the data file and syncs them. A commit that only reuses the
+// file's free pages can succeed on a full disk. The next commit, which
+// grows the file, would then fail. After the scratch file, Probe commits an
+// empty transaction. It does nothing once the file is known to be damaged.
 func (db *DB) Probe(ctx context.Context) error {
 	if err := db.health.damagedErr(); err != nil {
 		return err

@@ -14,12 +14,13 @@ import (
 // DB lists its claims in flight.
 var _ storage.InFlightLister = (*DB)(nil)
 
-// InFlight returns up to limit claims in flight after the key after, in
-// the order of their keys in the file: the claims this process holds in
-// memory (transactional ones not yet committed, and durable ones whose
-// handler runs, with the leases renewed in memory), and those stored in
-// flight, read through the in-flight index, so that a page reads the
-// claims it returns and never the completed records.
+// InFlight returns up to limit claims in flight after the key after. They
+// come in the order of their keys in the file. The claims this process
+// holds in memory are among them. Those are transactional ones not yet
+// committed, and durable ones whose handler runs, with the leases renewed
+// in memory. The claims stored in flight are among them too, read through
+// the in-flight index. So a page reads the claims it returns and never the
+// completed records.
 func (db *DB) InFlight(ctx context.Context, after storage.RecordKey, limit int) ([]storage.KeyedRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -71,7 +72,7 @@ func splitRecordKey(k []byte) (storage.RecordKey, bool) {
 }
 
 // setInFlight keeps the in-flight index in step with the record of key,
-// written in tx: listed while in flight, not once completed.
+// written in tx. The key is listed while in flight, not once completed.
 func setInFlight(tx *bolt.Tx, key []byte, inFlight bool) error {
 	index := tx.Bucket(bucketInFlight)
 	if inFlight {
@@ -80,8 +81,9 @@ func setInFlight(tx *bolt.Tx, key []byte, inFlight bool) error {
 	return index.Delete(key) // writes nothing when key is not listed
 }
 
-// indexInFlight builds the in-flight index of a file written before it
-// existed, from its records: once, as New first opens the file.
+// indexInFlight builds the in-flight index of a file written before the
+// index existed. It reads the file's records, once, as New first opens the
+// file.
 func indexInFlight(tx *bolt.Tx) error {
 	if tx.Bucket(bucketInFlight) != nil {
 		return nil

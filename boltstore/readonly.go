@@ -16,20 +16,20 @@ import (
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
-// ReadOnly is a data file opened for reading only, for an operator's tools
-// (a lookup, a backup, a check) while no server holds it. It takes bbolt's
-// shared lock: other readers may open the file too, a server may not until
-// it is closed, so close it soon.
+// ReadOnly is a data file opened for reading only. It serves an operator's
+// tools, such as a lookup, a backup or a check, while no server holds the
+// file. It takes bbolt's shared lock. Other readers may open the file too.
+// A server may not until the ReadOnly is closed, so close it soon.
 type ReadOnly struct {
 	bolt *bolt.DB
 }
 
-// OpenReadOnly opens the existing data file at path for reading. It fails
-// within lockTimeout (zero: one second) with ErrLocked when a process
-// holds the file for writing, and with an ErrDamaged when bbolt cannot
-// trust it or its structure does not check out: what it reads is then what
-// a server opening the file would serve, or nothing. It never creates or
-// changes the file.
+// OpenReadOnly opens the existing data file at path for reading. When a
+// process holds the file for writing, it fails with ErrLocked within
+// lockTimeout. A zero lockTimeout means one second. It fails with an
+// ErrDamaged when bbolt cannot trust the file or its structure does not
+// check out. So what it reads is what a server opening the file would
+// serve, or nothing. It never creates or changes the file.
 func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -58,7 +58,7 @@ func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
 	return &ReadOnly{bolt: b}, nil
 }
 
-// view runs fn in a read transaction, a damaged page's panic or fault
+// view runs fn in a read transaction. A damaged page's panic or fault is
 // turned into an ErrDamaged.
 func (r *ReadOnly) view(fn func(*bolt.Tx) error) (err error) {
 	defer guardFaults()()
@@ -100,7 +100,8 @@ func (r *ReadOnly) Get(ctx context.Context, k storage.RecordKey) (*storage.Recor
 func (r *ReadOnly) Check() error { return r.view(checkAll) }
 
 // WriteTo writes a copy of the file to w, tx.Size() bytes, from one read
-// transaction: a bbolt file that opens and checks like the original.
+// transaction. The copy is a bbolt file that opens and checks like the
+// original.
 func (r *ReadOnly) WriteTo(w io.Writer) (n int64, err error) {
 	err = r.view(func(tx *bolt.Tx) error {
 		n, err = tx.WriteTo(w)

@@ -13,16 +13,16 @@ import (
 	"github.com/paymentsd/paymentsd/internal/sealed"
 )
 
-// DB is an storage.TxStore.
+// DB is a storage.TxStore.
 var _ storage.TxStore = (*DB)(nil)
 
-// Claim decides req in one bbolt write transaction, so that concurrent
-// claims of one key are serialized. Retries that only read (replays,
-// mismatches, requests in flight) are decided under a read transaction
-// first and never wait for the write lock. The file lock makes this
-// process the only one using the file, so in-flight claims left by an
-// earlier process are orphans, taken over by the first retry without
-// waiting for their lease.
+// Claim decides req in one bbolt write transaction. So concurrent claims
+// of one key are serialized. Retries that only read are decided under a
+// read transaction first, and never wait for the write lock. Those are
+// replays, mismatches and requests in flight. The file lock makes this
+// process the only one using the file. So in-flight claims left by an
+// earlier process are orphans. The first retry takes one over without
+// waiting for its lease.
 func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, storage.Durable)
 	if tx != nil {
@@ -31,18 +31,19 @@ func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outc
 	return outcome, rec, err
 }
 
-// ClaimTx decides req as Claim does and, when it is claimed, returns the Tx
-// that completes it. A Transactional claim is held in this process's
-// memory until its Tx ends: no other process can use the file, so nothing
-// else can claim the key meanwhile, and a crash loses only a run whose
-// writes were never committed. Its claim, the handler's writes and the
-// result then take one commit.
+// ClaimTx decides req as Claim does. When req is claimed, it returns the
+// Tx that completes it. A Transactional claim is held in this
+// process's memory until its Tx ends. No other process can use the file,
+// so nothing else can claim the key meanwhile. A crash loses only a run
+// whose writes were never committed. The claim, the handler's writes and
+// the result then take one commit.
 //
-// A Durable claim is held in memory too until its Tx ends: while this
-// process runs its handler, the claim is in flight however late its lease,
-// since this process knows the handler is alive. A slow disk that delays
-// renewals cannot get a live worker taken over; only a claim whose process
-// ended (an orphan) or whose Tx ended without a result is.
+// A Durable claim is held in memory too until its Tx ends. While this
+// process runs its handler, the claim is in flight however late its lease.
+// This process knows the handler is alive. So a slow disk that delays
+// renewals cannot get a live worker taken over. Only two kinds of claim
+// are taken over: one whose process ended (an orphan), and one whose Tx
+// ended without a result.
 func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	outcome, rec, tx, err := db.claim(ctx, req, d)
 	if tx == nil {
@@ -51,10 +52,10 @@ func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, d storage.D
 	return outcome, rec, tx, err
 }
 
-// claim asks the ledger, then reads the record without a lock: a retry
+// claim asks the ledger, then reads the record without a lock. A retry
 // that only reads is answered there. A claim is then decided again, and
-// held, in memory for a transactional method or in a write of the group
-// commit for a durable one.
+// held. For a transactional method, that happens in memory. For a durable
+// one, it happens in a write of the group commit.
 func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
@@ -82,10 +83,10 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 	return db.claimDurable(ctx, req, key)
 }
 
-// claimInMemory claims key for a transactional method, held in memory
-// until its Tx ends. raw and stored are the record as read without a lock
-// after the ledger's version of the key was taken; a claim that ended
-// since has it read again.
+// claimInMemory claims key for a transactional method. The claim is held
+// in memory until its Tx ends. The arguments raw and stored are the record
+// as read without a lock. They were read after the ledger's version of the
+// key was taken. If a claim ended since, the record is read again.
 func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *storage.Record, version uint64) (storage.Outcome, *storage.Record, *Tx, error) {
 	for {
 		outcome, rec, ok := db.ledger.Claim(req, stored, version)
@@ -104,9 +105,10 @@ func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *s
 }
 
 // claimDurable claims key in a write of the group commit. The claim is
-// held from the moment it is decided until its Tx ends, so that a
-// transactional claim, which reads only what is committed, cannot also be
-// fresh meanwhile. A run of the write that is rolled back releases its own.
+// held from the moment it is decided until its Tx ends. A transactional
+// claim reads only what is committed. Holding the durable claim keeps a
+// transactional one from also being fresh meanwhile. A run of the write
+// that is rolled back has its own claim released.
 func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []byte) (storage.Outcome, *storage.Record, *Tx, error) {
 	var (
 		outcome storage.Outcome
@@ -146,9 +148,9 @@ func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []
 	return outcome, rec, &Tx{db: db, rk: req.Key, key: key, claim: rec, durable: true}, nil // held until it ends
 }
 
-// read returns the stored record of key, named rk, and its encoding,
-// under a read transaction. A completed record is kept decoded in the
-// ledger, and its bytes compared rather than decoded again.
+// read returns the stored record of key, named rk, and its encoding. It
+// reads under a read transaction. A completed record is kept decoded in
+// the ledger. Its bytes are compared rather than decoded again.
 func (db *DB) read(rk storage.RecordKey, key []byte) (raw []byte, stored *storage.Record, err error) {
 	sighting := db.ledger.Sight(rk)
 	err = db.view(func(tx *bolt.Tx) error {
@@ -169,7 +171,8 @@ func (db *DB) read(rk storage.RecordKey, key []byte) (raw []byte, stored *storag
 }
 
 // putClaim writes the new claim rec of key over stored, the record it
-// replaces (nil when none), keeping the expiry index in step.
+// replaces. The argument stored is nil when there is none. putClaim keeps
+// the expiry index in step.
 func putClaim(tx *bolt.Tx, key []byte, stored, rec *storage.Record) error {
 	v, err := encodeRecord(key, rec)
 	if err != nil {
@@ -182,12 +185,13 @@ func putClaim(tx *bolt.Tx, key []byte, stored, rec *storage.Record) error {
 }
 
 // indexFillPercent is how full the expiry index's pages are left when they
-// split. Its keys start with the expiry, now plus the TTL, so nearly every
-// entry goes after the last: bbolt's default, half full, would leave each
-// page that a split leaves behind half empty for good, making twice the
-// pages, a deeper tree and more pages written per commit. (etcd fills its
-// append-only bucket the same way.) The tenth left free takes the few
-// entries that come out of order, from claims decided at the same time.
+// split. Its keys start with the expiry, now plus the TTL. So nearly every
+// entry goes after the last. The default of bbolt fills pages half full.
+// Each page that a split leaves behind would stay half empty for good.
+// That makes twice the pages, a deeper tree and more pages written per
+// commit. The etcd project fills its append-only bucket the same way. The
+// tenth left free takes the few entries that come out of order. They come
+// from claims decided at the same time.
 const indexFillPercent = 0.9
 
 // putClaimRaw is putClaim of a record already encoded as v.
@@ -205,15 +209,15 @@ func putClaimRaw(tx *bolt.Tx, key []byte, stored *storage.Record, expiry time.Ti
 	return tx.Bucket(bucketRecords).Put(key, v)
 }
 
-// Claimant is who this opening of the file claims as: exclusive, since the
-// file lock keeps every other process out.
+// Claimant is who this opening of the file claims as. It is exclusive,
+// since the file lock keeps every other process out.
 func (db *DB) Claimant() storage.Claimant { return db.ledger.Claimant() }
 
 // Renew stores claim with its later lease if it is still the stored claim.
-// A claim whose Tx this process still runs needs no renewal (see ClaimTx):
-// Renew then writes nothing, so that a slow disk delays no renewal, and
-// keeps the lease in memory for when the Tx ends without a result (see
-// renewal).
+// A claim whose Tx this process still runs needs no renewal (see ClaimTx).
+// Renew then writes nothing, so a slow disk delays no renewal. It keeps
+// the lease in memory for when the Tx ends without a result. (See renewal
+// in package ledger.)
 func (db *DB) Renew(ctx context.Context, rk storage.RecordKey, claim *storage.Record) error {
 	if db.ledger.Renew(rk, claim) {
 		return nil
@@ -227,8 +231,8 @@ func (db *DB) Complete(ctx context.Context, rk storage.RecordKey, done *storage.
 }
 
 // replaceClaim writes r over the stored record of key if it is still r's
-// claim. The record's expiry never changes after the first claim, so the
-// expiry index stays as it is; the in-flight index loses key once r is
+// claim. The record's expiry never changes after the first claim. So the
+// expiry index stays as it is. The in-flight index loses key once r is
 // completed.
 func replaceClaim(tx *bolt.Tx, key []byte, r *storage.Record) error {
 	if _, err := storedClaim(tx, key, r); err != nil {
@@ -242,9 +246,9 @@ func replaceClaim(tx *bolt.Tx, key []byte, r *storage.Record) error {
 	return putRecord(tx, key, r)
 }
 
-// storedClaim returns the stored record of key, and ErrSuperseded unless
-// it is still the claim in flight that r is, renews or completes
-// (CheckClaim).
+// storedClaim returns the stored record of key. It also returns
+// ErrSuperseded unless that record is still the claim in flight that r is,
+// renews or completes. See CheckClaim.
 func storedClaim(tx *bolt.Tx, key []byte, r *storage.Record) (*storage.Record, error) {
 	stored, err := getRecord(tx, key)
 	if err != nil {
@@ -254,9 +258,9 @@ func storedClaim(tx *bolt.Tx, key []byte, r *storage.Record) (*storage.Record, e
 }
 
 // Sweep deletes the records that expired by now and returns how many. It
-// walks the expiry index, never the live records, and deletes in batches of
-// Options.SweepBatch, one write transaction each, so that claims wait for
-// one batch at most.
+// walks the expiry index, never the live records. It deletes in batches of
+// Options.SweepBatch, one write transaction each. So claims wait for one
+// batch at most.
 func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	for {
@@ -273,7 +277,7 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 
 // sweepBatchOnce deletes up to one batch of expired index entries and the
 // records they point to, in one transaction. It collects the batch before
-// deleting: a bbolt cursor skips keys when deleted under.
+// deleting. A bbolt cursor skips keys when deleted under.
 func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, deleted int, err error) {
 	var batch [][]byte
 	defer func() {
@@ -301,9 +305,9 @@ func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, delet
 		for _, k := range batch {
 			expiry, key := splitExpiryKey(k)
 			// Delete the record only if this entry is still its own. The
-			// entry of a record whose value is damaged is its own, since
-			// the two are always written together: it expired, and goes
-			// as it would have (else it would stop every later sweep).
+			// entry of a record whose value is damaged is its own. The two
+			// are always written together. Such a record expired, and goes
+			// as it would have. Else it would stop every later sweep.
 			stored, err := getRecord(tx, key)
 			if err != nil && !errors.Is(err, ErrDamaged) {
 				return err
@@ -359,8 +363,8 @@ func putRecord(tx *bolt.Tx, key []byte, r *storage.Record) error {
 	return tx.Bucket(bucketRecords).Put(key, v)
 }
 
-// encodeRecord is the stored form of r, the record of key: its encoding,
-// sealed with its checksum and key's.
+// encodeRecord is the stored form of r, the record of key. That is its
+// encoding, sealed with its checksum and key's.
 func encodeRecord(key []byte, r *storage.Record) ([]byte, error) {
 	b, err := r.MarshalBinary()
 	if err != nil {
@@ -370,8 +374,8 @@ func encodeRecord(key []byte, r *storage.Record) ([]byte, error) {
 }
 
 // decodeRecord decodes v, the stored form of key's record. A value whose
-// checksum does not match, damaged on disk, is an ErrDamaged for the calls
-// about that record, never another record.
+// checksum does not match was damaged on disk. It is an ErrDamaged for the
+// calls about that record, never for another record.
 func decodeRecord(key, v []byte) (*storage.Record, error) {
 	b, err := sealed.Open(key, v)
 	if err != nil {

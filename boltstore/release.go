@@ -12,10 +12,10 @@ import (
 var _ storage.Releaser = (*DB)(nil)
 
 // Release deletes k's record, with its expiry index entry, if
-// storage.CheckRelease allows it at now: the check and the delete in one
-// write of the group commit. The completed record this process keeps
-// decoded is forgotten before Release returns, and this process is the only
-// one using the file, so no replay of the released result follows it.
+// storage.CheckRelease allows it at now. The check and the delete take one
+// write of the group commit. This process keeps completed records decoded.
+// It forgets this one before Release returns. No other process uses the
+// file. So no replay of the released result follows Release.
 func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -6,6 +6,6 @@ import "os"
 
 const mmapFlags = 0
 
-// unlock does nothing here: closing f releases bbolt's lock, or, where a
-// mapping of the file keeps it, the process's exit does.
+// unlock does nothing here. Closing f releases bbolt's lock. Where a
+// mapping of the file keeps the lock, the process's exit releases it.
 func unlock(*os.File) {}

@@ -18,17 +18,17 @@ var ErrTxDone = errors.New("boltstore: write to a unit of work that has ended")
 
 type txKey struct{}
 
-// Tx is the unit of work of one claim: the writes its handler stages
-// through Update, committed with the claim's result in one transaction of
-// the group commit. It is an storage.Tx.
+// Tx is the unit of work of one claim. It holds the writes its handler
+// stages through Update. They are committed with the claim's result in one
+// transaction of the group commit. Tx is a storage.Tx.
 type Tx struct {
 	db    *DB
 	rk    storage.RecordKey
 	key   []byte // rk as the file's key
 	claim *storage.Record
 	// durable is true when the claim was committed before the handler ran.
-	// Otherwise it is pending in memory, and base is the stored record it
-	// replaces (nil when none), as read at claimedAt.
+	// Otherwise the claim is pending in memory. Then base is the stored
+	// record it replaces, as read at claimedAt. That is nil when none.
 	durable   bool
 	base      *storage.Record
 	baseRaw   []byte // base's encoding
@@ -65,8 +65,8 @@ func (t *Tx) fail(err error) {
 	}
 }
 
-// end marks t ended and returns its writes and failure; ok is false if it
-// had ended.
+// end marks t ended and returns its writes and failure. It returns ok
+// false if t had ended.
 func (t *Tx) end() (writes []func(*bolt.Tx) error, failed error, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -77,12 +77,13 @@ func (t *Tx) end() (writes []func(*bolt.Tx) error, failed error, ok bool) {
 	return t.writes, t.failed, true
 }
 
-// Commit stores done and, if it keeps writes, the staged writes, in one write
-// of the group commit, if the claim still stands and no read or write made
-// through t failed. The claim is released from memory once the commit has
-// ended, either way: committed, its record answers for it; failed, a claim
-// that was not durable leaves the key free to run afresh, a durable one
-// stays in flight under the lease rule.
+// Commit stores done in one write of the group commit. If done keeps
+// writes, the staged writes join that write. Commit stores nothing unless the claim
+// still stands and no read or write made through t failed. The claim is
+// released from memory once the commit has ended, either way. Committed,
+// its record answers for it. If the commit failed, a claim that was not
+// durable leaves the key free to run afresh. A durable one stays in flight
+// under the lease rule.
 func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 	writes, failed, ok := t.end()
 	if !ok {
@@ -110,9 +111,10 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 				return err
 			}
 		}
-		// The record it replaces may be a claim in flight: a durable one's
-		// own, or an orphan that a transactional claim took over. A fresh
-		// transactional create replaces none, and leaves the index alone.
+		// The record it replaces may be a claim in flight. That is a durable
+		// claim's own, or an orphan that a transactional claim took over. A
+		// fresh transactional create replaces none, and leaves the index
+		// alone.
 		if prior != nil && prior.State == storage.StateInFlight {
 			if err := setInFlight(tx, t.key, false); err != nil {
 				return err
@@ -131,9 +133,9 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 
 // stillClaimed returns ErrSuperseded unless the claim still stands in tx.
 // A durable claim must be the stored record (CheckClaim). A pending one
-// must find the record it was decided on, byte for byte, or nothing where
-// that record had expired and was swept since; it returns the record its
-// commit replaces.
+// must find the record it was decided on, byte for byte. Or it must find
+// nothing, where that record had expired and was swept since. It returns
+// the record its commit replaces.
 func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *storage.Record, err error) {
 	if t.durable {
 		return storedClaim(tx, t.key, t.claim)
@@ -148,9 +150,9 @@ func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *storage.Record, err error) {
 	}
 }
 
-// Rollback discards the staged writes and releases the claim from memory:
-// one that was not durable is gone, a durable one stays in flight under the
-// lease rule. After Commit it does nothing.
+// Rollback discards the staged writes and releases the claim from memory.
+// A claim that was not durable is gone. A durable one stays in flight under
+// the lease rule. After Commit, Rollback does nothing.
 func (t *Tx) Rollback() {
 	if _, _, ok := t.end(); ok {
 		t.db.ledger.Release(t.rk, t.claim)

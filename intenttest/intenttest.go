@@ -1,7 +1,7 @@
 // Package intenttest is the conformance suite every server.IntentStore must
-// pass, together with the storage.TxStore whose units of work its
-// writes join. A backend's test calls RunTests with a function that opens
-// both on one database:
+// pass. It tests the store together with the storage.TxStore whose units
+// of work its writes join. A backend's test calls RunTests with a function
+// that opens both on one database:
 //
 //	func TestConformance(t *testing.T) {
 //		intenttest.RunTests(t, func(t *testing.T, dir string) intenttest.Backend {
@@ -39,13 +39,13 @@ import (
 	"github.com/paymentsd/paymentsd/server"
 )
 
-// Backend is what the suite tests: the intents and the idempotency records
-// kept in one database.
+// Backend is what the suite tests. It holds the intents and the
+// idempotency records kept in one database.
 type Backend struct {
 	// Intents is the store under test.
 	Intents server.IntentStore
-	// Records is the idempotency store on the same database: the writes of
-	// Intents made with the context of one of its Tx join that Tx.
+	// Records is the idempotency store on the same database. A write of
+	// Intents made with the context of one of its Tx joins that Tx.
 	Records storage.TxStore
 	// Close releases both.
 	Close func() error
@@ -197,8 +197,8 @@ func durability(durable bool) storage.Durability {
 	return storage.Transactional
 }
 
-// claimTx claims a new key through ClaimTx; the Tx is rolled back when the
-// test ends unless it ended before.
+// claimTx claims a new key through ClaimTx. The Tx is rolled back when the
+// test ends, unless it ended before.
 func claimTx(t *testing.T, b Backend, req storage.ClaimRequest, durable storage.Durability) (*storage.Record, storage.Tx) {
 	t.Helper()
 	got, rec, tx, err := b.Records.ClaimTx(context.Background(), req, durable)
@@ -284,8 +284,9 @@ func testExists(t *testing.T, open Opener) {
 }
 
 // createScrambled creates n intents of owner, created at t0 + 2s·j for
-// j < n, in an order that is neither creation order nor id order (ids sort
-// opposite to creation). It returns their ids in creation order.
+// j < n. It creates them in an order that is neither creation order nor id
+// order. Their ids sort opposite to creation. It returns their ids in
+// creation order.
 func createScrambled(t *testing.T, b Backend, owner string, n int) []string {
 	t.Helper()
 	order := make([]string, n)
@@ -324,9 +325,9 @@ func testPaging(t *testing.T, open Opener) {
 }
 
 func testCursorNamingNoIntent(t *testing.T, open Opener) {
-	// A cursor is opaque to the suite; one naming no intent of this backend
-	// is made by listing another backend of the same kind, which holds
-	// intents this one does not.
+	// A cursor is opaque to the suite. So a cursor naming no intent of this
+	// backend is made by listing another backend of the same kind. That
+	// backend holds intents this one does not.
 	b := newBackend(t, open)
 	all := createScrambled(t, b, "alice", 25) // created at t0 + 2s·j
 
@@ -410,7 +411,7 @@ func testUpdateConcurrent(t *testing.T, open Opener) {
 	}
 	wg.Wait()
 	close(versions)
-	// Each update saw the one before it: every version from 2 to n+1 was
+	// Each update saw the one before it. Every version from 2 to n+1 was
 	// returned exactly once.
 	var got []int64
 	for v := range versions {
@@ -626,8 +627,8 @@ func testTakeoverDropsWrites(t *testing.T, open Opener) {
 		t.Fatalf("CreateIntent in a Tx: %v", err)
 	}
 	if c, ok := b.Records.(interface{ Claimant() storage.Claimant }); ok && c.Claimant().Exclusive {
-		// An exclusive store never takes over a Tx this process still runs:
-		// its writes commit with its result, however late.
+		// An exclusive store never takes over a Tx this process still runs.
+		// Its writes commit with its result, however late.
 		claim(t, b, request("k", t0.Add(time.Hour)), storage.OutcomeInFlight)
 		if err := tx.Commit(context.Background(), first.Completed(result(t, "live"))); err != nil {
 			t.Fatalf("Commit(live attempt past its lease) = %v, want it stored", err)

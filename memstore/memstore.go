@@ -1,6 +1,6 @@
-// Package memstore is an storage.Store in memory: the reference
-// implementation of the claim rules, for tests, benchmarks and servers that
-// accept losing their records on restart. It is not durable.
+// Package memstore is a storage.Store in memory. It is the reference
+// implementation of the claim rules. It serves tests, benchmarks and
+// servers that accept losing their records on restart. It is not durable.
 package memstore
 
 import (
@@ -21,7 +21,7 @@ type Store struct {
 	claimant storage.Claimant
 }
 
-// New returns an empty store. Its claims are not exclusive: a store in
+// New returns an empty store. Its claims are not exclusive. A store in
 // memory cannot outlive its process, so it never meets an orphan.
 func New() *Store {
 	var id [8]byte
@@ -123,9 +123,9 @@ func (s *Store) Claimant() storage.Claimant { return s.claimant }
 // Close does nothing; the records stay for a store reopened by Reopen.
 func (s *Store) Close() error { return nil }
 
-// Reopen returns a store holding the same records under a new claimant, as
-// a process that restarted would see a shared database: for the
-// conformance suite's reopen test.
+// Reopen returns a store holding the same records under a new claimant.
+// That is how a process that restarted would see a shared database. It
+// serves the conformance suite's reopen test.
 func (s *Store) Reopen() *Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -140,7 +140,7 @@ var _ storage.Releaser = (*Store)(nil)
 
 // Release deletes key's record under the store's lock if
 // storage.CheckRelease allows it at now. A store in memory serves one
-// process, which reads it directly: nothing else remembers the record.
+// process, which reads it directly. Nothing else remembers the record.
 func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Time) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -2,7 +2,7 @@
 // Prometheus metrics. Its Metrics is an interceptor.Observer.
 //
 // Methods are labelled as go-grpc-middleware's Prometheus provider labels
-// them, grpc_service and grpc_method, so that its grpc_server_* series and
+// them, with grpc_service and grpc_method. So its grpc_server_* series and
 // these join on the same labels.
 package metrics
 
@@ -33,17 +33,17 @@ type options struct {
 }
 
 // WithLiveRecords adds the gauge idempotency_records, read from count at
-// each scrape: how many records the store holds, live or expired but not
-// yet swept. A count that fails leaves the gauge out of that scrape.
+// each scrape. It is how many records the store holds, live or expired but
+// not yet swept. A count that fails leaves the gauge out of that scrape.
 func WithLiveRecords(count func() (float64, error)) Option {
 	return func(o *options) { o.liveRecords = count }
 }
 
 var methodLabels = []string{"grpc_service", "grpc_method"}
 
-// New returns the metrics, registered on reg: prometheus.DefaultRegisterer
-// or a registry of the embedder's. It fails if reg already holds
-// collectors of the same names.
+// New returns the metrics, registered on reg. That is
+// prometheus.DefaultRegisterer or a registry of the embedder's. It fails
+// if reg already holds collectors of the same names.
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	var o options
 	for _, opt := range opts {

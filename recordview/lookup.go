@@ -11,8 +11,8 @@ import (
 )
 
 // LookupBolt returns k's record in the bbolt data file at path, or nil
-// when there is none. It reads the file itself when no server holds it,
-// otherwise it asks the server through its admin socket.
+// when there is none. It reads the file itself when no server holds it.
+// Otherwise it asks the server through its admin socket.
 func LookupBolt(ctx context.Context, path string, k storage.RecordKey) (*storage.Record, error) {
 	src, err := boltadmin.Open(path)
 	if err != nil {
@@ -26,8 +26,9 @@ func LookupBolt(ctx context.Context, path string, k storage.RecordKey) (*storage
 const postgresTimeout = 10 * time.Second
 
 // LookupPostgres returns k's record in the PostgreSQL database at url, or
-// nil when there is none. It never changes the schema under the servers:
-// a database not at this binary's version is refused, naming both.
+// nil when there is none. It never changes the schema under the servers.
+// A database not at this binary's version is refused, and the error names
+// both versions.
 func LookupPostgres(ctx context.Context, url string, k storage.RecordKey) (*storage.Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, postgresTimeout)
 	defer cancel()
@@ -40,9 +41,9 @@ func LookupPostgres(ctx context.Context, url string, k storage.RecordKey) (*stor
 }
 
 // ReleaseBolt releases k in the bbolt data file at path on operator's
-// behalf (see storage.Releaser): in the file when no server holds it,
-// logging to log, otherwise through the server, which logs it. via says
-// which.
+// behalf (see storage.Releaser). When no server holds the file, it
+// releases k in the file and logs to log. Otherwise it goes through the
+// server, which logs it. The result via says which.
 func ReleaseBolt(ctx context.Context, path string, k storage.RecordKey, operator string, log *slog.Logger) (rec *storage.Record, via string, err error) {
 	return boltadmin.Release(ctx, path, k, operator, log)
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // refusalText says why each refusal of a release keeps the record, for
-// the operator: paymentsd release and the console say it alike.
+// the operator. The command paymentsd release and the console say it alike.
 var refusalText = map[error]string{
 	storage.ErrNoRecord:                "there is no live record of the key: never used, or expired; nothing to release",
 	storage.ErrReleaseInFlight:         "the key is in flight: its handler may still act; look again once it has completed",
@@ -16,7 +16,7 @@ var refusalText = map[error]string{
 }
 
 // RefusalText says why err, a refusal of storage.Releaser's Release,
-// keeps the record; ok is false when err is no refusal.
+// keeps the record. It returns ok false when err is no refusal.
 func RefusalText(err error) (why string, ok bool) {
 	for sentinel, why := range refusalText {
 		if errors.Is(err, sentinel) {

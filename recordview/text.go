@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// WriteText writes v for a person, one field a line, with times in UTC
-// and how far they are from now.
+// WriteText writes v for a person, one field a line. Times are in UTC,
+// with how far they are from now.
 func (v *View) WriteText(w io.Writer, now time.Time) {
 	line := func(name, format string, args ...any) {
 		fmt.Fprintf(w, "%-19s "+format+"\n", append([]any{name + ":"}, args...)...)
@@ -49,8 +49,8 @@ func (v *View) WriteText(w io.Writer, now time.Time) {
 	}
 }
 
-// stateText is v's state for a person, with what it means for the key's
-// next call when that is not plain.
+// stateText is v's state for a person. It adds what the state means for
+// the key's next call, when that is not plain.
 func (v *View) stateText(now time.Time) string {
 	state := strings.ReplaceAll(v.State, "_", " ")
 	switch {
@@ -74,7 +74,7 @@ func when(t, now time.Time) string {
 }
 
 // yesNo is whether a record was stored by a transactional method, for a
-// person: its consequence for a release is in the docs.
+// person. Its consequence for a release is in the docs.
 func yesNo(b bool) string {
 	if b {
 		return "yes (its writes commit with its result)"

@@ -1,6 +1,6 @@
-// Package recordview is what an operator sees of an idempotency record:
-// View, its data, to print as text (WriteText) or JSON, and the lookups
-// that find the record in a bbolt file or a PostgreSQL database. It is
+// Package recordview is what an operator sees of an idempotency record.
+// View holds its data, to print as text (WriteText) or JSON. The lookups
+// find the record in a bbolt file or a PostgreSQL database. The package is
 // what paymentsd record shows.
 package recordview
 
@@ -16,7 +16,7 @@ import (
 )
 
 // View is a record as an operator sees it. The JSON names are stable, for
-// scripts; a field that does not apply is null.
+// scripts. A field that does not apply is null.
 type View struct {
 	Principal         string     `json:"principal"`
 	Key               string     `json:"key"`
@@ -26,13 +26,13 @@ type View struct {
 	FingerprintScheme string     `json:"fingerprint_scheme"`
 	Owner             string     `json:"owner"`        // the process that claimed it
 	LeaseExpiry       *time.Time `json:"lease_expiry"` // of a claim in flight
-	// ClaimTime is when the attempt that stored the record began; null for
-	// records stored before it was kept.
+	// ClaimTime is when the attempt that stored the record began. It is
+	// null for records stored before it was kept.
 	ClaimTime *time.Time `json:"claim_time"`
 	Expiry    time.Time  `json:"expiry"`
 	Completed bool       `json:"completed"`
-	// Transactional: a transactional method stored it, so that a stored
-	// error of it may be released (paymentsd release).
+	// Transactional says a transactional method stored the record. So a
+	// stored error of it may be released (paymentsd release).
 	Transactional bool     `json:"transactional"`
 	Code          *string  `json:"code"` // OK, INVALID_ARGUMENT, ...
 	Message       *string  `json:"message"`

@@ -14,11 +14,12 @@ import (
 	"github.com/paymentsd/paymentsd/internal/dirsync"
 )
 
-// Backup copies the data file at path, read as Open reads it, to dest and
-// says where it read it. The copy is written beside dest under a temporary
-// name (mode 0600), synced and checked, and only then linked as dest, so
-// dest is never a partial copy; an existing dest is never overwritten.
-// Cancelling ctx stops the copy and removes what was written.
+// Backup copies the data file at path to dest and says where it read it.
+// It reads the file as Open does. The copy is written beside dest under a
+// temporary name, with mode 0600. It is synced and checked, and only then
+// linked as dest. So dest is never a partial copy. An existing dest is
+// never overwritten. Cancelling ctx stops the copy and removes what was
+// written.
 func Backup(ctx context.Context, path, dest string) (n int64, via string, err error) {
 	if _, err := os.Lstat(dest); err == nil {
 		return 0, "", fmt.Errorf("%s exists: it is not overwritten; remove it or choose another name", dest)
@@ -66,7 +67,7 @@ func checkCopy(path string) error {
 	return ro.Check()
 }
 
-// ctxWriter stops writing once ctx is done: a copy read from the file
+// ctxWriter stops writing once ctx is done. A copy read from the file
 // itself does not watch ctx.
 type ctxWriter struct {
 	ctx context.Context

@@ -25,9 +25,9 @@ type Client struct {
 	http         *http.Client
 }
 
-// Dial returns a client of the admin socket of the data file at dbPath,
-// which another process holds. It waits a second for the socket to
-// appear: a server makes it just after it starts serving.
+// Dial returns a client of the admin socket of the data file at dbPath.
+// Another process holds that file. Dial waits a second for the socket to
+// appear. A server makes it just after it starts serving.
 func Dial(dbPath string) (*Client, error) {
 	sock := SocketPath(dbPath)
 	_, err := os.Stat(sock)
@@ -59,8 +59,8 @@ func (c *Client) get(ctx context.Context, path string, want int) (*http.Response
 	return c.do(ctx, http.MethodGet, path, nil, want)
 }
 
-// do sends a request, a form when body is not nil, and returns the answer
-// when its status is want.
+// do sends a request and returns the answer when its status is want. The
+// request is a form when body is not nil.
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader, want int) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "http://paymentsd"+path, body)
 	if err != nil {
@@ -116,9 +116,9 @@ func (c *Client) readRecord(resp *http.Response) (*storage.Record, error) {
 	return rec, nil
 }
 
-// Check has the server check its file: nil when it is sound and the server
-// can commit to it, an ErrDamaged with the findings, or a
-// *CannotCommitError.
+// Check has the server check its file. It returns nil when the file is
+// sound and the server can commit to it. Otherwise it returns an
+// ErrDamaged with the findings, or a *CannotCommitError.
 func (c *Client) Check(ctx context.Context) error {
 	resp, err := c.get(ctx, "/check", http.StatusOK)
 	if err != nil {
@@ -162,8 +162,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// CannotCommitError is the answer of a server that found its file sound
-// but cannot commit to it (a failing disk), and why.
+// CannotCommitError says why a server cannot commit to a file it found
+// sound. A failing disk is such a case.
 type CannotCommitError struct{ Reason string }
 
 func (e *CannotCommitError) Error() string { return e.Reason }

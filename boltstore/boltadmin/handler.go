@@ -15,7 +15,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
-// statusDamaged is the status of an answer about damaged data: the
+// statusDamaged is the status of an answer about damaged data. The
 // findings are its body.
 const statusDamaged = http.StatusUnprocessableEntity
 
@@ -24,13 +24,13 @@ type checkAnswer struct {
 	Sound    bool   `json:"sound"`
 	Findings string `json:"findings,omitempty"`
 	// CannotCommit says why the server cannot commit to the file, when it
-	// cannot: a sound file is not all an operator needs to know.
+	// cannot. A sound file is not all an operator needs to know.
 	CannotCommit string `json:"cannot_commit,omitempty"`
 }
 
-// writeTimeout bounds each write of an answer: a backup whose reader stops
-// reading would otherwise hold its read transaction, and with it every
-// page freed meanwhile, for good.
+// writeTimeout bounds each write of an answer. Otherwise a backup whose
+// reader stops reading would hold its read transaction for good. That
+// transaction also holds every page freed meanwhile.
 const writeTimeout = 30 * time.Second
 
 // handler answers the admin socket's requests from db.
@@ -39,8 +39,8 @@ type handler struct {
 	log *slog.Logger
 }
 
-// newHandler returns the admin socket's HTTP handler, which logs each
-// request without its scope or key (a release adds its own line).
+// newHandler returns the admin socket's HTTP handler. It logs each request
+// without its scope or key. A release adds its own line.
 func newHandler(db *boltstore.DB, log *slog.Logger) http.Handler {
 	h := &handler{db: db, log: log}
 	mux := http.NewServeMux()

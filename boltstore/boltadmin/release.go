@@ -20,8 +20,7 @@ import (
 )
 
 // refusals name Release's refusals on the admin socket, in its X-Refusal
-// header, so that the client returns the very sentinel the server's store
-// did.
+// header. So the client returns the very sentinel the server's store did.
 var refusals = map[string]error{
 	"no_record":         storage.ErrNoRecord,
 	"in_flight":         storage.ErrReleaseInFlight,
@@ -29,8 +28,8 @@ var refusals = map[string]error{
 	"not_transactional": storage.ErrReleaseNotTransactional,
 }
 
-// RefusalName is the name of err's refusal, or "" when it is none: the
-// name the admin socket and the console answer with.
+// RefusalName is the name of err's refusal, or "" when it is none. The
+// admin socket and the console answer with that name.
 func RefusalName(err error) string {
 	for name, sentinel := range refusals {
 		if errors.Is(err, sentinel) {
@@ -40,9 +39,9 @@ func RefusalName(err error) string {
 	return ""
 }
 
-// LogRelease logs a release of k by operator and how it ended: the line
-// every release leaves, whoever makes it. The principal is logged by its
-// hash (auth.PrincipalHash), as every log names one; the key itself is
+// LogRelease logs a release of k by operator and how it ended. Every
+// release leaves this line, whoever makes it. The principal is logged by
+// its hash (auth.PrincipalHash), as every log names one. The key itself is
 // logged, since finding the released key is the line's purpose.
 func LogRelease(ctx context.Context, log *slog.Logger, operator string, k storage.RecordKey, released *storage.Record, err error) {
 	attrs := []slog.Attr{slog.String("operator", operator), slog.String("principal_hash", auth.PrincipalHash(k.Scope)),
@@ -64,8 +63,9 @@ func LogRelease(ctx context.Context, log *slog.Logger, operator string, k storag
 	}
 }
 
-// release answers POST /release: the released record, storage.Record's
-// binary encoding; 409 with X-Refusal naming a refusal; 422 when damaged.
+// release answers POST /release with the released record, in
+// storage.Record's binary encoding. A refusal is a 409, with X-Refusal
+// naming it. Damaged data is a 422.
 func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	k := storage.RecordKey{Scope: r.FormValue("scope"), Key: r.FormValue("key")}
 	rec, err := h.db.Release(r.Context(), k, time.Now())
@@ -86,7 +86,7 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, err.Error(), status)
 }
 
-// Release asks the server to release k on operator's behalf; the server
+// Release asks the server to release k on operator's behalf. The server
 // logs it.
 func (c *Client) Release(ctx context.Context, k storage.RecordKey, operator string) (*storage.Record, error) {
 	form := url.Values{"scope": {k.Scope}, "key": {k.Key}, "operator": {operator}}
@@ -102,10 +102,11 @@ func (c *Client) Release(ctx context.Context, k storage.RecordKey, operator stri
 	return c.readRecord(resp)
 }
 
-// Release releases k in the bbolt data file at path (see
-// storage.Releaser), on operator's behalf: in the file itself when no
-// server holds it, logging to log, otherwise through the server's admin
-// socket, which logs it. via says which, for the operator.
+// Release releases k in the bbolt data file at path, on operator's behalf
+// (see storage.Releaser). When no server holds the file, Release writes to
+// it directly and logs to log. Otherwise it asks through the server's
+// admin socket, and the server logs it. The result via says which, for the
+// operator.
 func Release(ctx context.Context, path string, k storage.RecordKey, operator string, log *slog.Logger) (rec *storage.Record, via string, err error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil, "", fmt.Errorf("no data file at %s: is --db right?", path) // Open would make one

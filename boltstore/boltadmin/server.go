@@ -1,19 +1,20 @@
 // Package boltadmin lets an operator's tools read a bbolt data file that a
-// running server holds: the server answers on an admin socket beside the
-// file, and Open gives the tools the same Source whether the file is held
-// or not. Backup, Check and Release are the cores of paymentsd backup,
-// check and release.
+// running server holds. The server answers on an admin socket beside the
+// file. Open gives the tools the same Source whether the file is held or
+// not. Backup, Check and Release are the cores of paymentsd backup, check
+// and release.
 //
 // The admin socket is needed because no other process can open a served
-// file, not even to read: the server holds bbolt's exclusive lock for as
-// long as it runs. It is a Unix socket beside the data file, mode 0600, in
-// the directory boltstore.Open creates 0700: whoever may read the data file
-// may ask it, nobody else can connect. It answers HTTP:
+// file, not even to read. The server holds bbolt's exclusive lock for as
+// long as it runs. The socket is a Unix socket beside the data file, with
+// mode 0600. It lies in the directory that boltstore.Open creates with mode
+// 0700. Whoever may read the data file may ask it, and nobody else can
+// connect. It answers HTTP:
 //
-//	GET /record?scope=S&key=K  the record, storage.Record's binary encoding; 404 when none, 422 when damaged
-//	GET /backup                a consistent copy of the file, Content-Length bytes
-//	GET /check                 checkAnswer as JSON
-//	POST /release              form scope, key, operator: the released record; 409 with X-Refusal when refused (logged either way)
+//	GET /record?scope=S&key=K  the record, storage.Record's binary encoding; 404 when none, 422 when damaged.
+//	GET /backup                a consistent copy of the file, Content-Length bytes.
+//	GET /check                 checkAnswer as JSON.
+//	POST /release              form scope, key, operator: the released record; 409 with X-Refusal when refused (logged either way).
 //
 // PostgreSQL needs none: the tools ask the database.
 package boltadmin
@@ -42,9 +43,9 @@ type Server struct {
 }
 
 // Serve serves db's admin socket until Close. Each request is logged to
-// log (nil: nowhere), without its scope or key, which, like request
-// metadata, never reach a log; a release adds its own line (LogRelease),
-// which names the key and the operator.
+// log, or nowhere when log is nil. Its line leaves out its scope and key,
+// as it leaves out request metadata. A release adds its own line
+// (LogRelease), which names the key and the operator.
 func Serve(db *boltstore.DB, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -69,8 +70,8 @@ func Serve(db *boltstore.DB, log *slog.Logger) (*Server, error) {
 // Path is the socket's path.
 func (s *Server) Path() string { return s.path }
 
-// Close stops the admin socket and removes it, cutting off what is still
-// being answered after a second: a backup in progress must not keep the
+// Close stops the admin socket and removes it. After a second, it cuts off
+// what is still being answered. A backup in progress must not keep the
 // data file from closing. A nil Server, one that was never served, closes
 // as nothing.
 func (s *Server) Close() {
@@ -86,11 +87,11 @@ func (s *Server) Close() {
 	os.Remove(s.path)
 }
 
-// listen listens on a Unix socket at path, mode 0600. It binds a temporary
-// name, restricts it, then renames it into place, so that no one can
-// connect before the mode is set, whatever the umask. A socket left at
-// path by a server that was killed is removed first: the caller holds the
-// data file's lock, so no live server can be listening on it.
+// listen listens on a Unix socket at path, with mode 0600. It binds a
+// temporary name, restricts it, then renames it into place. So no one can
+// connect before the mode is set, whatever the umask. A socket left at path
+// by a server that was killed is removed first. The caller holds the data
+// file's lock, so no live server can be listening on it.
 func listen(path string) (*net.UnixListener, error) {
 	if info, err := os.Lstat(path); err == nil {
 		if info.Mode()&os.ModeSocket == 0 {

@@ -7,10 +7,10 @@ import (
 )
 
 // shortSocketPath returns an address for the Unix socket at path that fits
-// sockaddr_un's 108 bytes: path itself when it does, else the same file
-// reached through /proc/self/fd and an open descriptor of its directory,
-// so that a data file deep in a volume still gets its socket. Call done
-// once bound or connected.
+// sockaddr_un's 108 bytes. That is path itself when it fits. Otherwise it
+// is the same file, reached through /proc/self/fd and an open descriptor
+// of its directory. So a data file deep in a volume still gets its socket.
+// Call done once bound or connected.
 func shortSocketPath(path string) (addr string, done func(), err error) {
 	if len(path) < maxSocketPath {
 		return path, func() {}, nil

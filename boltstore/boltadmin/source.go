@@ -12,15 +12,15 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
-// Source is what an operator's tool reads a bbolt data file through: the
-// file itself, or the server that holds it (a *Client).
+// Source is what an operator's tool reads a bbolt data file through. It is
+// the file itself, or the server that holds it (a *Client).
 type Source interface {
 	// Get returns the record stored for k, live or expired, or nil when
 	// there is none.
 	Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error)
-	// Check returns nil for a sound file and an ErrDamaged naming what is
-	// wrong otherwise; a server that cannot commit to a sound file returns
-	// a *CannotCommitError.
+	// Check returns nil for a sound file, and otherwise an ErrDamaged
+	// naming what is wrong. A server that cannot commit to a sound file
+	// returns a *CannotCommitError.
 	Check(ctx context.Context) error
 	// Backup writes a consistent copy of the file to w.
 	Backup(ctx context.Context, w io.Writer) (int64, error)
@@ -32,13 +32,13 @@ type Source interface {
 // longer gains nothing.
 const fileLockWait = 100 * time.Millisecond
 
-// Open opens the data file at path read-only or, when a process holds it,
-// asks that process, the server, through its admin socket. The file comes
-// first because its lock, not the socket, tells whether a server runs: a
-// server that was killed leaves its socket behind, and a file nobody holds
-// needs no server. Opening it takes bbolt's shared lock for a moment; a
-// server starting meanwhile waits for it (a second, then it gives up,
-// naming the file). Close the Source soon.
+// Open opens the data file at path read-only. When a process holds the
+// file, Open asks that process, the server, through its admin socket. The
+// file comes first because its lock, not the socket, tells whether a
+// server runs. A server that was killed leaves its socket behind. A file
+// nobody holds needs no server. Opening the file takes bbolt's shared lock
+// for a moment. A server starting meanwhile waits a second for it, then
+// gives up, naming the file. Close the Source soon.
 func Open(path string) (Source, error) {
 	ro, err := boltstore.OpenReadOnly(path, fileLockWait)
 	if err == nil {
@@ -74,9 +74,9 @@ func sourceVia(src Source) string {
 }
 
 // Check checks the data file at path, read as Open reads it, and says
-// where it read it: err is nil when the file is sound, an ErrDamaged with
-// the findings, or a *CannotCommitError when the server holding it found
-// it sound but cannot commit to it.
+// where it read it. The error err is nil when the file is sound. Otherwise
+// it is an ErrDamaged with the findings. It is a *CannotCommitError when
+// the server holding the file found it sound but cannot commit to it.
 func Check(ctx context.Context, path string) (via string, err error) {
 	src, err := Open(path)
 	if err != nil {
