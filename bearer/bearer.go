@@ -1,17 +1,21 @@
-// Package bearer reads the bearer token of an authorization header. It is
-// the one reading of a credential in paymentsd: the gRPC face, the HTTP face
-// and the command line all call it, so that the same bytes are the same
-// token, or the same refusal, whichever way they arrive.
+// Package bearer reads the bearer token of an authorization header.
+// It is the one reading of a credential in paymentsd. The gRPC face, the
+// HTTP face and the command line all call it. So the same bytes are the
+// same token, or the same refusal, whichever way they arrive.
 //
 // The rule:
 //
-//   - exactly one authorization value;
-//   - spaces and tabs at either end are dropped, since HTTP/1.1 drops them
-//     before any handler sees the value and gRPC keeps them;
-//   - any other control character (0x00 to 0x1F, 0x7F) or a byte above 0x7E
-//     is refused, naming the byte and where it is;
-//   - the scheme is Bearer in any case, then one or more spaces, then the
-//     token: one or more of the visible ASCII characters 0x21 to 0x7E.
+//   - There must be exactly one authorization value.
+//
+//   - Spaces and tabs at either end are dropped. HTTP/1.1 drops them
+//     before any handler sees the value, and gRPC keeps them.
+//
+//   - Any other control character (0x00 to 0x1F, 0x7F) is refused, and so
+//     is a byte above 0x7E. The refusal names the byte and where it is.
+//
+//   - The scheme is Bearer in any case, then one or more spaces, then the
+//     token. The token is one or more of the visible ASCII characters 0x21
+//     to 0x7E.
 package bearer
 
 import (
@@ -24,8 +28,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Parse returns the token of the authorization values of one request, or
-// an UNAUTHENTICATED status error saying what is wrong with them.
+// Parse returns the token of the authorization values of one request.
+// If they are wrong, it returns an UNAUTHENTICATED status error saying why.
 func Parse(values []string) (string, error) {
 	if len(values) != 1 {
 		return "", refuse("send exactly one authorization header, got %d", len(values))
@@ -48,8 +52,8 @@ func Parse(values []string) (string, error) {
 	return token, nil
 }
 
-// ParseToken reads a token given alone, as the command line takes it: the
-// same rule as Parse without the scheme.
+// ParseToken reads a token given alone, as the command line takes it.
+// It applies the rule of Parse, without the scheme.
 func ParseToken(s string) (string, error) {
 	token := trim(s)
 	if err := checkBytes("token", token); err != nil {
@@ -84,10 +88,10 @@ func refuse(format string, args ...any) error {
 	return status.Error(codes.Unauthenticated, fmt.Sprintf(format, args...))
 }
 
-// ReadToken reads the token a command is given on its standard input, r:
-// its first line, without the line break that echo or a terminal adds, by
-// ParseToken's rule, so that the same bytes name the same principal there
-// as in a call.
+// ReadToken reads the token a command is given on its standard input, r.
+// The token is the first line, without the line break that echo or a
+// terminal adds. It is read by ParseToken's rule. So the same bytes name
+// the same principal there as in a call.
 func ReadToken(r io.Reader) (string, error) {
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil && err != io.EOF {
@@ -101,9 +105,9 @@ func ReadToken(r io.Reader) (string, error) {
 }
 
 // ParseFile reads a token kept in a file, as Prometheus's credentials_file
-// holds it: the whole file, one line, a final line break allowed. A file
-// of more lines is refused rather than read in part, so that the token
-// checked is the one the scraper sends.
+// holds it. The token is the whole file, one line, with a final line break
+// allowed. A file of more lines is refused rather than read in part.
+// So the token checked is the one the scraper sends.
 func ParseFile(data []byte) (string, error) {
 	s := strings.TrimSuffix(strings.TrimSuffix(string(data), "\n"), "\r")
 	if i := strings.IndexAny(s, "\r\n"); i >= 0 {

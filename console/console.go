@@ -1,9 +1,9 @@
 // Package console is the operator console: a small HTML page and its JSON
-// API through which support staff look an idempotency key up by principal
-// and key, and release a stored error that may be released, without a
-// shell on the host or a customer's token. Every request needs an
-// operator's credential (Config.Operators): a bearer token, or the session
-// cookie that logging in with one sets.
+// API. Through it, support staff look an idempotency key up by principal
+// and key. They can also release a stored error that may be released.
+// They need no shell on the host and no customer's token.
+// Every request needs an operator's credential (Config.Operators). That is
+// a bearer token, or the session cookie that logging in with one sets.
 package console
 
 import (
@@ -18,9 +18,9 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
-// Store is what the console needs of the daemon's idempotency store: a
-// record read, the release that storage.Releaser guards, and the list of
-// claims in flight.
+// Store is what the console needs of the daemon's idempotency store.
+// That is a record read, the release that storage.Releaser guards, and the
+// list of claims in flight.
 type Store interface {
 	Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error)
 	storage.Releaser
@@ -54,8 +54,8 @@ type Console struct {
 	failures *failures
 }
 
-// New returns the console of c. It panics when c lacks a part, or its
-// operators accept any token: a console open to anyone must not start.
+// New returns the console of c. It panics when c lacks a part, or when its
+// operators accept any token. A console open to anyone must not start.
 func New(c Config) *Console {
 	if c.Operators == nil || c.Operators() == nil || c.Operators().IsDev() || c.Store == nil || c.Intents == nil || c.Log == nil {
 		panic("console: needs the stores, a logger and a file of operator keys")
@@ -74,8 +74,8 @@ func New(c Config) *Console {
 	s.mux.Handle("POST /release", s.operatorOnly(s.pageRelease))
 	s.mux.Handle("POST /logout", s.operatorOnly(s.logout))
 	s.mux.HandleFunc("POST /login", s.login)
-	// Anything else is 401 too without a credential: nothing, not even
-	// which paths exist, answers anyone else.
+	// Anything else is 401 too without a credential. Nothing answers
+	// anyone else, not even which paths exist.
 	s.mux.Handle("/", s.operatorOnly(func(w http.ResponseWriter, r *http.Request, _ operator) { http.NotFound(w, r) }))
 	return s
 }
@@ -93,12 +93,13 @@ func (s *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// maxBody bounds a request's body: the largest form, a release's, is a
+// maxBody bounds a request's body. The largest form, a release's, holds a
 // principal, a key and a CSRF token.
 const maxBody = 16 << 10
 
-// operator is who makes a request: the name the operator key file gives
-// their credential, and their session when they came by cookie.
+// operator is who makes a request. It holds the name the operator key file
+// gives their credential. It holds their session too when they came by
+// cookie.
 type operator struct {
 	name    string
 	session *session // nil for a bearer token
@@ -107,10 +108,10 @@ type operator struct {
 // operatorFunc is a handler for an authenticated operator.
 type operatorFunc func(w http.ResponseWriter, r *http.Request, op operator)
 
-// operatorOnly runs h for an operator, and answers anyone else 401, or
-// 429 once their address failed too often (see failures). A POST by
-// session cookie must also carry the session's CSRF token: a cookie is
-// sent by the browser whoever's page asks, a bearer token is not.
+// operatorOnly runs h for an operator. It answers anyone else 401, or 429
+// once their address failed too often (see failures). A POST by session
+// cookie must also carry the session's CSRF token. The browser sends a
+// cookie whoever's page asks, but it does not send a bearer token.
 func (s *Console) operatorOnly(h operatorFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		bearer := len(r.Header.Values("Authorization")) > 0
@@ -139,9 +140,9 @@ func (s *Console) operatorOnly(h operatorFunc) http.Handler {
 	})
 }
 
-// authenticate finds the request's operator: by its Authorization header
-// when it has one (which then must name an operator), else by its session
-// cookie.
+// authenticate finds the request's operator. It uses the Authorization
+// header when there is one, which then must name an operator. Otherwise it
+// uses the session cookie.
 func (s *Console) authenticate(r *http.Request) (operator, bool) {
 	if values := r.Header.Values("Authorization"); len(values) > 0 {
 		token, err := bearer.Parse(values)
@@ -159,7 +160,7 @@ func (s *Console) authenticate(r *http.Request) (operator, bool) {
 	if sess == nil {
 		return operator{}, false
 	}
-	// The key it logged in with must still be the operator's: a key
+	// The key it logged in with must still be the operator's. A key
 	// removed from --admin-keys ends its sessions too.
 	if name, ok := s.operators().AuthenticateDigest(sess.keySum); !ok || name != sess.operator {
 		s.sessions.remove(c.Value)
@@ -169,9 +170,9 @@ func (s *Console) authenticate(r *http.Request) (operator, bool) {
 	return operator{name: sess.operator, session: sess}, true
 }
 
-// operators are the operators' keys in use. A reload that emptied them
-// is refused by the loader (a file must list a key), so they never turn
-// into dev mode's "any token"; that is checked here again all the same.
+// operators are the operators' keys in use. The loader refuses a reload
+// that emptied them, since a file must list a key. So they never turn into
+// dev mode's "any token". operators checks that again all the same.
 func (s *Console) operators() *auth.Keys {
 	if k := s.c.Operators(); k != nil && !k.IsDev() {
 		return k

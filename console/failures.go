@@ -12,21 +12,21 @@ import (
 
 // Failed authentications allowed from one client address: a burst of
 // failuresBurst, then one every failureEvery. Operator keys are too long
-// to guess; this keeps anyone from trying many anyway, and makes an
+// to guess. This keeps anyone from trying many anyway, and makes an
 // attempt visible in the log.
 const (
 	failuresBurst = 10
 	failureEvery  = 6 * time.Second
-	// maxAddrs bounds the addresses remembered; past it, those that may
+	// maxAddrs bounds the addresses remembered. Past it, those that may
 	// fail a full burst again are forgotten.
 	maxAddrs = 10_000
 )
 
 // failures counts failed authentications, a login form's or a bearer
 // token's, by client address. An address that used up its allowance is
-// refused every authentication, a right key's too (else its answer would
-// tell a guess right), until its allowance grows back. Behind a proxy
-// every client shares the proxy's address, and so its allowance.
+// refused every authentication until its allowance grows back. A right
+// key is refused too, or its answer would tell a guess right. Behind a
+// proxy every client shares the proxy's address, and so its allowance.
 type failures struct {
 	mu    sync.Mutex
 	addrs map[string]*rate.Limiter
@@ -35,7 +35,7 @@ type failures struct {
 func newFailures() *failures { return &failures{addrs: map[string]*rate.Limiter{}} }
 
 // wait returns how long r's address must wait before it may try to
-// authenticate again; 0 when it may now.
+// authenticate again. It returns 0 when it may try now.
 func (f *failures) wait(r *http.Request, now time.Time) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -26,7 +26,7 @@ type inFlightPage struct {
 }
 
 // inFlightClaim is a key in flight: its record's view, with how long its
-// attempt has run (null when the record does not say).
+// attempt has run. The age is null when the record does not say.
 type inFlightClaim struct {
 	*recordview.View
 	AgeSeconds *float64 `json:"age_seconds"`
@@ -47,9 +47,10 @@ func (c *pageCursor) query(limit int) string {
 	return q.Encode()
 }
 
-// pageQuery reads where r's page starts and how many claims it holds:
-// from the first when after_principal and after_key are both absent,
-// else after the key they name, which must be one a record can have.
+// pageQuery reads where r's page starts and how many claims it holds.
+// The page starts from the first when after_principal and after_key are
+// both absent. Otherwise it starts after the key they name, which must be
+// one a record can have.
 func pageQuery(r *http.Request) (after storage.RecordKey, limit int, err error) {
 	limit = defaultPage
 	if s := r.FormValue("limit"); s != "" {
@@ -92,9 +93,9 @@ func (s *Console) listInFlight(r *http.Request, op operator, after storage.Recor
 	return page, nil
 }
 
-// apiInFlight answers GET /api/v1/in-flight[?after_principal=P&after_key=K][&limit=N]:
-// a page of the keys in flight, in the store's order, and the query of the
-// next.
+// apiInFlight answers GET /api/v1/in-flight[?after_principal=P&after_key=K][&limit=N].
+// It returns a page of the keys in flight, in the store's order, and the
+// query of the next.
 func (s *Console) apiInFlight(w http.ResponseWriter, r *http.Request, op operator) {
 	after, limit, err := pageQuery(r)
 	if err != nil {
@@ -156,8 +157,8 @@ func since(t *time.Time, now time.Time) string {
 	return now.Sub(*t).Round(time.Second).String()
 }
 
-// leaseText says when a claim's lease runs out, or that it has: then the
-// next retry takes the claim over.
+// leaseText says when a claim's lease runs out, or that it has. Once it
+// has, the next retry takes the claim over.
 func leaseText(t *time.Time, now time.Time) string {
 	switch {
 	case t == nil:

@@ -65,7 +65,7 @@ func (s *Console) findIntent(r *http.Request, op operator, principal, id string)
 	if err != nil {
 		return nil, err
 	}
-	// protojson varies its spacing from build to build on purpose;
+	// The spacing of protojson varies from build to build on purpose.
 	// json.Indent gives people and scripts one layout.
 	var indented bytes.Buffer
 	if err := json.Indent(&indented, b, "", "  "); err != nil {
@@ -74,9 +74,9 @@ func (s *Console) findIntent(r *http.Request, op operator, principal, id string)
 	return &intentAnswer{Found: true, Intent: indented.Bytes()}, nil
 }
 
-// apiIntent answers GET /api/v1/intent?principal=P&id=ID: 200 with the
-// intent, 404 when the principal has none of that id, 400 for a principal
-// or id that names none.
+// apiIntent answers GET /api/v1/intent?principal=P&id=ID with the intent.
+// It answers 404 when the principal has none of that id. It answers 400
+// for a principal or id that names none.
 func (s *Console) apiIntent(w http.ResponseWriter, r *http.Request, op operator) {
 	principal, id, err := intentQuery(r)
 	if err != nil {

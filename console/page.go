@@ -30,13 +30,13 @@ type pageData struct {
 	Text           string // the record as paymentsd record prints it
 	Released       *recordview.View
 	Refusal        string
-	// InFlight asks for the table of keys in flight, Claims; NextPage is
+	// InFlight asks for the table of keys in flight, Claims. NextPage is
 	// the URL of its next page, if any.
 	InFlight bool
 	Claims   []claimRow
 	NextPage string
-	// IntentView is an intent's lookup; IntentLink, the link to the
-	// intent the record looked up names.
+	// IntentView is an intent's lookup. IntentLink is the link to the
+	// intent that the record looked up names.
 	IntentView *intentAnswer
 	IntentLink string
 }
@@ -77,8 +77,8 @@ func (s *Console) page(w http.ResponseWriter, r *http.Request, op operator) {
 	s.render(w, status, d)
 }
 
-// pageRelease answers the page's release button, POST /release: the
-// record released, or the refusal saying why not.
+// pageRelease answers the page's release button, POST /release. It shows
+// the record released, or the refusal saying why not.
 func (s *Console) pageRelease(w http.ResponseWriter, r *http.Request, op operator) {
 	d, k, ok := s.pageKey(w, r, op)
 	if !ok {
@@ -99,8 +99,9 @@ func (s *Console) pageRelease(w http.ResponseWriter, r *http.Request, op operato
 	}
 }
 
-// pageKey reads the principal and key r asks for, returning the page's
-// data with them; ok is false when they name none, which is answered.
+// pageKey reads the principal and key r asks for. It returns the page's
+// data with them. Its result ok is false when they name none. The refusal
+// has then been answered.
 func (s *Console) pageKey(w http.ResponseWriter, r *http.Request, op operator) (d pageData, k storage.RecordKey, ok bool) {
 	d = s.pageOf(op)
 	k, err := recordKey(r)
@@ -122,9 +123,8 @@ func (s *Console) pageOf(op operator) pageData {
 	return d
 }
 
-// render answers the page of d with status. It is rendered in full
-// before anything is sent, so that a template error is a 500, not half a
-// page.
+// render answers the page of d with status. The page is rendered in full
+// before anything is sent. So a template error is a 500, not half a page.
 func (s *Console) render(w http.ResponseWriter, status int, d pageData) {
 	var b bytes.Buffer
 	if err := pageTemplate.Execute(&b, d); err != nil {

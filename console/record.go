@@ -25,8 +25,8 @@ type lookup struct {
 	// Response is the stored response decoded as protojson: what the
 	// key's retries are answered.
 	Response json.RawMessage `json:"response"`
-	// IntentPath is the HTTP API's path of the intent the record names,
-	// for a GET with the customer's own credential.
+	// IntentPath is the HTTP API's path of the intent the record names.
+	// It is for a GET with the customer's own credential.
 	IntentPath *string `json:"intent_path"`
 	Message    string  `json:"message,omitempty"`
 }
@@ -105,9 +105,9 @@ func (s *Console) release(r *http.Request, op operator, k storage.RecordKey) (*s
 	return rec, err
 }
 
-// apiRecord answers GET /api/v1/record?principal=P&key=K: 200 with the
-// record, 404 when there is none, 400 for a principal or key that names
-// none.
+// apiRecord answers GET /api/v1/record?principal=P&key=K with the record.
+// It answers 404 when there is none. It answers 400 for a principal or key
+// that names none.
 func (s *Console) apiRecord(w http.ResponseWriter, r *http.Request, op operator) {
 	k, err := recordKey(r)
 	if err != nil {
@@ -133,8 +133,9 @@ type releaseAnswer struct {
 	Message  string           `json:"message,omitempty"`
 }
 
-// apiRelease answers POST /api/v1/release (principal and key in the form
-// or query): 200 with the record released, or 409 naming the refusal.
+// apiRelease answers POST /api/v1/release, with principal and key in the
+// form or query. It answers 200 with the record released, or 409 naming
+// the refusal.
 func (s *Console) apiRelease(w http.ResponseWriter, r *http.Request, op operator) {
 	k, err := recordKey(r)
 	if err != nil {

@@ -26,7 +26,7 @@ type session struct {
 }
 
 // sessions are the sessions in memory, by the SHA-256 of their cookie's
-// value, so that the map holds no credential. A restart logs everyone out.
+// value. So the map holds no credential. A restart logs everyone out.
 type sessions struct {
 	mu sync.Mutex
 	m  map[[sha256.Size]byte]*session
@@ -67,8 +67,9 @@ func (ss *sessions) remove(cookie string) {
 	delete(ss.m, sha256.Sum256([]byte(cookie)))
 }
 
-// login answers POST /login: the form's operator key, if it names an
-// operator, starts a session; the page follows. The key is never logged.
+// login answers POST /login. The form's operator key, if it names an
+// operator, starts a session, and the page follows. The key is never
+// logged.
 func (s *Console) login(w http.ResponseWriter, r *http.Request) {
 	if wait := s.failures.wait(r, s.c.Now()); wait > 0 {
 		s.tooManyFailures(w, r, wait)
@@ -100,8 +101,9 @@ func (s *Console) logout(w http.ResponseWriter, r *http.Request, op operator) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// cookie is the session cookie holding value: out of scripts' reach, sent
-// to this console's own pages only, and only over TLS when served so.
+// cookie is the session cookie holding value. It is out of scripts' reach
+// and sent to this console's own pages only. It is sent only over TLS when
+// the console is served so.
 func (s *Console) cookie(value string, maxAge int) *http.Cookie {
 	return &http.Cookie{Name: cookieName, Value: value, Path: "/", MaxAge: maxAge,
 		HttpOnly: true, Secure: s.c.TLS, SameSite: http.SameSiteStrictMode}

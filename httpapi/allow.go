@@ -13,11 +13,11 @@ import (
 var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
 // probeKey marks a request that only asks the mux whether a route takes
-// it: its value is the *bool that the route, found, sets.
+// it. Its value is a *bool, which the route sets when it is found.
 type probeKey struct{}
 
-// probe is the mux's middleware that answers such a request by setting
-// its flag instead of calling the API, so that Allow is what the mux
+// probe is the mux's middleware that answers such a request. It sets the
+// request's flag instead of calling the API. So Allow is what the mux
 // routes, not a list kept beside it.
 func probe(next runtime.HandlerFunc) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
@@ -36,8 +36,8 @@ func isProbe(r *http.Request) bool {
 }
 
 // allowed is the value of Allow for r's path: the methods mux routes
-// there, each tried by a probe with no body nor headers (a form type
-// would make the mux's POST-to-GET fallback answer).
+// there. It tries each method with a probe that has no body or headers.
+// A form type would make the mux's POST-to-GET fallback answer.
 func allowed(mux *runtime.ServeMux, r *http.Request) string {
 	var methods []string
 	for _, m := range probeMethods {

@@ -13,10 +13,10 @@ import (
 )
 
 // decodeError says why a body that protojson refused does not decode as
-// a message of md, in words of the face's own: protojson's wording is not
-// stable (it varies on purpose) and names fields its own way. A field is
-// named as the body spelled it, with the names of the objects around it:
-// expires_in_seconds, not ExpiresInSeconds.
+// a message of md. It uses the face's own words. The wording of protojson
+// is not stable (it varies on purpose), and it names fields its own way.
+// A field is named as the body spelled it, with the names of the objects
+// around it. So it is expires_in_seconds, not ExpiresInSeconds.
 func decodeError(data []byte, md protoreflect.MessageDescriptor) error {
 	var v any
 	if err := json.Unmarshal(data, &v); err != nil {
@@ -32,9 +32,10 @@ func decodeError(data []byte, md protoreflect.MessageDescriptor) error {
 	return errors.New("the body does not decode as the request")
 }
 
-// explainObject says what is wrong with data as a message of md, whose
-// fields are named with prefix; "" if it finds nothing wrong field by
-// field. data is valid JSON.
+// explainObject says what is wrong with data as a message of md.
+// The fields of data are named with prefix. It returns "" if it finds
+// nothing wrong field by field. The caller has checked that data is valid
+// JSON.
 func explainObject(data []byte, md protoreflect.MessageDescriptor, prefix string) string {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, _ := dec.Token(); tok != json.Delim('{') {
@@ -69,8 +70,8 @@ func explainObject(data []byte, md protoreflect.MessageDescriptor, prefix string
 	return ""
 }
 
-// explainField says what is wrong with raw as the value of field fd,
-// spelled name in the body; "" if nothing.
+// explainField says what is wrong with raw as the value of field fd.
+// The body spells the field name. It returns "" if nothing is wrong.
 func explainField(fd protoreflect.FieldDescriptor, name string, raw json.RawMessage, md protoreflect.MessageDescriptor, prefix string) string {
 	alone, _ := json.Marshal(map[string]json.RawMessage{name: raw})
 	if protojson.Unmarshal(alone, dynamicpb.NewMessage(md)) == nil {

@@ -13,11 +13,11 @@ import (
 )
 
 // Dial serves srv on an in-memory listener and returns a connection to it.
-// The gateway calls the server through it, so that an HTTP call meets the
-// very interceptors of a gRPC call, with no port to bind or expose and no
-// dependence on what --listen names. srv serves it until srv stops; call
-// Dial once its services are registered. Close the connection after srv
-// stops.
+// The gateway calls the server through it. So an HTTP call meets the very
+// interceptors of a gRPC call. There is no port to bind or expose, and no
+// dependence on what --listen names. The listener is served until srv
+// stops. Call Dial once srv's services are registered. Close the
+// connection after srv stops.
 func Dial(srv *grpc.Server) *grpc.ClientConn {
 	lis := &memListener{conns: make(chan net.Conn), done: make(chan struct{})}
 	conn, err := grpc.NewClient("passthrough:///in-memory",
@@ -80,11 +80,10 @@ func (memAddr) Network() string { return "memory" }
 func (memAddr) String() string  { return "in-memory" }
 
 // ServerCredentials returns the transport credentials of a server that
-// Dial serves: network connections handshake with network (TLS, say; nil
-// for plaintext), while Dial's in-memory connections skip the handshake
-// and are marked auth.Forwarded, since the HTTP face has authenticated
-// their callers and passes each call's principal. No network client can
-// get that mark.
+// Dial serves. Network connections handshake with network: TLS, say, or
+// nil for plaintext. Dial's in-memory connections skip the handshake and
+// are marked auth.Forwarded. The HTTP face has authenticated their callers
+// and passes each call's principal. No network client can get that mark.
 func ServerCredentials(network credentials.TransportCredentials) credentials.TransportCredentials {
 	if network == nil {
 		network = insecure.NewCredentials()

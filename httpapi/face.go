@@ -15,8 +15,8 @@ import (
 )
 
 // Face is the API served on an address of its own, in front of a gRPC
-// server: bound first, so that a bad address is refused before anything
-// is opened, then served once the gRPC server is ready.
+// server. It is bound first, so that a bad address is refused before
+// anything is opened. It is served once the gRPC server is ready.
 type Face struct {
 	lis     net.Listener
 	conn    *grpc.ClientConn // to the gRPC server, in memory
@@ -38,12 +38,12 @@ func Listen(addr string) (*Face, error) {
 // Addr is the address f is bound to.
 func (f *Face) Addr() net.Addr { return f.lis.Addr() }
 
-// Observe sets how the API is observed beyond its log line; call it
-// before Start.
+// Observe sets how the API is observed beyond its log line.
+// Call it before Start.
 func (f *Face) Observe(o Observe) { f.observe = o }
 
-// Limit puts f's listener behind limit, which bounds its connections,
-// and tells connState of each connection's state; call it before Start.
+// Limit puts f's listener behind limit, which bounds its connections.
+// It tells connState of each connection's state. Call it before Start.
 func (f *Face) Limit(limit func(net.Listener) net.Listener, connState func(net.Conn, http.ConnState)) {
 	f.lis, f.connState = limit(f.lis), connState
 }
@@ -51,10 +51,10 @@ func (f *Face) Limit(limit func(net.Listener) net.Listener, connState func(net.C
 // Close closes the listener of a Face never started.
 func (f *Face) Close() error { return f.lis.Close() }
 
-// Start makes the API, its calls reaching srv through Dial (call it once
-// srv's services are registered), and returns serve, which serves it,
-// over TLS when tlsConfig is not nil, until Shutdown; serve returns
-// http.ErrServerClosed then.
+// Start makes the API, whose calls reach srv through Dial. Call it once
+// srv's services are registered. It returns serve, which serves the API
+// until Shutdown, over TLS when tlsConfig is not nil. After Shutdown,
+// serve returns http.ErrServerClosed.
 func (f *Face) Start(srv *grpc.Server, authn *auth.Authenticator, tlsConfig *tls.Config, logger *slog.Logger) (serve func() error) {
 	f.conn = Dial(srv)
 	f.server = NewServer(Observed(New(f.conn, authn), logger, f.observe), logger)
@@ -66,9 +66,10 @@ func (f *Face) Start(srv *grpc.Server, authn *auth.Authenticator, tlsConfig *tls
 	return func() error { return f.server.Serve(lis) }
 }
 
-// Shutdown stops a started Face: no new connections, calls in progress
-// finished (their gRPC calls are in progress too, so a graceful stop of
-// the gRPC server waits for them), and after grace the rest cut off.
+// Shutdown stops a started Face. It takes no new connections and lets
+// calls in progress finish. Their gRPC calls are in progress too, so a
+// graceful stop of the gRPC server waits for them. After grace, the rest
+// are cut off.
 func (f *Face) Shutdown(grace time.Duration) {
 	if f.server == nil {
 		return

@@ -27,8 +27,8 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
-// MaxBodyBytes is the largest request body accepted; a larger one is
-// answered 413 before anything reads it as JSON.
+// MaxBodyBytes is the largest request body accepted.
+// A larger one is answered 413 before anything reads it as JSON.
 const MaxBodyBytes = 1 << 20
 
 // The response headers of the idempotency contract, in their HTTP spelling.
@@ -37,12 +37,12 @@ const (
 	ExpiresAtHeader = "Idempotency-Expires-At"
 )
 
-// New returns the HTTP/JSON API, whose every call is a call of conn, a
-// connection to the server that does the work (see Dial). Callers are
-// authenticated by authn, as the server authenticates its gRPC callers,
-// and each call passes its principal, or why it has none, to the server
-// (see ServerCredentials). It also serves the API's OpenAPI document at
-// GET /v1/openapi.json.
+// New returns the HTTP/JSON API. Each of its calls is a call of conn,
+// a connection to the server that does the work (see Dial).
+// Callers are authenticated by authn, as the server authenticates its
+// gRPC callers. Each call passes its principal, or why it has none, to
+// the server (see ServerCredentials). New also serves the API's OpenAPI
+// document at GET /v1/openapi.json.
 func New(conn grpc.ClientConnInterface, authn *auth.Authenticator) http.Handler {
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler{}),
@@ -57,7 +57,7 @@ func New(conn grpc.ClientConnInterface, authn *auth.Authenticator) http.Handler 
 		runtime.WithMetadata(forwardCaller),
 		runtime.WithMiddlewares(probe, textParams),
 	)
-	// Neither can fail: registering a client only adds routes, and the
+	// Neither can fail. Registering a client only adds routes, and the
 	// path is a constant the mux accepts.
 	_ = paymentsv1.RegisterPaymentIntentServiceHandlerClient(context.Background(), mux, paymentsv1.NewPaymentIntentServiceClient(conn))
 	if err := mux.HandlePath(http.MethodGet, "/v1/openapi.json", serveOpenAPI); err != nil {
@@ -66,8 +66,9 @@ func New(conn grpc.ClientConnInterface, authn *auth.Authenticator) http.Handler 
 	return guard(mux, authn)
 }
 
-// NewServer returns an http.Server for h with the limits a listener open
-// to clients needs: slow or idle connections are closed, not kept.
+// NewServer returns an http.Server for h, with the limits a listener open
+// to clients needs. It closes slow or idle connections rather than keep
+// them.
 func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -80,12 +81,13 @@ func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 }
 
 // guard echoes each Idempotency-Key of the request on its answer, any
-// answer, then refuses what the gateway should not see: a body over
-// MaxBodyBytes (413), a body that is not JSON (415), an Idempotency-Key
-// that names no key (400), a cancel that names two intents (400). It
-// leaves the body read and buffered, each key decoded, and the caller
-// authenticated: the outcome rides in the request's context to
-// forwardCaller, and the Authorization header, read, goes no further.
+// answer. Then it refuses what the gateway should not see.
+// A body over MaxBodyBytes is 413, and a body that is not JSON is 415.
+// An Idempotency-Key that names no key is 400, and so is a cancel that
+// names two intents. It leaves the body read and buffered, each key
+// decoded, and the caller authenticated. The outcome of authentication
+// rides in the request's context to forwardCaller. The Authorization
+// header, once read, goes no further.
 func guard(next http.Handler, authn *auth.Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		echoKeys(w.Header(), r.Header)
@@ -130,11 +132,11 @@ type caller struct {
 
 type callerKey struct{}
 
-// forwardCaller passes the principal of the request to the server, or,
-// when it has none, the refusal, which the server answers as it would over
-// gRPC, after the codec's checks; guard's own (body, Content-Type,
-// Idempotency-Key) come before it. The refusal's message is escaped to
-// printable ASCII, all that metadata may carry.
+// forwardCaller passes the request's principal to the server. When there
+// is none, it passes the refusal instead. The server answers the refusal
+// as it would over gRPC, after the codec's checks. The checks of guard
+// (body, Content-Type, Idempotency-Key) come before it. The refusal's
+// message is escaped to printable ASCII, all that metadata may carry.
 func forwardCaller(ctx context.Context, r *http.Request) metadata.MD {
 	c, _ := r.Context().Value(callerKey{}).(caller)
 	if c.err != nil {
@@ -155,12 +157,13 @@ func printable(s string) string {
 }
 
 // twoIntents says what is wrong with a cancel whose body names another
-// intent than its path, which the gateway would answer by canceling the
-// path's and ignoring the body's; "" otherwise. A path with an empty id
-// names none, and a body that names one is told to put it in the path. An
-// empty id in the body names none, as protojson reads it (a client that
-// sends every field, as this face answers, sends one). A body that does
-// not decode is left to the gateway.
+// intent than its path. The gateway would cancel the path's intent and
+// ignore the body's. It returns "" when nothing is wrong.
+// A path with an empty id names no intent. A body that then names one is
+// told to put it in the path. An empty id in the body names none, as
+// protojson reads it. A client that sends every field, as this face
+// answers, sends such an empty id. A body that does not decode is left to
+// the gateway.
 func twoIntents(path string, body []byte) string {
 	id, ok := strings.CutPrefix(path, "/v1/payment_intents/")
 	if !ok || len(body) == 0 {
@@ -179,13 +182,13 @@ func twoIntents(path string, body []byte) string {
 }
 
 // notJSON says why a request with headers h and body is not to be read as
-// JSON; "" if it is. Two Content-Type lines are refused rather than the
-// first believed: a proxy or a server behind one may read the other, and
-// the type of the body is then unknown, which is 415 as much as a type
-// that is not JSON. 415 and not 400 also because a proxy that merges the
-// lines into one, a, b, gets 415 for the type it cannot parse: merged or
-// not, the answer is the same. Without a body the type describes nothing
-// and is not read.
+// JSON. It returns "" if it is.
+// Two Content-Type lines are refused, not settled by believing the first.
+// A proxy, or a server behind one, may read the other line. The type of
+// the body is then unknown, which is 415 like a type that is not JSON.
+// A proxy may also merge the lines into one, "a, b", a type that does not
+// parse. That too is 415, so merged or not, the answer is the same.
+// Without a body the type describes nothing and is not read.
 func notJSON(h http.Header, body []byte) string {
 	cts := h.Values("Content-Type")
 	switch {
@@ -199,8 +202,8 @@ func notJSON(h http.Header, body []byte) string {
 	return ""
 }
 
-// isJSON reports whether a body of Content-Type ct is to be read as JSON:
-// application/json in UTF-8, or no type declared.
+// isJSON reports whether a body of Content-Type ct is to be read as JSON.
+// That is application/json in UTF-8, or no type declared.
 func isJSON(ct string) bool {
 	if ct == "" {
 		return true
@@ -213,12 +216,12 @@ func isJSON(ct string) bool {
 	return !ok || strings.EqualFold(cs, "utf-8")
 }
 
-// incomingHeader forwards the headers the gateway would not: the
-// idempotency key, decoded by guard, and the W3C trace context, so that an
-// HTTP caller's trace continues into the server's span. Authorization,
-// which the gateway would forward, guard reads and removes: the server gets
-// the principal (forwardCaller). Every other header stays out of the
-// metadata the interceptors read.
+// incomingHeader forwards headers the gateway would not. It forwards the
+// idempotency key, as guard decoded it. It forwards the W3C trace context,
+// so that an HTTP caller's trace continues into the server's span.
+// The gateway would forward Authorization, but guard reads and removes it.
+// The server gets the principal instead (see forwardCaller).
+// Every other header stays out of the metadata the interceptors read.
 func incomingHeader(h string) (string, bool) {
 	switch h {
 	case keyHeader:
@@ -229,8 +232,8 @@ func incomingHeader(h string) (string, bool) {
 	return "", false
 }
 
-// outgoingHeader lets through the idempotency headers of the answer, and
-// nothing else of the server's metadata.
+// outgoingHeader lets the answer's idempotency headers through.
+// It keeps back the rest of the server's metadata.
 func outgoingHeader(key string) (string, bool) {
 	switch key {
 	case wire.ReplayedHeader:
@@ -241,8 +244,8 @@ func outgoingHeader(key string) (string, bool) {
 	return "", false
 }
 
-// forwardHeaders sets on h the headers outgoingHeader lets through from
-// md, as the gateway does for answers that are not errors.
+// forwardHeaders sets on h the headers of md that outgoingHeader lets
+// through. The gateway does the same for answers that are not errors.
 func forwardHeaders(h http.Header, md metadata.MD) {
 	for k, vs := range md {
 		if name, ok := outgoingHeader(k); ok {
@@ -253,9 +256,9 @@ func forwardHeaders(h http.Header, md metadata.MD) {
 	}
 }
 
-// created answers a create with 201 Created and the intent's Location, a
-// replay as much as the first answer: the status follows from the stored
-// response, not from whether the handler ran now.
+// created answers a create with 201 Created and the intent's Location.
+// A replay gets the same answer as the first. The status follows from the
+// stored response, not from whether the handler ran now.
 func created(_ context.Context, w http.ResponseWriter, resp proto.Message) error {
 	if r, ok := resp.ProtoReflect().Interface().(*paymentsv1.CreatePaymentIntentResponse); ok {
 		w.Header().Set("Location", "/v1/payment_intents/"+url.PathEscape(r.GetPaymentIntent().GetId()))

@@ -11,12 +11,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// jsonMarshaler is the gateway's JSON: snake_case field names as in the
-// seed's API, every field of a message (zero values and empty lists
-// included, so that a client sees the whole shape), enum values by their
-// proto names (STATE_CREATED), int64 as strings (the proto3 JSON mapping).
-// Requests may use either spelling of a field name; unknown fields and
-// anything after the JSON value are refused.
+// jsonMarshaler is the gateway's JSON. Field names are snake_case, as in
+// the seed's API. Every field of a message is written, zero values and
+// empty lists included, so that a client sees the whole shape. Enum values
+// go by their proto names (STATE_CREATED). An int64 is a string, as the
+// proto3 JSON mapping says. Requests may use either spelling of a field
+// name. Unknown fields and anything after the JSON value are refused.
 type jsonMarshaler struct{}
 
 var (
@@ -24,9 +24,9 @@ var (
 	unmarshalOptions = protojson.UnmarshalOptions{}
 )
 
-// marshalCompact encodes m with o, with no whitespace: protojson varies its
-// spacing from build to build on purpose, and answers, replays above all,
-// should be the same bytes whichever build sends them.
+// marshalCompact encodes m with o, with no whitespace. The spacing of
+// protojson varies from build to build on purpose. Answers, replays above
+// all, should be the same bytes whichever build sends them.
 func marshalCompact(o protojson.MarshalOptions, m proto.Message) ([]byte, error) {
 	b, err := o.Marshal(m)
 	if err != nil {

@@ -29,8 +29,8 @@ type Observe struct {
 }
 
 // Metrics are the HTTP face's Prometheus metrics, kept by client_golang's
-// promhttp and labelled method, route (the template, never the path, so
-// that ids do not make series) and code.
+// promhttp. Their labels are method, route and code. The route is the
+// template, never the path, so that ids do not make series.
 type Metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -66,8 +66,8 @@ func (m *Metrics) instrument(next http.Handler) http.Handler {
 		promhttp.InstrumentHandlerDuration(m.duration, next, route), route)
 }
 
-// reqInfo is what the log line of a request says beyond its status and time,
-// gathered as the request goes: the gRPC call fills in the principal.
+// reqInfo is what a request's log line says beyond its status and time.
+// It is gathered as the request goes. The gRPC call fills in the principal.
 type reqInfo struct {
 	route     string
 	requestID string
@@ -83,10 +83,11 @@ func infoOf(ctx context.Context) *reqInfo {
 	return &reqInfo{}
 }
 
-// Observed wraps h, the API, so that every request, refused by the face or
-// answered by the server, is logged in one line, counted, traced, and
-// carries a request id: the one in X-Request-Id if valid, a new one
-// otherwise, answered in X-Request-Id and passed to the gRPC call.
+// Observed wraps h, the API, to observe every request, whether the face
+// refuses it or the server answers it. Each is logged in one line, counted
+// and traced. Each carries a request id: the one in X-Request-Id if valid,
+// or a new one. The id is answered in X-Request-Id and passed to the gRPC
+// call.
 func Observed(h http.Handler, logger *slog.Logger, o Observe) http.Handler {
 	h = logged(o.Metrics.instrument(h), logger)
 	if o.Trace != nil {
@@ -95,8 +96,8 @@ func Observed(h http.Handler, logger *slog.Logger, o Observe) http.Handler {
 	return h
 }
 
-// logged writes the request's log line once it is answered; inside the
-// span, so that the line carries its ids.
+// logged writes the request's log line once it is answered. It runs
+// inside the span, so that the line carries the span's ids.
 func logged(next http.Handler, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		i := &reqInfo{route: routes.of(r), requestID: requestid.Of(r.Header.Values(requestid.Header))}
@@ -123,8 +124,8 @@ func logged(next http.Handler, logger *slog.Logger) http.Handler {
 	})
 }
 
-// requestIDAttr is the span attribute of the request id, so that a trace
-// is found from a log line or a client's report.
+// requestIDAttr is the span attribute of the request id. It lets a trace
+// be found from a log line or a client's report.
 const requestIDAttr = attribute.Key("http.request.header.x-request-id")
 
 // TraceAttrs are the trace_id and span_id of the span recording in ctx,
@@ -139,7 +140,8 @@ func TraceAttrs(ctx context.Context) []slog.Attr {
 }
 
 // routeTable names the route template of a request, for logs and metric
-// labels: the templates of the OpenAPI document, which the gateway serves.
+// labels. The templates are those of the OpenAPI document, which the
+// gateway serves.
 type routeTable struct{ mux *http.ServeMux }
 
 var routes = newRouteTable(paymentsd.OpenAPI)

@@ -13,11 +13,12 @@ import (
 )
 
 // outgoing passes what the HTTP request's observation knows to the gRPC
-// call it makes, and takes back what the call knows: the request id, so
-// that the call's log line carries it; the HTTP span as the parent of the
-// server's, in place of the traceparent header the gateway forwards,
-// which is the HTTP span's own parent; and the principal's hash for the
-// HTTP log line.
+// call it makes. It also takes back what the call knows.
+// It passes the request id, so that the call's log line carries it.
+// It passes the HTTP span as the parent of the server's span. That
+// replaces the traceparent header the gateway forwards, which is the HTTP
+// span's own parent. It takes back the principal's hash for the HTTP log
+// line.
 func outgoing(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()

@@ -13,12 +13,13 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 )
 
-// textParams is the mux's middleware that refuses, 400 invalid_argument,
-// a path or query parameter that is not UTF-8 once its %-escapes are
-// decoded (/v1/payment_intents/%ff). A request's strings must be UTF-8;
-// the call would otherwise fail to encode, which gRPC answers INTERNAL. A
-// query parameter no field reads is refused too, for one rule on every
-// route. It runs before the call, so nothing is stored.
+// textParams is the mux's middleware for path and query parameters.
+// It refuses one that is not UTF-8 once its %-escapes are decoded, such as
+// /v1/payment_intents/%ff. The answer is 400 invalid_argument.
+// A request's strings must be UTF-8. Otherwise the call would fail to
+// encode, which gRPC answers INTERNAL. A query parameter that no field
+// reads is refused too, for one rule on every route. It runs before the
+// call, so nothing is stored.
 func textParams(next runtime.HandlerFunc) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
 		var bad []*paymentsv1.Problem_FieldViolation
@@ -49,7 +50,8 @@ func textParams(next runtime.HandlerFunc) runtime.HandlerFunc {
 }
 
 // notText is the violation of parameter name, found in where, whose value
-// v is not UTF-8; both are escaped, as they cannot be written as they are.
+// v is not UTF-8. Both name and v are escaped, as they cannot be written
+// as they are.
 func notText(name, where, v string) *paymentsv1.Problem_FieldViolation {
 	return &paymentsv1.Problem_FieldViolation{
 		Field:       printable(name),

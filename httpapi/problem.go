@@ -20,9 +20,9 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
-// problemType prefixes each error code to make the problem's type URI: a
-// tag URI (RFC 4151), which names the kind of problem without promising a
-// page to fetch.
+// problemType prefixes each error code to make the problem's type URI.
+// It is a tag URI (RFC 4151). That names the kind of problem without
+// promising a page to fetch.
 const problemType = "tag:paymentsd.github.io,2026:"
 
 // problemContentType is the media type of every error answer (RFC 9457).
@@ -38,7 +38,7 @@ const (
 	defaultUnavailableSec = 1 // Retry-After of an UNAVAILABLE that gives no delay
 )
 
-// keyReasons are the interceptor's own errors: their status and code
+// keyReasons are the interceptor's own errors. Their status and code
 // differ from those of the gRPC code they share with other errors.
 var keyReasons = map[string]struct {
 	status int
@@ -54,8 +54,9 @@ var keyReasons = map[string]struct {
 	wire.ReasonOutcomeUnknown:    {http.StatusServiceUnavailable, "idempotency_outcome_unknown", "Unknown whether the request was kept"},
 }
 
-// problemFromStatus is the HTTP answer to a gRPC status: the problem, and
-// the headers that go with its status (Retry-After, WWW-Authenticate).
+// problemFromStatus is the HTTP answer to a gRPC status. It returns the
+// problem and the headers that go with its status (Retry-After,
+// WWW-Authenticate).
 func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
 	httpStatus := runtime.HTTPStatusFromCode(st.Code())
 	p := &paymentsv1.Problem{
@@ -74,7 +75,7 @@ func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
 			}
 			httpStatus, p.Error, p.Title = k.status, k.code, k.title
 			if d.GetReason() == wire.ReasonKeyMissing {
-				// The server's words name the gRPC method; an HTTP
+				// The server's words name the gRPC method. An HTTP
 				// client knows its route and needs the header's name.
 				p.Detail = "this request requires an Idempotency-Key header: a key of your choosing, the same on every retry of the request"
 			}
@@ -94,7 +95,7 @@ func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
 	}
 	switch {
 	case retry != nil:
-		// Whole seconds, rounded up, and at least one: a client told 0
+		// Whole seconds, rounded up, and at least one. A client told 0
 		// would only ask again at once.
 		secs := max(1, int64(math.Ceil(retry.GetRetryDelay().AsDuration().Seconds())))
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
@@ -130,8 +131,8 @@ func writeProblem(w http.ResponseWriter, p *paymentsv1.Problem, h http.Header) {
 	if p.Title == "" {
 		p.Title = http.StatusText(int(p.Status))
 	}
-	// A detail that quotes the request may hold bytes that are not UTF-8,
-	// which protojson refuses to encode: the answer would be a bare 500.
+	// A detail that quotes the request may hold bytes that are not UTF-8.
+	// Such bytes make protojson fail, and the answer would be a bare 500.
 	p.Detail = strings.ToValidUTF8(p.Detail, "\uFFFD")
 	for _, v := range p.FieldViolations {
 		v.Field, v.Description = strings.ToValidUTF8(v.Field, "\uFFFD"), strings.ToValidUTF8(v.Description, "\uFFFD")
@@ -163,15 +164,15 @@ func httpProblem(w http.ResponseWriter, status int, code, detail string) {
 	writeProblem(w, p, nil)
 }
 
-// handleError is the gateway's error handler: every error of a call,
-// from the gRPC server or from decoding the request, is answered as a
-// problem, with the idempotency headers the server sent.
+// handleError is the gateway's error handler. Every error of a call is
+// answered as a problem, whether from the gRPC server or from decoding the
+// request. The answer has the idempotency headers the server sent.
 func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
 		forwardHeaders(w.Header(), md.HeaderMD)
 	}
-	// The mux's own refusals (a malformed %-escape in the path) are not
-	// gRPC statuses, and would otherwise be answered 500.
+	// The mux's own refusals, such as a malformed %-escape in the path,
+	// are not gRPC statuses. They would otherwise be answered 500.
 	var hse *runtime.HTTPStatusError
 	if errors.As(err, &hse) {
 		httpProblem(w, hse.HTTPStatus, snake(strings.ReplaceAll(http.StatusText(hse.HTTPStatus), " ", "")), hse.Err.Error())
@@ -181,10 +182,10 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 	writeProblem(w, p, h)
 }
 
-// handleRoutingError answers a path or method the API does not have; a
-// 405 says in Allow which methods the path takes (RFC 9110 requires it).
-// The path is named as the client escaped it, which is text even where
-// the decoded path is not UTF-8.
+// handleRoutingError answers a path or method the API does not have.
+// A 405 says in Allow which methods the path takes, as RFC 9110 requires.
+// The path is named as the client escaped it. That is text even where the
+// decoded path is not UTF-8.
 func handleRoutingError(_ context.Context, mux *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	if isProbe(r) {
 		return

@@ -6,11 +6,11 @@ import (
 	"encoding/base64"
 )
 
-// A page token is opaque to clients: base64url (unpadded, canonical) of a
-// version byte, the store's cursor, and a tag: the first 8 bytes of SHA-256
-// over the owner and the cursor. The tag makes a token useless to anyone
-// else, and any change to it, down to one character appended, is rejected
-// rather than silently read as a position in the caller's list.
+// A page token is opaque to clients. It is base64url (unpadded, canonical)
+// of a version byte, the store's cursor and a tag. The tag is the first 8
+// bytes of SHA-256 over the owner and the cursor. It makes a token useless
+// to anyone else. Any change to a token, down to one character appended,
+// is rejected. It is not silently read as a position in the caller's list.
 
 const pageTokenVersion = 2
 

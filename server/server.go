@@ -1,6 +1,6 @@
 // Package server implements payments.v1.PaymentIntentService: the payments
-// domain. It knows nothing of idempotency keys (the interceptor in front of
-// it makes Create run once per key) nor of how intents are stored.
+// domain. It knows nothing of idempotency keys or of how intents are
+// stored. The interceptor in front of it makes Create run once per key.
 package server
 
 import (
@@ -22,24 +22,25 @@ import (
 // IntentStore keeps payment intents, each owned by one principal. An intent
 // of another owner is reported as absent.
 //
-// Under the idempotency interceptor, the context of a handler may carry a
-// unit of work of the store's backend; a store writes through it, so that
-// the handler's writes commit together with its answer.
+// Under the idempotency interceptor, a handler's context may carry a unit
+// of work of the store's backend. A store writes through it, so that the
+// handler's writes commit together with its answer.
 //
 // An error other than ErrNotFound is a failure of the storage, answered
-// UNAVAILABLE; one that wraps ErrDamaged is answered DATA_LOSS.
+// UNAVAILABLE. One that wraps ErrDamaged is answered DATA_LOSS.
 type IntentStore interface {
 	// CreateIntent stores a new intent; ErrExists if its id is taken.
 	CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error
 	// GetIntent returns the intent; ErrNotFound when owner has none with
 	// that id.
 	GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error)
-	// UpdateIntent applies update atomically, stores the intent if update
-	// reports a change, and returns it as stored; ErrNotFound when absent.
+	// UpdateIntent applies update atomically. It stores the intent if
+	// update reports a change, and returns it as stored. It returns
+	// ErrNotFound when the intent is absent.
 	UpdateIntent(ctx context.Context, owner, id string, update func(*paymentsv1.PaymentIntent) bool) (*paymentsv1.PaymentIntent, error)
-	// ListIntents returns up to limit (at least 1) intents in creation
-	// order after the cursor after, and the next page's cursor (nil on the
-	// last page).
+	// ListIntents returns up to limit intents in creation order, after the
+	// cursor after. The limit is at least 1. It also returns the next
+	// page's cursor, which is nil on the last page.
 	ListIntents(ctx context.Context, owner string, after []byte, limit int) ([]*paymentsv1.PaymentIntent, []byte, error)
 }
 
@@ -50,7 +51,7 @@ var (
 	// ErrExists is returned when a new intent's id is taken.
 	ErrExists = errors.New("payment intent already exists")
 	// ErrDamaged, wrapped in a store's error, says the store found the
-	// data it read damaged: a retry would meet the same damage, so the
+	// data it read damaged. A retry would meet the same damage. So the
 	// caller is told DATA_LOSS, not UNAVAILABLE.
 	ErrDamaged = errors.New("payment intent storage found its data damaged")
 )
@@ -123,9 +124,9 @@ func (s *Server) GetPaymentIntent(ctx context.Context, req *paymentsv1.GetPaymen
 	return &paymentsv1.GetPaymentIntentResponse{PaymentIntent: expired(pi, s.now())}, nil
 }
 
-// CancelPaymentIntent cancels one of the caller's intents. A canceled intent
-// is returned unchanged; a created one past its expiry was already canceled
-// by the system, and is stored as such.
+// CancelPaymentIntent cancels one of the caller's intents. A canceled
+// intent is returned unchanged. A created one past its expiry was already
+// canceled by the system, and is stored as such.
 func (s *Server) CancelPaymentIntent(ctx context.Context, req *paymentsv1.CancelPaymentIntentRequest) (*paymentsv1.CancelPaymentIntentResponse, error) {
 	owner, err := principal(ctx)
 	if err != nil {
@@ -185,7 +186,7 @@ func isExpired(pi *paymentsv1.PaymentIntent, now time.Time) bool {
 	return pi.State == paymentsv1.State_STATE_CREATED && !now.Before(pi.ExpireTime.AsTime())
 }
 
-// expired returns pi as it is at now: a created intent past its expiry was
+// expired returns pi as it is at now. A created intent past its expiry was
 // canceled by the system at expire_time. Reads never show it as created,
 // whether or not the cancellation was stored yet.
 func expired(pi *paymentsv1.PaymentIntent, now time.Time) *paymentsv1.PaymentIntent {
@@ -219,10 +220,10 @@ func principal(ctx context.Context) (string, error) {
 	return p, nil
 }
 
-// storeError is the answer to err, an IntentStore's error about intent id:
-// NOT_FOUND for ErrNotFound, otherwise UNAVAILABLE with a plain message.
-// The store's own text stays out of the answer but in the error, for the
-// server's log.
+// storeError is the answer to err, an IntentStore's error about intent id.
+// It is NOT_FOUND for ErrNotFound. Otherwise it is UNAVAILABLE with a
+// plain message, or DATA_LOSS for damage (see storageError). The store's
+// own text stays out of the answer but in the error, for the server's log.
 func storeError(err error, id string) error {
 	if errors.Is(err, ErrNotFound) {
 		return status.Errorf(codes.NotFound, "payment intent %s not found", id)
@@ -230,8 +231,8 @@ func storeError(err error, id string) error {
 	return &storageError{cause: err}
 }
 
-// storageError is a storage failure: its status for the caller, its cause
-// for the log (errors.Unwrap). A cause that wraps ErrDamaged is answered
+// storageError is a storage failure. It gives the caller a status and the
+// log its cause (errors.Unwrap). A cause that wraps ErrDamaged is answered
 // DATA_LOSS.
 type storageError struct{ cause error }
 

@@ -56,8 +56,8 @@ func (v violations) err() error {
 }
 
 // rejectUnknownFields refuses a request carrying fields this server does
-// not know. proto3 would silently drop them, but a newer client's field (a
-// currency, say) that is ignored could move the wrong money.
+// not know. Under proto3 they would be dropped silently. But ignoring a
+// newer client's field, a currency say, could move the wrong money.
 func rejectUnknownFields(v *violations, req proto.Message) {
 	for b := req.ProtoReflect().GetUnknown(); len(b) > 0; {
 		num, _, n := protowire.ConsumeField(b)

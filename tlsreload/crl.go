@@ -24,8 +24,8 @@ func (r revoked) has(c, issuer *x509.Certificate) bool {
 
 // ParseCRLs reads client certificate revocation lists: PEM with one or
 // more "X509 CRL" blocks, or one DER CRL. Each must be signed by one of
-// cas, the client CAs, or the whole is refused: a list that no CA signed
-// could revoke nothing it may speak for, and is a mistake to report.
+// cas, the client CAs, or the whole is refused. A list that no CA signed
+// could revoke nothing it may speak for. It is a mistake to report.
 func ParseCRLs(data []byte, cas []*x509.Certificate) (revoked, error) {
 	var ders [][]byte
 	if trimmed := bytes.TrimSpace(data); bytes.HasPrefix(trimmed, []byte("-----BEGIN")) {

@@ -1,8 +1,8 @@
-// Package tlsreload serves a TLS certificate, and optionally the CAs that
-// verify client certificates, from PEM files that can be replaced while the
-// server runs: each new handshake gets what was loaded last, connections
-// already made keep theirs, and a set of files that does not load leaves
-// the last good one in place.
+// Package tlsreload serves a TLS certificate from PEM files that can be
+// replaced while the server runs. It can also serve the CAs that verify
+// client certificates. Each new handshake gets what was loaded last, and
+// connections already made keep theirs. A set of files that does not load
+// leaves the last good one in place.
 package tlsreload
 
 import (
@@ -22,8 +22,8 @@ type Files struct {
 	Cert     string // the certificate chain, leaf first
 	Key      string // its private key, which group and others may not write
 	ClientCA string // CAs that sign client certificates; "" for none
-	// ClientCRL lists revoked client certificates (PEM or DER CRLs the
-	// client CAs signed); "" for none.
+	// ClientCRL lists revoked client certificates, in PEM or DER CRLs the
+	// client CAs signed. It is "" for none.
 	ClientCRL string
 }
 
@@ -61,9 +61,9 @@ func Load(files Files) (*Server, error) {
 	return s, nil
 }
 
-// Reload loads the files again. If they do not load (a key that is not the
-// certificate's, an unreadable file, a certificate out of its validity) it
-// returns why and keeps serving what it had.
+// Reload loads the files again. If they do not load, it returns why and
+// keeps serving what it had. Causes include a key that is not the
+// certificate's, an unreadable file, or a certificate out of its validity.
 func (s *Server) Reload() error {
 	l, err := s.load()
 	if err != nil {
@@ -98,8 +98,8 @@ func (s *Server) load() (*loaded, error) {
 	return l, nil
 }
 
-// loadCert loads the server's certificate and key, and refuses one that
-// is out of its validity or not for servers.
+// loadCert loads the server's certificate and key. It refuses a
+// certificate that is out of its validity or not for servers.
 func (s *Server) loadCert() (tls.Certificate, error) {
 	certPEM, err := safefile.Read(s.files.Cert)
 	if err != nil {
@@ -162,12 +162,13 @@ func (s *Server) loadClientCAs(l *loaded) ([]*x509.Certificate, error) {
 	return cas, nil
 }
 
-// StillTrusted says whether chain, a client certificate chain verified at
-// a connection's handshake, leaf first, would still be now: each of its
-// certificates within its validity and unrevoked, and its root among the
-// client CAs loaded last. A connection lives on after its handshake; this
-// is what its every request asks, so that removing a CA, revoking a
-// certificate, or a certificate expiring, ends what it let in.
+// StillTrusted says whether chain would still be trusted now. The chain is
+// a client certificate chain, leaf first, verified at a connection's
+// handshake. Each of its certificates must be within its validity and
+// unrevoked. Its root must be among the client CAs loaded last.
+// A connection lives on after its handshake, and each of its requests asks
+// this. So removing a CA, revoking a certificate, or a certificate
+// expiring ends what it let in.
 func (s *Server) StillTrusted(chain []*x509.Certificate, now time.Time) error {
 	for _, c := range chain {
 		if now.After(c.NotAfter) {
@@ -196,10 +197,10 @@ const (
 )
 
 // Config returns the configuration of a listener that offers nextProtos by
-// ALPN ("h2" for gRPC) and, with RequireClientCert and a ClientCA,
-// requires and verifies client certificates. Each handshake reads the
-// identity loaded last. TLS 1.2 is the oldest version spoken; 1.3 is
-// chosen whenever the client speaks it.
+// ALPN ("h2" for gRPC). With RequireClientCert and a ClientCA, it requires
+// and verifies client certificates. Each handshake reads the identity
+// loaded last. TLS 1.2 is the oldest version spoken. TLS 1.3 is chosen
+// whenever the client speaks it.
 func (s *Server) Config(clientAuth ClientAuth, nextProtos ...string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -233,8 +234,8 @@ func (s *Server) Config(clientAuth ClientAuth, nextProtos ...string) *tls.Config
 	}
 }
 
-// usableBy reports whether c may serve for usage: it names no extended key
-// usage, or usage or any.
+// usableBy reports whether c may serve for usage. It may if c names no
+// extended key usage, or names usage or any.
 func usableBy(c *x509.Certificate, usage x509.ExtKeyUsage) bool {
 	if len(c.ExtKeyUsage) == 0 {
 		return true

@@ -17,28 +17,29 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// A request that does not decode (bytes that are not a message, a string
-// that is not UTF-8) is the caller's fault, but grpc-go answers INTERNAL for
-// any codec error. Codec answers INVALID_ARGUMENT instead: for the
-// request types of the unary methods it is given, it empties a message that
-// does not decode and marks it with the error, in an unknown field of the
-// highest number, and lets the call reach Reject, an interceptor. The mark
-// lives and dies with the message, so nothing is left behind by a call
-// that ends before its interceptors run. Other messages (streams of
-// reflection and health) fail in the codec as usual.
+// Codec answers INVALID_ARGUMENT for a request that does not decode.
+// Bytes that are not a message, or a string that is not UTF-8, are the
+// caller's fault. Yet grpc-go answers INTERNAL for any codec error.
+// Codec acts on the request types of the unary methods it is given.
+// It empties such a message that does not decode. It marks the message
+// with the error, in an unknown field of the highest number. The call then
+// reaches Reject, an interceptor. The mark lives and dies with the
+// message. So nothing is left behind by a call that ends before its
+// interceptors run. Other messages (streams of reflection and health) fail
+// in the codec as usual.
 type Codec struct {
 	encoding.CodecV2
 	requests map[protoreflect.FullName]bool
 }
 
-// undecodableField numbers the mark. A client that sends that field
-// itself, as bytes and first among the fields the message does not know,
-// is told its request is invalid; elsewhere it is an unknown field like
-// any other, left to the service.
+// undecodableField numbers the mark. A client may send that field itself,
+// as bytes and first among the fields the message does not know. It is
+// then told its request is invalid. Sent anywhere else, the field is an
+// unknown field like any other, left to the service.
 const undecodableField = protowire.MaxValidNumber
 
-// New serves the unary methods of the named services, which must be
-// compiled into the binary (it panics otherwise). Pass it to
+// New serves the unary methods of the named services. They must be
+// compiled into the binary, or New panics. Pass the codec to
 // grpc.ForceServerCodecV2, and put Reject among the interceptors.
 func New(services ...protoreflect.FullName) *Codec {
 	c := &Codec{CodecV2: encoding.GetCodecV2("proto"), requests: map[protoreflect.FullName]bool{}}
@@ -69,9 +70,10 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return err
 }
 
-// Reject answers INVALID_ARGUMENT for a request that did not decode. Put it
-// before the interceptors that act on a request (the idempotency
-// interceptor: no key is used up), after those that only observe.
+// Reject answers INVALID_ARGUMENT for a request that did not decode.
+// Put it after the interceptors that only observe. Put it before those
+// that act on a request, such as the idempotency interceptor, so that no
+// key is used up.
 func Reject(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if m, ok := req.(proto.Message); ok {
 		if unknown := m.ProtoReflect().GetUnknown(); len(unknown) > 0 {
