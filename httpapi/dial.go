@@ -3,11 +3,11 @@ package httpapi
 import (
 	"context"
 	"net"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/paymentsd/paymentsd/auth"
 )
@@ -19,10 +19,10 @@ import (
 // stops. Call Dial once srv's services are registered. Close the
 // connection after srv stops.
 func Dial(srv *grpc.Server) *grpc.ClientConn {
-	lis := &memListener{conns: make(chan net.Conn), done: make(chan struct{})}
+	lis := memListener{bufconn.Listen(memBufferBytes)}
 	conn, err := grpc.NewClient("passthrough:///in-memory",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(lis.dial),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithChainUnaryInterceptor(outgoing))
 	if err != nil {
 		panic(err) // unreachable: the target and options are constants grpc-go accepts
@@ -31,53 +31,25 @@ func Dial(srv *grpc.Server) *grpc.ClientConn {
 	return conn
 }
 
-// memListener hands the server one end of a net.Pipe for each dial.
-type memListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
+// memBufferBytes is what each direction of the in-memory connection
+// buffers. HTTP/2's flow control bounds what is in flight anyway.
+const memBufferBytes = 256 << 10
 
-func (l *memListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
+// memListener is grpc-go's in-memory listener, whose connections it marks
+// as memConn for ServerCredentials.
+type memListener struct{ *bufconn.Listener }
+
+func (l memListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
 	}
-}
-
-func (l *memListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *memListener) Addr() net.Addr { return memAddr{} }
-
-func (l *memListener) dial(ctx context.Context, _ string) (net.Conn, error) {
-	client, server := net.Pipe()
-	select {
-	case l.conns <- memConn{server}:
-		return client, nil
-	case <-l.done:
-		client.Close()
-		server.Close()
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		client.Close()
-		server.Close()
-		return nil, ctx.Err()
-	}
+	return memConn{c}, nil
 }
 
 // memConn is the server's end of an in-memory connection, which
 // ServerCredentials recognises.
 type memConn struct{ net.Conn }
-
-type memAddr struct{}
-
-func (memAddr) Network() string { return "memory" }
-func (memAddr) String() string  { return "in-memory" }
 
 // ServerCredentials returns the transport credentials of a server that
 // Dial serves. Network connections handshake with network: TLS, say, or
