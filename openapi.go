@@ -1,7 +1,7 @@
 // Package paymentsd holds what the repository's programs embed from its top
-// directory: files that make generate writes under gen/, which no package
-// below gen/ can embed since buf empties gen/ on each run, and VERSION,
-// which no package below the top can embed at all.
+// directory. These are files that make generate writes under gen/, and
+// VERSION. No package below gen/ can embed the former, since buf empties
+// gen/ on each run. No package below the top can embed VERSION at all.
 package paymentsd
 
 import _ "embed"
@@ -13,8 +13,8 @@ import _ "embed"
 var OpenAPI []byte
 
 // Descriptors is a FileDescriptorSet of proto/, with the comments (source
-// info) that the descriptors compiled into gen/ leave out: paymentsd's
-// server reflection serves it, so that grpcurl describe shows them.
+// info) that the descriptors compiled into gen/ leave out. The server
+// reflection of paymentsd serves it, so that grpcurl describe shows them.
 //
 //go:embed gen/descriptors.binpb
 var Descriptors []byte

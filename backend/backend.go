@@ -1,12 +1,14 @@
-// Package backend names what paymentsd keeps its data in: the idempotency
-// records and the payment intents, in one database, so that an intent and
-// its record commit together. boltintents and pgintents each open one.
+// Package backend names what paymentsd keeps its data in. That is the
+// idempotency records and the payment intents, in one database. So an
+// intent and its record commit together. boltintents and pgintents each
+// open one.
 //
-// It is a package of its own, and not part of server, because server knows
-// nothing of idempotency keys (it must not import the interceptor's store
-// contract), and not part of an intent package, because the daemon names
-// it without knowing which of the two it runs on; both intent packages
-// import it, and it imports neither, so there is no cycle.
+// It is a package of its own for two reasons. It is not part of server,
+// because server knows nothing of idempotency keys. That package must not
+// import the interceptor's store contract. It is not part of an intent
+// package, because the daemon names it without knowing which of the two it
+// runs on. Both intent packages import it, and it imports neither, so there
+// is no cycle.
 package backend
 
 import (
@@ -17,10 +19,10 @@ import (
 	"github.com/paymentsd/paymentsd/server"
 )
 
-// Records is what the daemon needs of an idempotency store: the
-// interceptor's TxStore, the store's upkeep (sweeping, a record read for
-// the operator, counting for the metrics) and the operator's release of a
-// key, which the console offers.
+// Records is what the daemon needs of an idempotency store. That is the
+// interceptor's TxStore and the store's upkeep: sweeping, a record read for
+// the operator, counting for the metrics. It adds the operator's release of
+// a key and the list of claims in flight, which the console offers.
 type Records interface {
 	storage.TxStore
 	storage.Upkeep
@@ -38,7 +40,7 @@ type Backend interface {
 	// String names the database for the log, never with a password.
 	String() string
 	// Check reports the database's health, probing it when that is how to
-	// know: nil while it serves.
+	// know. It is nil while the database serves.
 	Check(ctx context.Context) error
 	// CountRecords counts the idempotency records stored, for the metrics.
 	CountRecords() (float64, error)

@@ -1,8 +1,8 @@
-// Command bench drives `make bench`: it starts paymentsd (and its builds
-// without the idempotency interceptor, and without the limits) on
-// loopback, loads it with ghz or, on the HTTP face, a Go client, and
-// prints a table of medians over several runs, with the ratios the
-// benchmark targets name. Each run gets a fresh server and data file.
+// Command bench drives `make bench`. It starts paymentsd (and its builds
+// without the idempotency interceptor, and without the limits) on loopback.
+// It loads it with ghz or, on the HTTP face, a Go client. It prints a table
+// of medians over several runs, with the ratios the benchmark targets name.
+// Each run gets a fresh server and data file.
 package main
 
 import (
@@ -85,9 +85,9 @@ var boltScenarios = []scenario{
 	{"http fresh c=64, limits off", nolimits, 64, 20000, "fresh-", body, false, 0, false, true},
 	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0, false, false},
 	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0, false, false},
-	// Every tenth request fresh, the others replays of the hot keys. (The
-	// template is one action, since ghz renders an {{if}} only once, and has
-	// no double quotes, since ghz renders it inside the JSON text.)
+	// Every tenth request fresh, the others replays of the hot keys. The
+	// template is one action, since ghz renders an {{if}} only once. It has
+	// no double quotes, since ghz renders it inside the JSON text.
 	{"90% replay, 10% fresh c=64", paymentsd, 64, 40000,
 		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0, false, false},
 }
@@ -169,9 +169,9 @@ func main() {
 
 // table runs scenarios in alternating rounds, prints their medians and
 // returns them, and every run, by name. Each round runs every scenario
-// once, so that the two sides of a ratio are measured under the same load
-// of the machine; every other round runs them in reverse, so that neither
-// side of a ratio always comes first.
+// once. So the two sides of a ratio are measured under the same load of the
+// machine. Every other round runs them in reverse, so that neither side of
+// a ratio always comes first.
 func table(scenarios []scenario, commits string, wal bool) (map[string]result, map[string][]result) {
 	walHead, walRule := "", ""
 	if wal {
@@ -206,9 +206,9 @@ func table(scenarios []scenario, commits string, wal bool) (map[string]result, m
 // target is a ratio of two scenarios' requests/s.
 type target struct{ what, a, b, want string }
 
-// ratios prints each target's ratio of medians and, after it, the ratio
-// of each round, whose two runs shared the machine's load: rounds that
-// fall on both sides of a target say the median's side of it is noise.
+// ratios prints each target's ratio of medians. After it, it prints the
+// ratio of each round, whose two runs shared the machine's load. Rounds
+// that fall on both sides of a target say the median's side of it is noise.
 func ratios(medians map[string]result, all map[string][]result, targets []target) {
 	fmt.Printf("\nRatios of medians (targets in brackets; each round's in parentheses):\n")
 	for _, tg := range targets {
@@ -247,7 +247,7 @@ func runOnce(sc scenario) result {
 	defer os.RemoveAll(dir)
 	db := prepareData(sc, dir)
 	// Over TLS, ghz keeps its connection for the whole run, as over
-	// plaintext, so the handshake is paid once, not per request.
+	// plaintext. So the handshake is paid once, not per request.
 	serverArgs, ghzArgs := []string(nil), []string{"--insecure"}
 	if sc.tls {
 		ca, cert, key := makeCerts(dir)
@@ -289,10 +289,9 @@ func runOnce(sc scenario) result {
 	return r
 }
 
-// prepareData returns the data of a run of sc: a data file in dir, or a
-// new PostgreSQL database for replicas. It is made, and the hot keys
-// created, by a server of its own, so that only the scenario's commits
-// count.
+// prepareData returns the data of a run of sc. That is a data file in dir,
+// or a new PostgreSQL database for replicas. A server of its own makes it
+// and creates the hot keys. So only the scenario's commits count.
 func prepareData(sc scenario, dir string) string {
 	db := filepath.Join(dir, "bench.db")
 	if sc.replicas > 0 {
@@ -320,8 +319,8 @@ type ghzReport struct {
 	}
 }
 
-// load runs one ghz per server, side by side, each with its share of sc's
-// load and keys of its own: the fresh keys of two ghz must not meet.
+// load runs one ghz per server, side by side. Each gets its share of sc's
+// load and keys of its own. The fresh keys of two ghz must not meet.
 func load(sc scenario, servers []*server, ghzArgs []string) []ghzReport {
 	reps := make([]ghzReport, len(servers))
 	errs := make(chan error, len(servers))
@@ -357,8 +356,9 @@ func load(sc scenario, servers []*server, ghzArgs []string) []ghzReport {
 }
 
 // loadHTTP makes sc's creates on srv's HTTP face from sc.concurrency
-// workers, each key sc.key and a number of its own, and reports them as
-// ghz would. The client keeps its connections, as ghz keeps its one.
+// workers. Each key is sc.key and a number of its own. It reports the
+// creates as ghz would. The client keeps its connections, as ghz keeps its
+// one.
 func loadHTTP(sc scenario, srv *server) ghzReport {
 	n := int(float64(sc.requests) * *scale)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: sc.concurrency}}
@@ -400,10 +400,10 @@ func loadHTTP(sc scenario, srv *server) ghzReport {
 	return rep
 }
 
-// summarize adds up the reports of ghz that ran side by side: the
-// requests/s, the latencies of every answer, errors included (ghz's own
-// percentiles leave errors out), and the answers by code; and returns
-// how many requests they made.
+// summarize adds up the reports of ghz that ran side by side. It sums the
+// requests/s. It gathers the latencies of every answer, errors included,
+// since ghz's own percentiles leave errors out. It counts the answers by
+// code, and returns how many requests they made.
 func summarize(reps []ghzReport) (r result, count uint64) {
 	var lat []time.Duration
 	codes := map[string]int{}
@@ -431,9 +431,9 @@ func summarize(reps []ghzReport) (r result, count uint64) {
 
 // readStats returns the database's committed transactions, the cluster's
 // WAL flushes and its CPU time in µs so far. Servers report their
-// statistics as their connections end, so it waits for the figures to
-// settle. (Its own connections add a transaction or two, and a little CPU:
-// noise against thousands of requests.)
+// statistics as their connections end. So it waits for the figures to
+// settle. Its own connections add a transaction or two, and a little CPU:
+// noise against thousands of requests.
 func readStats(url string) [3]int64 {
 	ctx := context.Background()
 	var last [2]int64
@@ -458,9 +458,9 @@ func readStats(url string) [3]int64 {
 }
 
 // clusterCPU is the CPU time, in µs, of the PostgreSQL cluster whose
-// checkpointer is the process pid: its postmaster's, its ended processes'
-// (a backend's, once its connection closed, counts among the postmaster's
-// children), and its live processes'.
+// checkpointer is the process checkpointer. It adds the postmaster's, its
+// ended processes' and its live processes'. A backend, once its connection
+// closed, counts among the postmaster's ended children.
 func clusterCPU(checkpointer int) int64 {
 	postmaster := int(procStat(checkpointer).ppid)
 	pm := procStat(postmaster)
@@ -481,13 +481,13 @@ const clockTicks = 100
 // stat is what clusterCPU reads of /proc/PID/stat, in clock ticks.
 type stat struct{ ppid, utime, stime, cutime, cstime int64 }
 
-// procStat reads /proc/pid/stat; a process gone meanwhile reads as zero.
+// procStat reads /proc/pid/stat. A process gone meanwhile reads as zero.
 func procStat(pid int) stat {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return stat{}
 	}
-	// The command name, in parentheses, may hold spaces: the fields that
+	// The command name, in parentheses, may hold spaces. The fields that
 	// count come after its closing parenthesis.
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	if len(f) < 15 {

@@ -11,8 +11,8 @@ import (
 )
 
 // Timeout bounds connecting and migrating in Open, and each health probe
-// and count of Backend: a database that does not answer must not hang
-// the start or the health watcher.
+// and count of Backend. A database that does not answer must not hang the
+// start or the health watcher.
 const Timeout = 10 * time.Second
 
 // Backend is a backend.Backend in PostgreSQL: the records of a pgstore.DB

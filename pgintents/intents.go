@@ -1,7 +1,7 @@
 // Package pgintents keeps paymentsd's payment intents in a table of their
-// own in the PostgreSQL database of a pgstore.DB. Inside a handler under
+// own, in the PostgreSQL database of a pgstore.DB. Inside a handler under
 // the idempotency interceptor, its statements join the transaction that
-// completes the request's record: intent and answer commit together, or
+// completes the request's record. So intent and answer commit together, or
 // neither does.
 package pgintents
 
@@ -39,7 +39,8 @@ type Store struct {
 var _ server.IntentStore = (*Store)(nil)
 
 // New returns the intents kept in db, bringing their table up to date
-// first (pgstore.Migrate: once, however many processes start together).
+// first. It uses pgstore.Migrate, which migrates once however many
+// processes start together.
 func New(ctx context.Context, db *pgstore.DB) (*Store, error) {
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {
@@ -51,12 +52,12 @@ func New(ctx context.Context, db *pgstore.DB) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
-// CreateIntent stores a new intent owned by owner; server.ErrExists if its
-// id is taken, by any owner. The insert does nothing on a taken id rather
-// than fail, so that the PostgreSQL transaction stays usable; the
-// ErrExists is still an error of the unit of work, which it fails: inside
-// a request's pgstore.Tx, as a taken id fails a boltstore.Tx, the commit
-// then stores neither the handler's writes nor its answer.
+// CreateIntent stores a new intent owned by owner. It returns
+// server.ErrExists if the id is taken, by any owner. The insert does
+// nothing on a taken id rather than fail, so that the PostgreSQL
+// transaction stays usable. The ErrExists still fails the unit of work, as
+// a taken id fails a boltstore.Tx. So inside a request's pgstore.Tx, the
+// commit then stores neither the handler's writes nor its answer.
 func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error {
 	v, err := encodeIntent(pi)
 	if err != nil {
@@ -76,8 +77,8 @@ func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.P
 	})
 }
 
-// GetIntent returns owner's intent id; server.ErrNotFound when there is
-// none: another owner's intent is as absent as a missing one.
+// GetIntent returns owner's intent id, or server.ErrNotFound when there is
+// none. Another owner's intent is as absent as a missing one.
 func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error) {
 	var pi *paymentsv1.PaymentIntent
 	err := s.db.Read(ctx, func(q pgstore.Querier) (err error) {
@@ -91,16 +92,16 @@ func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.Pa
 }
 
 // UpdateIntent applies update to owner's intent id and stores it if update
-// reports a change, in one transaction (the request's, inside a
-// pgstore.Tx) that locks the row first: concurrent updates queue on the
-// lock, each sees the one before it, and update runs once per call. It
-// runs inside that transaction, so it must not call the store. Like
-// boltintents, it returns the intent as update left it.
+// reports a change. It does so in one transaction that locks the row first:
+// the request's, inside a pgstore.Tx. Concurrent updates queue on the lock,
+// and each sees the one before it. So update runs once per call. It runs
+// inside that transaction, so it must not call the store. Like boltintents,
+// UpdateIntent returns the intent as update left it.
 //
-// Outside a pgstore.Tx, a wait for the row's lock that outlasts the
-// database's lock_timeout (pgstore's LockTimeout) is tried again, as long
-// as ctx lives: nothing was read, so update has not run. Inside a Tx the
-// timed-out statement has failed the transaction, and its error is
+// Outside a pgstore.Tx, a wait for the row's lock may outlast the
+// database's lock_timeout (pgstore's LockTimeout). It is then tried again,
+// as long as ctx lives: nothing was read, so update has not run. Inside a
+// Tx the timed-out statement has failed the transaction, and its error is
 // returned.
 func (s *Store) UpdateIntent(ctx context.Context, owner, id string, update func(*paymentsv1.PaymentIntent) bool) (*paymentsv1.PaymentIntent, error) {
 	for {
@@ -142,12 +143,12 @@ func (s *Store) UpdateIntent(ctx context.Context, owner, id string, update func(
 }
 
 // ListIntents returns up to limit of owner's intents in creation order,
-// starting after the cursor after (nil for the first page), and the cursor
-// of the next page, nil when there is none. A cursor is opaque: the
-// creation time and id of the page's last intent, as boltintents encodes
-// them; one that names no intent still lists from where it would sort. A
-// page is one keyset scan of the (owner, create_time_ns, id) index: its
-// cost does not grow with the pages before it.
+// starting after the cursor after (nil for the first page). It also returns
+// the cursor of the next page, nil when there is none. A cursor is opaque:
+// the creation time and id of the page's last intent, as boltintents
+// encodes them. One that names no intent still lists from where it would
+// sort. A page is one keyset scan of the (owner, create_time_ns, id) index.
+// Its cost does not grow with the pages before it.
 func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, limit int) ([]*paymentsv1.PaymentIntent, []byte, error) {
 	if limit <= 0 {
 		return nil, nil, fmt.Errorf("list intents: limit %d, want at least 1", limit)
@@ -190,10 +191,10 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 	return page, next, nil
 }
 
-// scanPage reads and closes rows, those of a page query, which asks for
-// one row more than limit: it returns the page's intents and the cursor
-// of the next page, nil when the extra row is not there (no page follows).
-// The extra row is only counted, never decoded.
+// scanPage reads and closes rows, those of a page query, which asks for one
+// row more than limit. It returns the page's intents and the cursor of the
+// next page. The cursor is nil when the extra row is not there: no page
+// follows. The extra row is only counted, never decoded.
 func scanPage(rows pgx.Rows, limit int) (page []*paymentsv1.PaymentIntent, next []byte, err error) {
 	defer rows.Close()
 	var lastNanos int64
@@ -233,7 +234,7 @@ const (
 		ORDER BY create_time_ns, id LIMIT $4`
 )
 
-// getIntent returns owner's intent id, nil when there is none; with lock,
+// getIntent returns owner's intent id, nil when there is none. With lock,
 // the row stays locked until the transaction ends.
 func getIntent(ctx context.Context, q pgstore.Querier, owner, id string, lock bool) (*paymentsv1.PaymentIntent, error) {
 	query := `SELECT intent FROM payment_intents WHERE id = $1 AND owner = $2`
@@ -257,8 +258,8 @@ func createNanos(pi *paymentsv1.PaymentIntent) int64 {
 	return pi.GetCreateTime().AsTime().UnixNano()
 }
 
-// encodeIntent is the stored form of pi: its deterministic encoding, so
-// that equal intents are equal bytes.
+// encodeIntent is the stored form of pi: its deterministic encoding. Equal
+// intents are then equal bytes.
 func encodeIntent(pi *paymentsv1.PaymentIntent) ([]byte, error) {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(pi)
 	if err != nil {
@@ -284,8 +285,9 @@ func encodeCursor(createNanos int64, id string) []byte {
 }
 
 // decodeCursor checks a cursor, which reaches the store from a caller's
-// page token: one too short for its time, or whose id could not be text in
-// PostgreSQL (not UTF-8, or with a NUL), is refused rather than sent.
+// page token. It refuses, rather than sends, one too short for its time. It
+// also refuses one whose id could not be text in PostgreSQL: not UTF-8, or
+// with a NUL.
 func decodeCursor(c []byte) (createNanos int64, id string, err error) {
 	if len(c) < cursorTimeSize {
 		return 0, "", fmt.Errorf("malformed cursor: %d bytes, want at least %d", len(c), cursorTimeSize)

@@ -1,21 +1,20 @@
-// Package pgstore keeps idempotency records in PostgreSQL, so that any
-// number of processes (paymentsd replicas) behind a load balancer share
-// them: the table's primary key on (scope, key) makes one claim of a key
-// win, whichever process its duplicates reach.
+// Package pgstore keeps idempotency records in PostgreSQL. Any number of
+// processes (paymentsd replicas) behind a load balancer then share them.
+// The table's primary key on (scope, key) makes one claim of a key win,
+// whichever process its duplicates reach.
 //
-// It is an storage.TxStore. A handler's writes made through Run with
-// the context the interceptor gives it join the transaction that completes
-// its record, so the two commit together or not at all. For a
-// transactional method the claim row is inserted in that same transaction:
-// one commit per request, and a duplicate arriving meanwhile, on any
-// process, waits for the row's lock (LockTimeout at most), then replays the
-// result.
+// It is an storage.TxStore. A handler's writes made through Run, with the
+// context the interceptor gives it, join the transaction that completes its
+// record. So the two commit together or not at all. For a transactional
+// method, the record is inserted in that same transaction: one commit per
+// request. A duplicate arriving meanwhile, on any process, waits for the
+// key's lock (LockTimeout at most), then replays the result.
 //
-// Leases and expiry are judged on the database's clock, read in the claim's
-// own statements, so that a process whose clock runs ahead cannot take over
-// a live claim or expire a live record early. Waiters (the interceptor's
-// WithInFlightWait) are woken through LISTEN/NOTIFY when a claim ends in any
-// process.
+// Leases and expiry are judged on the database's clock, read in the
+// claim's own statements. So a process whose clock runs ahead cannot take
+// over a live claim or expire a live record early. Waiters (the
+// interceptor's WithInFlightWait) are woken through LISTEN/NOTIFY when a
+// claim ends in any process.
 package pgstore
 
 import (
@@ -66,8 +65,8 @@ var migrations embed.FS
 const component = "idempotency"
 
 // Migrations are the SQL files of the records' tables, named
-// NNNN_description.sql and applied in order: what MigrateRecords applies,
-// for teams that apply migrations with a tool of their own (see
+// NNNN_description.sql and applied in order. MigrateRecords applies them.
+// They are for teams that apply migrations with a tool of their own (see
 // Options.OwnMigrations).
 func Migrations() fs.FS {
 	sub, _ := fs.Sub(migrations, "migrations") // a fixed, valid path
@@ -75,8 +74,8 @@ func Migrations() fs.FS {
 }
 
 // MigrateRecords brings the records' tables in pool's database up to date
-// (Migrate), apart from opening them: Open and New do it first unless told
-// not to.
+// (Migrate), without opening a store. Open and New migrate first unless
+// told not to.
 func MigrateRecords(ctx context.Context, pool *pgxpool.Pool) error {
 	return Migrate(ctx, pool, component, Migrations())
 }
@@ -84,30 +83,31 @@ func MigrateRecords(ctx context.Context, pool *pgxpool.Pool) error {
 // Options tunes a DB. The zero value is ready to use.
 type Options struct {
 	// MaxConns is the size of the connection pool Open makes. A request
-	// under the interceptor holds one connection from its claim to its
-	// commit. Default: the connection string's pool_max_conns, else 20.
+	// under the interceptor holds at most one connection from its claim to
+	// its commit. Default: the connection string's pool_max_conns, else 20.
 	// New uses the pool it is given as it is.
 	MaxConns int32
 	// LockTimeout bounds how long a claim waits for another process's
-	// uncommitted claim of the same key before answering that the key is
-	// in flight, and how long Open's pool waits for any lock (its
-	// lock_timeout). Default 500ms.
+	// uncommitted claim of the same key. The claim then answers that the
+	// key is in flight. It also bounds how long Open's pool waits for any
+	// lock (its lock_timeout). Default 500ms.
 	LockTimeout time.Duration
-	// CallerClock judges leases and expiry by the times callers pass
-	// (ClaimRequest.Now, a renewal's LeaseExpiry, Sweep's now) instead of
-	// the database's clock. Only for tests that simulate time: processes
-	// whose clocks differ would then disagree about leases.
+	// CallerClock judges leases and expiry by the times callers pass,
+	// instead of the database's clock. Those are ClaimRequest.Now, a
+	// renewal's LeaseExpiry and Sweep's now. It is only for tests that
+	// simulate time. Processes whose clocks differ would then disagree
+	// about leases.
 	CallerClock bool
 	// Logger receives the notice listener's reconnections. Default: none.
 	Logger *slog.Logger
-	// NoMigrate opens a database without bringing its schema up to date:
-	// the schema must already be at this binary's version, or Open fails.
-	// For tools that read what servers wrote (paymentsd record), which must
-	// not change the schema under the servers.
+	// NoMigrate opens a database without bringing its schema up to date.
+	// The schema must already be at this binary's version, or Open fails.
+	// It is for tools that read what servers wrote (paymentsd record). Such
+	// tools must not change the schema under the servers.
 	NoMigrate bool
 	// OwnMigrations says the embedder applies Migrations with a tool of
-	// its own: Open and New neither migrate nor read schema_versions, and
-	// tables that are missing fail Probe, and the requests, instead.
+	// its own. Open and New then neither migrate nor read schema_versions.
+	// Tables that are missing fail Probe, and the requests, instead.
 	OwnMigrations bool
 }
 
@@ -124,7 +124,8 @@ type DB struct {
 	name     string // for String
 
 	// ledger is what this process knows of its records beyond the
-	// database: its uncommitted claims and the completed records it trusts.
+	// database. That is its uncommitted claims and the completed records it
+	// trusts.
 	ledger *ledger.Ledger
 
 	mu     sync.Mutex
@@ -136,13 +137,14 @@ type DB struct {
 // listenWait bounds how long Open waits for the watcher to listen.
 const listenWait = 5 * time.Second
 
-// Open connects to the database connString names (a postgres:// URL or
-// key=value pairs; the libpq environment variables, PGPASSWORD and the
-// like, fill in what it leaves out), with a pool of its own, and opens the
-// store in it as New does. The connection string's settings are honoured,
-// pool_max_conns and search_path (a schema other than public) among them;
-// Options.MaxConns, when given, wins. Each host gets 3 s to connect unless
-// connString sets connect_timeout. Errors never contain the password.
+// Open connects to the database connString names, with a pool of its
+// own. It opens the store in it as New does. The connection string is a
+// postgres:// URL or key=value pairs. The libpq environment variables
+// (PGPASSWORD and the like) fill in what it leaves out. Its settings are
+// honoured, pool_max_conns and search_path (a schema other than public)
+// among them. Options.MaxConns, when given, wins. Each host gets 3 s to
+// connect unless connString sets connect_timeout. Errors never contain the
+// password.
 func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	o := withDefaults(opts)
 	cfg, err := pgxpool.ParseConfig(connString)
@@ -169,8 +171,8 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 	return db, nil
 }
 
-// setsMaxConns reports whether connString sets pool_max_conns itself,
-// which pgxpool's parser consumes and pgx's leaves in place.
+// setsMaxConns reports whether connString sets pool_max_conns itself.
+// The setting is consumed by pgxpool's parser and left in place by pgx's.
 func setsMaxConns(connString string) bool {
 	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
@@ -180,14 +182,14 @@ func setsMaxConns(connString string) bool {
 	return ok
 }
 
-// New opens the store in the database of pool, the embedder's own: its
-// size, tracer, TLS roots and hooks are theirs, and Close leaves it open.
-// It brings the schema up to date first (see Options for the other ways),
-// and listens for ended claims on a connection of its own, made with
-// pool's settings (waiting up to 5 s for that). A claim never waits for a
-// key's lock on the pool (see tryClaim); a pool without a lock_timeout of
-// its own lets other lock waits (a table's, behind a schema change) run
-// as long as the request's context.
+// New opens the store in the database of pool, the embedder's own. The
+// pool's size, tracer, TLS roots and hooks are the embedder's, and Close
+// leaves it open. New brings the schema up to date first (see Options for
+// the other ways). It listens for ended claims on a connection of its own,
+// made with pool's settings. It waits up to 5 s for that. A claim never
+// waits for a key's lock on the pool (see DB.look). Other lock waits (a
+// table's, behind a schema change) may still happen. They run as long as
+// the request's context if the pool has no lock_timeout of its own.
 func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*DB, error) {
 	return open(ctx, pool, opts, false)
 }
@@ -218,8 +220,8 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, ownsPool bool)
 		name:     fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.User), hosts(cfg), url.PathEscape(cfg.Database)),
 	}
 	db.watcher = newWatcher(cfg.Copy(), o.Logger)
-	// Notices sent before the watcher listens are missed, and a waiter
-	// would then find its claim ended only by polling.
+	// Notices sent before the watcher listens are missed. A waiter would
+	// then find its claim ended only by polling.
 	if !db.watcher.waitListening(ctx, listenWait) {
 		o.Logger.LogAttrs(ctx, slog.LevelWarn, "pgstore: not yet listening for ended claims; waiters poll until it does",
 			slog.Duration("waited", listenWait))
@@ -228,8 +230,8 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, ownsPool bool)
 }
 
 // hosts names every host:port cfg tries, in order, as a multi-host URL
-// does: a log that named the first alone would hide the one in use after
-// a failover.
+// does. A log that named the first alone would hide the one in use after a
+// failover.
 func hosts(cfg *pgx.ConnConfig) string {
 	names := []string{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
 	for _, fb := range cfg.Fallbacks {
@@ -253,7 +255,7 @@ func withDefaults(opts *Options) Options {
 	return o
 }
 
-// Close stops listening and, if Open made the pool, closes it, waiting
+// Close stops listening. If Open made the pool, Close closes it, waiting
 // for connections in use to be returned.
 func (db *DB) Close() error {
 	db.watcher.close()
@@ -266,8 +268,8 @@ func (db *DB) Close() error {
 // String names the database as a URL without its password, for logs.
 func (db *DB) String() string { return db.name }
 
-// Pool is the connection pool, for an embedder's own statements outside
-// any request's unit of work.
+// Pool is the connection pool. It is for an embedder's own statements
+// outside any request's unit of work.
 func (db *DB) Pool() *pgxpool.Pool { return db.pool }
 
 // Querier runs statements: the request's transaction, or the pool.
@@ -278,15 +280,15 @@ type Querier interface {
 }
 
 // Run calls fn with the transaction of the Tx that ctx carries (a handler
-// under the interceptor), so that fn's statements commit with the
-// request's record, or not at all; an error fn returns then fails the
-// whole Tx, which stores nothing. Without a Tx, fn runs in a transaction
-// of its own, committed when fn returns nil. Either way the transaction is
-// READ COMMITTED, whatever the database's default, as a Tx's is: a call
+// under the interceptor). The statements of fn then commit with the
+// request's record, or not at all. An error fn returns fails the whole Tx,
+// which stores nothing. Without a Tx, fn runs in a transaction of its own,
+// committed when fn returns nil. Either way the transaction is READ
+// COMMITTED, whatever the database's default, as a Tx's is. So a call
 // without an idempotency key runs its statements as one with a key does.
 //
-// Return misses that are answers (no such row) as values, not as errors
-// of fn: an error of fn means the storage failed.
+// Return misses that are answers (no such row) as values, not as errors of
+// fn. An error of fn means the storage failed.
 func (db *DB) Run(ctx context.Context, fn func(q Querier) error) error {
 	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
 		return t.run(ctx, fn)
@@ -295,8 +297,8 @@ func (db *DB) Run(ctx context.Context, fn func(q Querier) error) error {
 }
 
 // Read calls fn with the transaction of the Tx that ctx carries, as Run
-// does, or, without one, with the pool: for reads that need no
-// transaction of their own.
+// does. Without one, it calls fn with the pool. It is for reads that need
+// no transaction of their own.
 func (db *DB) Read(ctx context.Context, fn func(q Querier) error) error {
 	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
 		return t.run(ctx, fn)
@@ -304,8 +306,8 @@ func (db *DB) Read(ctx context.Context, fn func(q Querier) error) error {
 	return fn(db.pool)
 }
 
-// Claimant is who this DB claims as: not exclusive, since other processes
-// share the database, so the lease rule alone decides takeovers.
+// Claimant is who this DB claims as. It is not exclusive, since other
+// processes share the database. So the lease rule alone decides takeovers.
 func (db *DB) Claimant() storage.Claimant { return db.ledger.Claimant() }
 
 // Health returns the last probe's finding: nil while the database answers.
@@ -316,12 +318,13 @@ func (db *DB) Health() error {
 }
 
 // Probe checks that the database answers and that its user may read and
-// write this store's table and tables (others the embedder's requests
-// write, named as its statements name them), records the finding for
-// Health and returns it: a table renamed, dropped or out of the user's
-// reach fails every request while the database itself answers. A probe
-// that finds the database unreachable ends the connections held, which
-// may lead to a server that went silent (see dropConnections).
+// write the tables. They are this store's table and tables: others the
+// embedder's requests write, named as its statements name them. Probe
+// records the finding for Health and returns it. A table renamed, dropped
+// or out of the user's reach fails every request while the database itself
+// answers. A probe that finds the database unreachable ends the
+// connections held. They may lead to a server that went silent (see
+// dropConnections).
 func (db *DB) Probe(ctx context.Context, tables ...string) error {
 	tables = append([]string{"idempotency_records"}, tables...)
 	var writable *bool

@@ -15,17 +15,18 @@ const recordColumns = `r.fingerprint, r.fingerprint_scheme, r.state, r.attempt,
 		r.claim_token, r.owner, r.lease_expire_time, r.expire_time, r.result, r.transactional, r.claim_time`
 
 // selectInFlight reads a page of the claims stored in flight, through
-// their partial index: a page costs its rows, whatever the table holds.
+// their partial index. A page costs its rows, whatever the table holds.
 // The zero RecordKey comes before every key the interceptor stores.
 const selectInFlight = `SELECT r.scope, r.key, ` + recordColumns + `
 	FROM idempotency_records r
 	WHERE r.state = 1 AND (r.scope, r.key) > ($1, $2)
 	ORDER BY r.scope, r.key LIMIT $3`
 
-// InFlight returns up to limit claims in flight after the key after, in
-// storage.CompareKeys order (the table's collation is "C", byte by byte):
-// the durable claims that every process stored, and the transactional
-// claims of this process, which no other can see before they commit.
+// InFlight returns up to limit claims in flight after the key after. They
+// come in storage.CompareKeys order (the table's collation is "C", byte by
+// byte). They are the durable claims that every process stored, and this
+// process's transactional claims. No other process can see those before
+// they commit.
 func (db *DB) InFlight(ctx context.Context, after storage.RecordKey, limit int) ([]storage.KeyedRecord, error) {
 	rows, err := db.pool.Query(ctx, selectInFlight, after.Scope, after.Key, limit)
 	if err != nil {

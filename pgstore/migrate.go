@@ -16,20 +16,20 @@ import (
 )
 
 // migrateLock is the advisory lock every migration holds, whatever its
-// component: processes that start together take turns, and the first one
+// component. Processes that start together take turns, and the first one
 // migrates.
 const migrateLock = 0x7061796d656e7473 // "payments"
 
-// Migrate brings component's tables up to date with the migrations in
-// fsys: files named NNNN_description.sql, numbered from 1 without gaps,
-// applied in order. It runs in one transaction holding an advisory lock,
-// so that several processes starting together migrate once and none sees
-// a half-migrated schema; each component's version is kept in the table
+// Migrate brings component's tables up to date with the migrations in fsys.
+// They are files named NNNN_description.sql, numbered from 1 without gaps,
+// applied in order. Migrate runs in one transaction holding an advisory
+// lock. So several processes starting together migrate once, and none sees
+// a half-migrated schema. Each component's version is kept in the table
 // schema_versions. A database whose version is newer than the newest file
-// (written by a newer binary) is refused, naming both versions: this
-// binary would not know its tables.
+// (written by a newer binary) is refused. The error names both versions:
+// this binary would not know its tables.
 //
-// It is a small versioned runner rather than a migration library: the
+// It is a small versioned runner rather than a migration library. The
 // schema is a few tables, the runner fits on a page, and it needs no
 // dependency beyond pgx.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.FS) error {
@@ -38,7 +38,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 		return fmt.Errorf("migrate %s: %w", component, err)
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// The pool's lock_timeout is for claims; a migration waits for the
+		// The pool's lock_timeout is for claims. A migration waits for the
 		// lock and for its tables as long as ctx lets it.
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = 0`); err != nil {
 			return fmt.Errorf("migrate %s: %w", component, err)
@@ -78,9 +78,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 	})
 }
 
-// CheckVersion reports whether component's tables are at the version of
-// the newest migration in fsys, changing nothing: ErrSchemaTooNew or
-// ErrSchemaTooOld, naming both versions, when they are not.
+// CheckVersion reports whether component's tables are at the version of the
+// newest migration in fsys. It changes nothing. When they are not, it
+// returns ErrSchemaTooNew or ErrSchemaTooOld, naming both versions.
 func CheckVersion(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.FS) error {
 	files, err := migrationFiles(fsys)
 	if err != nil {

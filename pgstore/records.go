@@ -24,7 +24,7 @@ var (
 	_ storage.Watcher = (*DB)(nil)
 )
 
-// sweepBatch bounds the records one statement of Sweep deletes, so that no
+// sweepBatch bounds the records one statement of Sweep deletes. So no
 // sweep holds many row locks or a long transaction.
 const sweepBatch = 1000
 
@@ -39,8 +39,8 @@ func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outc
 }
 
 // ClaimTx decides req as Claim does and, when it is claimed, returns the Tx
-// that completes it. A Transactional claim writes nothing yet: it
-// holds the key's lock in the Tx's open transaction, and its record is
+// that completes it. A Transactional claim writes nothing yet. It
+// holds the key's lock in the Tx's open transaction. Its record is
 // inserted, completed, when the Tx commits. Other processes' claims of the
 // key wait for the lock, and see the result once it commits. A crash, or a
 // connection lost, releases the lock and leaves nothing.
@@ -56,10 +56,10 @@ func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, d storage.D
 // decides once, and writes. The lock is an advisory lock of the claim's
 // transaction. A fresh key is claimed in one round trip. A duplicate of a
 // claim not yet committed, in any process, asks again with a back-off
-// until LockTimeout has passed, holding no connection in between: waiting
-// duplicates, however many, leave the pool to fresh requests. Each look
-// also reads the record as committed, which answers a duplicate at once
-// when it can (a replay, a mismatch).
+// until LockTimeout has passed. It holds no connection in between. So
+// waiting duplicates, however many, leave the pool to fresh requests. Each
+// look also reads the record as committed. That answers a duplicate at
+// once when it can (a replay, a mismatch).
 func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
@@ -85,9 +85,10 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 			return db.take(ctx, l, outcome, rec, d)
 		case l.lockTimedOut || l.at.After(giveUp):
 			// Another claim of the key holds its lock, most likely of the
-			// same request. In flight once a look begun after LockTimeout
-			// found it still locked: a claim that committed within it is
-			// seen, however long the look waited for a pooled connection.
+			// same request. The key is in flight once a look begun after
+			// LockTimeout found it still locked. So a claim that committed
+			// within LockTimeout is seen, however long the look waited for a
+			// pooled connection.
 			return storage.OutcomeInFlight, inFlightGuess(l.req, db.opts.LockTimeout), nil, nil
 		}
 		select {
@@ -109,28 +110,29 @@ func (db *DB) onDatabaseClock(req storage.ClaimRequest) storage.ClaimRequest {
 	return req
 }
 
-// The back-off of a claim that finds its key locked: it asks again after
+// The back-off of a claim that finds its key locked. It asks again after
 // lockPollFirst, doubling up to lockPollMax, until LockTimeout has passed.
 const (
 	lockPollFirst = 2 * time.Millisecond
 	lockPollMax   = 50 * time.Millisecond
 )
 
-// errLocked: a lock that a statement waited for was not granted within
-// LockTimeout (the pool's lock_timeout): a table's, queued behind a schema
-// change, say. The key's own lock is never waited for (see look).
+// errLocked says a lock that a statement waited for was not granted within
+// LockTimeout (the pool's lock_timeout). Such a lock is a table's, say,
+// queued behind a schema change. The key's own lock is never waited for
+// (see look).
 var errLocked = errors.New("pgstore: a lock was not granted within the lock timeout")
 
 // A look is what one try of a key's lock found.
 type look struct {
-	// tx holds the key's lock in its open transaction; nil when another
-	// claim holds it, or when lockTimedOut.
+	// tx holds the key's lock in its open transaction. It is nil when
+	// another claim holds the lock, or when lockTimedOut.
 	tx *Tx
 	// stored is the key's record as committed, and req is the request on
 	// the database's clock as read with it.
 	stored *storage.Record
 	req    storage.ClaimRequest
-	// at is when the look began, before the lock was asked for: a
+	// at is when the look began, before the lock was asked for. A
 	// duplicate waiting elsewhere times its wait from no earlier than this
 	// (see Tx.Commit's notice).
 	at           time.Time
@@ -138,9 +140,9 @@ type look struct {
 	lockTimedOut bool // the read waited out LockTimeout (errLocked)
 }
 
-// look takes the key's lock if it is free and reads its record in one
-// round trip, inside a transaction on a connection of its own. When the
-// lock was not granted in time, it reads the record without it.
+// look takes the key's lock if it is free and reads its record, in one
+// round trip. It does so inside a transaction on a connection of its own.
+// When the lock was not granted in time, it reads the record without it.
 func (db *DB) look(ctx context.Context, req storage.ClaimRequest) (look, error) {
 	l := look{sighting: db.ledger.Sight(req.Key)}
 	conn, err := db.pool.Acquire(ctx)
@@ -186,9 +188,9 @@ func (db *DB) lookWithoutLock(ctx context.Context, req storage.ClaimRequest, s l
 }
 
 // take makes rec, the claim l decided, in l's transaction. A
-// Transactional claim keeps the transaction open, and the lock, and is held in the
-// ledger: its record is written when its Tx commits. A Durable one writes
-// its claim, commits and unlocks at once.
+// Transactional claim keeps the transaction open, and the lock. It is held in the
+// ledger, and its record is written when its Tx commits. A Durable one
+// writes its claim, commits and unlocks at once.
 func (db *DB) take(ctx context.Context, l look, outcome storage.Outcome, rec *storage.Record, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	t := l.tx
 	t.claim, t.prior, t.lease, t.claimedAt, t.durable = rec, l.stored, l.req.Lease, l.at, d == storage.Durable
@@ -203,17 +205,20 @@ func (db *DB) take(ctx context.Context, l look, outcome storage.Outcome, rec *st
 	return outcome, rec, t, nil
 }
 
-// lockAndRead begins t's transaction, takes its key's lock if no other
-// session holds it, with the database's clock, and then reads the key's
-// record (as committed, whether or not it got the lock), in one round trip:
-// a fresh key costs a claim no more. The read is a statement of its own,
-// after the lock's: its snapshot is taken once the lock is held, so it
-// sees a record committed by the claim that held the lock before. That
-// takes READ COMMITTED, whatever the database's default: under REPEATABLE
-// READ the snapshot would be the lock statement's. It runs before t is
-// returned to anyone, so t.mu is not needed. On a failure other than
-// errLocked it closes t's connection, which the caller's rollback then
-// returns to the pool.
+// lockAndRead begins t's transaction and takes its key's lock if no other
+// session holds it. It reads the database's clock with the lock. It then
+// reads the key's record as committed, whether or not it got the lock. All
+// this takes one round trip, so a fresh key costs a claim no more.
+//
+// The read is a statement of its own, after the lock's. Its snapshot is
+// taken once the lock is held. So it sees a record committed by the claim
+// that held the lock before. That takes READ COMMITTED, whatever the
+// database's default. Under REPEATABLE READ the snapshot would be the lock
+// statement's. See docs/design/read-committed.md.
+//
+// It runs before t is returned to anyone, so t.mu is not needed. On a
+// failure other than errLocked it closes t's connection. The caller's
+// rollback then returns that connection to the pool.
 func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Record, now time.Time, err error) {
 	b := &pgx.Batch{}
 	b.Queue(beginReadCommitted)
@@ -232,9 +237,9 @@ func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Reco
 	})
 	if err != nil {
 		// A lock wait that ran out was the read's (a table lock queued
-		// behind a schema change), and the key's lock may have been taken:
+		// behind a schema change). The key's lock may have been taken:
 		// rollbackLocked releases it either way. Any other failure may have
-		// left the connection unusable: it is closed, which releases all.
+		// left the connection unusable. It is closed, which releases all.
 		if !errors.Is(err, errLocked) {
 			t.conn.Conn().Close(ctx)
 		}
@@ -244,9 +249,9 @@ func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Reco
 }
 
 // writeDurableClaim stores t's claim in place of the record it replaces,
-// if any, commits and releases the key's lock, in one round trip, so that
+// if any. It commits and releases the key's lock, all in one round trip. So
 // a durable claim survives whatever the handler does next. It returns t's
-// connection to the pool: the handler's transaction begins on its first
+// connection to the pool. The handler's transaction begins on its first
 // statement (see Tx.run). Like lockAndRead, it runs before t is shared.
 func (t *Tx) writeDurableClaim(ctx context.Context) error {
 	b := &pgx.Batch{}
@@ -266,35 +271,38 @@ func (t *Tx) writeDurableClaim(ctx context.Context) error {
 }
 
 // keyDigest is the hash that names k to the database where the key itself
-// must not go: in its advisory lock and in the notices of its claims.
+// must not go. That is in its advisory lock and in the notices of its
+// claims.
 func keyDigest(k storage.RecordKey) [sha256.Size]byte {
 	return sha256.Sum256([]byte(k.Scope + "\x00" + k.Key))
 }
 
 // KeyLock is the advisory lock, a bigint, that a claim of k holds in its
-// transaction until it commits or rolls back: the first 8 bytes of k's
-// digest (two keys that share one only wait for each other). In pg_locks
-// it is the row of locktype 'advisory' whose classid and objid are its
-// high and low 32 bits, for an operator asking which session holds a key.
+// transaction. The claim holds it until it commits or rolls back. It is the
+// first 8 bytes of k's digest. Two keys that share one only wait for each
+// other. In pg_locks it is the row of locktype 'advisory' whose classid and
+// objid are its high and low 32 bits. An operator can ask there which
+// session holds a key.
 func KeyLock(k storage.RecordKey) int64 {
 	h := keyDigest(k)
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
 
-// queueDelete queues the deletion of prior, the record a claim replaces (a
-// takeover of an in-flight one, or an expired one), provided it is still
-// stored as it was read. If it is gone (swept), nothing is deleted and the
-// insert after it goes ahead; if it changed (an old attempt completed
-// meanwhile), the insert after it fails on the primary key: see replaced.
+// queueDelete queues the deletion of prior, the record a claim replaces:
+// an in-flight one taken over, or an expired one. It deletes prior only if
+// it is still stored as it was read. If it is gone (swept), nothing is
+// deleted and the insert after it goes ahead. If it changed (an old attempt
+// completed meanwhile), the insert after it fails on the primary key. See
+// replaced.
 func queueDelete(b *pgx.Batch, k storage.RecordKey, prior *storage.Record) {
 	b.Queue(`DELETE FROM idempotency_records
 		WHERE scope = $1 AND key = $2 AND state = $3 AND attempt = $4 AND claim_token = $5`,
 		k.Scope, k.Key, int16(prior.State), int64(prior.Attempt), prior.Token[:])
 }
 
-// queueInsert queues the insert of r, a claim or a completed record. A
-// plain insert: one that finds the key taken fails, and aborts the
-// transaction, so that a COMMIT in the same batch does not run.
+// queueInsert queues the insert of r, a claim or a completed record. It is
+// a plain insert. One that finds the key taken fails and aborts the
+// transaction. So a COMMIT in the same batch does not run.
 func queueInsert(b *pgx.Batch, k storage.RecordKey, r *storage.Record, lease time.Duration) error {
 	var (
 		res         []byte
@@ -317,7 +325,8 @@ func queueInsert(b *pgx.Batch, k storage.RecordKey, r *storage.Record, lease tim
 }
 
 // replaced is err, or ErrSuperseded when err is an insert that found its
-// key taken: another attempt's record was stored since the claim read it.
+// key taken. Another attempt's record was then stored since the claim read
+// it.
 func replaced(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == "idempotency_records" {
@@ -353,9 +362,10 @@ func sendBatch(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, read func(
 	return err
 }
 
-// inFlightGuess is the record a claim answers in flight with when another
-// process holds the key locked, not yet committed: what that claim most
-// likely is. Its lease is the lock timeout, the retry hint a waiter gets.
+// inFlightGuess is the record a claim answers in flight with. Another
+// process then holds the key locked, not yet committed. The record is what
+// that claim most likely is. Its lease is the lock timeout, the retry hint
+// a waiter gets.
 func inFlightGuess(req storage.ClaimRequest, lockTimeout time.Duration) *storage.Record {
 	return &storage.Record{
 		Fingerprint: req.Fingerprint,
@@ -378,21 +388,23 @@ func isLockTimeout(err error) bool {
 // selectRecord reads the record of a key: a row, or none.
 const selectRecord = `SELECT ` + recordColumns + ` FROM idempotency_records r WHERE r.scope = $1 AND r.key = $2`
 
-// selectRecordAt reads the record of a key, if any (null columns if none),
-// and the database's clock, in a row that scanRecord reads with the clock
-// first.
+// selectRecordAt reads the record of a key, if any, and the database's
+// clock. A key without a record gives null columns. The row is read by
+// scanRecord with the clock first.
 const selectRecordAt = `SELECT clock_timestamp(), ` + recordColumns + `
 	FROM (VALUES (1)) AS one LEFT JOIN idempotency_records r ON r.scope = $1 AND r.key = $2`
 
 // scanRecord reads a row of recordColumns, after the columns before it
-// that first are scanned into: the record, nil when there is none (no
-// row, or null columns). A record that breaks the rules of the table (its
-// bytes do not decode, its state, attempt or result are not what
-// queueInsert and idempotency_complete write) is an error wrapping
-// storage.ErrDamaged: no answer can be made from it, and retrying will not
-// mend it. The table has no CHECK constraints for those rules, since
-// PostgreSQL would read and plan them for every insert (migration 0005):
-// they are checked here, where a record is used.
+// that first are scanned into. It returns the record, or nil when there is
+// none (no row, or null columns).
+//
+// A record may break the rules of the table. Its bytes may not decode, or
+// its state, attempt or result may not be what queueInsert and
+// idempotency_complete write. Such a record is an error wrapping
+// storage.ErrDamaged. No answer can be made from it, and retrying will not
+// mend it. The table has no CHECK constraints for those rules. PostgreSQL
+// would read and plan them for every insert (migration 0005). So they are
+// checked here, where a record is used.
 func scanRecord(row pgx.Row, first ...any) (*storage.Record, error) {
 	var c struct { // the columns, in one allocation rather than one each
 		fingerprint, token, res []byte
@@ -444,16 +456,17 @@ func scanRecord(row pgx.Row, first ...any) (*storage.Record, error) {
 }
 
 // Get returns the record stored for k, live or expired, or nil when there
-// is none. It only reads: for an operator's question about a key.
+// is none. It only reads. It is for an operator's question about a key.
 func (db *DB) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
 	return scanRecord(db.pool.QueryRow(ctx, selectRecord, k.Scope, k.Key))
 }
 
 // CountRecords returns PostgreSQL's estimate of the records the table
-// holds, live or expired but not yet swept, so that a metrics scrape never
-// counts the table: the live rows its statistics count as rows come and go
-// (pg_stat_user_tables.n_live_tup), or, once a crash has reset them, the
-// rows the last VACUUM or ANALYZE found (pg_class.reltuples).
+// holds, live or expired but not yet swept. So a metrics scrape never
+// counts the table. The estimate is the live rows the table's statistics
+// count as rows come and go (pg_stat_user_tables.n_live_tup). Once a crash
+// has reset those, it is the rows the last VACUUM or ANALYZE found
+// (pg_class.reltuples).
 func (db *DB) CountRecords(ctx context.Context) (int64, error) {
 	var n int64
 	err := db.pool.QueryRow(ctx, `SELECT CASE WHEN coalesce(s.n_live_tup, 0) > 0 THEN s.n_live_tup ELSE greatest(c.reltuples, 0)::bigint END
@@ -465,9 +478,9 @@ func (db *DB) CountRecords(ctx context.Context) (int64, error) {
 var _ storage.Upkeep = (*DB)(nil)
 
 // Renew extends the claim's lease by its length from now, on the
-// database's clock (with CallerClock, to claim.LeaseExpiry), provided the
-// claim is still the stored one (state 1 is storage.StateInFlight, as
-// queueInsert stores it).
+// database's clock. With CallerClock, it extends it to claim.LeaseExpiry.
+// It does so only if the claim is still the stored one. State 1 is
+// storage.StateInFlight, as queueInsert stores it.
 func (db *DB) Renew(ctx context.Context, k storage.RecordKey, claim *storage.Record) error {
 	var to *time.Time
 	if db.opts.CallerClock {
@@ -486,8 +499,8 @@ func (db *DB) Renew(ctx context.Context, k storage.RecordKey, claim *storage.Rec
 	return nil
 }
 
-// Complete stores done provided its claim is still the stored one, and
-// tells the processes waiting for the key.
+// Complete stores done if its claim is still the stored one. It tells the
+// processes waiting for the key.
 func (db *DB) Complete(ctx context.Context, k storage.RecordKey, done *storage.Record) error {
 	stmt, args, err := completion(k, done, true)
 	if err != nil {
@@ -497,12 +510,13 @@ func (db *DB) Complete(ctx context.Context, k storage.RecordKey, done *storage.R
 	return superseded(commitOutcome(err))
 }
 
-// commitOutcome is the error of a commit: of a batch that ends in COMMIT,
-// or of a statement that commits by itself. The server's own error (a
-// statement failed, so the transaction aborted and its COMMIT did not run)
-// or one before anything was sent means nothing was kept. Any other, a
-// connection lost or a deadline passed after the request went out, leaves
-// unknown whether the server committed: it wraps ErrOutcomeUnknown.
+// commitOutcome is the error of a commit. The commit is a batch that ends
+// in COMMIT, or a statement that commits by itself. The server's own error
+// means nothing was kept. (A statement failed, so the transaction aborted
+// and its COMMIT did not run.) An error before anything was sent means the
+// same. Any other error leaves unknown whether the server committed, and
+// wraps ErrOutcomeUnknown. Such an error is a connection lost or a deadline
+// passed after the request went out.
 func commitOutcome(err error) error {
 	var pgErr *pgconn.PgError
 	if err == nil || errors.As(err, &pgErr) || errors.Is(err, errLocked) || pgconn.SafeToRetry(err) {
@@ -511,8 +525,8 @@ func commitOutcome(err error) error {
 	return fmt.Errorf("%w: %w", storage.ErrOutcomeUnknown, err)
 }
 
-// completion is the statement that stores done provided its claim is still
-// the stored one (raising SQLSTATE PI001 otherwise: see superseded); with
+// completion is the statement that stores done if its claim is still the
+// stored one. Otherwise it raises SQLSTATE PI001 (see superseded). With
 // notify, the processes watching the key hear of it once it commits.
 func completion(k storage.RecordKey, done *storage.Record, notify bool) (string, []any, error) {
 	res, err := done.Result.MarshalBinary()
@@ -539,10 +553,10 @@ func superseded(err error) error {
 }
 
 // Sweep deletes the records expired at now (the database's clock, unless
-// CallerClock) in batches of at most sweepBatch, each its own statement,
-// oldest first through the expiry index. Rows another process is sweeping
-// or claiming are skipped, not waited for, so every process may sweep at
-// once without doing the same work twice.
+// CallerClock). It deletes in batches of at most sweepBatch, each its own
+// statement, oldest first through the expiry index. Rows another process is
+// sweeping or claiming are skipped, not waited for. So every process may
+// sweep at once without doing the same work twice.
 func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 	var at *time.Time
 	if db.opts.CallerClock {

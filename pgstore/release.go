@@ -13,19 +13,21 @@ import (
 
 var _ storage.Releaser = (*DB)(nil)
 
-// Release deletes k's record if storage.CheckRelease allows it, at now
-// with CallerClock, else on the database's clock: in one transaction
-// holding the key's lock, so that no claim of the key runs meanwhile, and a
-// transactional claim not yet committed, which holds that lock, is refused
-// as in flight once LockTimeout has passed. It then waits completedTrust
-// before returning, so that no process sharing the database still answers
-// from the released record (see completedTrust): after Release returns,
-// the key's next claim, on any replica, runs fresh.
+// Release deletes k's record if storage.CheckRelease allows it. It judges
+// at now with CallerClock, else on the database's clock. The delete runs in
+// one transaction holding the key's lock, so no claim of the key runs
+// meanwhile. A transactional claim not yet committed holds that lock. Once
+// LockTimeout has passed, Release refuses its key as in flight.
+//
+// Release then waits completedTrust before returning. By then no process
+// sharing the database still answers from the released record (see
+// completedTrust). So after Release returns, the key's next claim, on any
+// replica, runs fresh.
 func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (*storage.Record, error) {
 	var released *storage.Record
 	err := pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error {
 		// The wait for the key's lock is bounded whatever the pool's own
-		// lock_timeout (an embedder's pool may have none).
+		// lock_timeout. An embedder's pool may have none.
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(max(db.opts.LockTimeout.Milliseconds(), 1), 10)); err != nil {
 			return err
 		}

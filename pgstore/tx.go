@@ -17,11 +17,12 @@ import (
 const endTimeout = 5 * time.Second
 
 // beginReadCommitted begins every transaction of pgstore's, whatever the
-// database's default: a claim's, whose read must see what the claim that
-// held the key's lock before committed (under REPEATABLE READ its snapshot
-// would predate the lock), a release's, for the same reason, and every
-// transaction a handler's statements run in, so that they run alike
-// whether or not the call has a key or its claim is durable.
+// database's default. A claim's read must see what the claim that held the
+// key's lock before committed. Under REPEATABLE READ its snapshot would
+// predate the lock. A release's read must too, for the same reason. Every
+// transaction a handler's statements run in begins so as well. They then
+// run alike whether or not the call has a key or its claim is durable. See
+// docs/design/read-committed.md.
 const beginReadCommitted = `BEGIN ISOLATION LEVEL READ COMMITTED`
 
 // readCommitted begins a pgx transaction with beginReadCommitted.
@@ -29,28 +30,31 @@ var readCommitted = pgx.TxOptions{BeginQuery: beginReadCommitted}
 
 type txKey struct{}
 
-// Tx is the unit of work of one claim: the handler's statements, run
-// through Run, and the record of the claim's result, in one PostgreSQL
-// transaction. It is an storage.Tx.
+// Tx is the unit of work of one claim, in one PostgreSQL transaction. It
+// holds the handler's statements, run through Run, and the record of the
+// claim's result. It is an storage.Tx.
 //
-// For a claim that is not durable, the transaction is the one that took
-// the key's lock and read its record, still open on its connection: the
+// For a claim that is not durable, the transaction is the one that took the
+// key's lock and read its record. It is still open on its connection. The
 // record is written only when it commits, as a completed record. The lock
-// is the transaction's, so that the COMMIT that makes the record visible
-// also frees the key, with no statement of its own. An error's writes are
-// rolled back and its record written in a new transaction: the key is
-// locked for the session first, since a lock of the session outlives a
-// rollback, so that it stays locked throughout. For a durable claim, the
-// claim was committed on its own, and a transaction begins with the
-// handler's first statement. The claim's transaction is READ COMMITTED
-// whatever the database's default (see lockAndRead), and so is a durable
-// claim's handler's: the handler's statements run at one level, whichever
-// way its method was declared.
+// is the transaction's. So the COMMIT that makes the record visible also
+// frees the key, with no statement of its own. An error's writes are rolled
+// back and its record written in a new transaction. The key is first locked
+// for the session too, since a lock of the session outlives a rollback. So
+// the key stays locked throughout.
 //
-// The transaction is driven with BEGIN and COMMIT statements on a
-// pooled connection, so that they share round trips with the claim and
-// the completion: a fresh create takes three, as many as the same write
-// without the interceptor.
+// For a durable claim, the claim was committed on its own. A transaction
+// begins with the handler's first statement.
+//
+// The claim's transaction is READ COMMITTED whatever the database's default
+// (see lockAndRead). So is a durable claim's handler's transaction. The
+// handler's statements thus run at one level, whichever way its method was
+// declared.
+//
+// The transaction is driven with BEGIN and COMMIT statements on a pooled
+// connection. They then share round trips with the claim and the
+// completion. A fresh create takes three, as many as the same write without
+// the interceptor.
 type Tx struct {
 	db        *DB
 	key       storage.RecordKey
@@ -60,7 +64,7 @@ type Tx struct {
 	lease     time.Duration
 	durable   bool
 	claimedAt time.Time
-	// committing is taken as Commit begins, before it sends anything: the
+	// committing is taken as Commit begins, before it sends anything. The
 	// completed record the ledger keeps is trusted from then.
 	committing ledger.Sighting
 
@@ -68,9 +72,9 @@ type Tx struct {
 	conn   *pgxpool.Conn // in a transaction, holding the key's lock; nil for a durable claim until its first statement
 	failed error         // the first failure of a statement run through t
 	ended  bool
-	// sessionLock: conn may hold the key's lock for its session, which
-	// only a rollback of t's writes asks for (see Commit), and which
-	// rollbackLocked must then release.
+	// sessionLock says conn may hold the key's lock for its session. Only a
+	// rollback of t's writes asks for that (see Commit). Then
+	// rollbackLocked must release it.
 	sessionLock bool
 }
 
@@ -110,10 +114,11 @@ func (t *Tx) run(ctx context.Context, fn func(Querier) error) error {
 	return nil
 }
 
-// Commit stores done and, if it keeps writes, the handler's statements, in
-// one transaction, if the claim still stands and no statement run through
-// t failed. Waiters in other processes hear of it when it may have kept
-// them waiting: for a durable claim, or one held longer than LockTimeout.
+// Commit stores done and, if it keeps writes, the handler's statements,
+// in one transaction. It does so if the claim still stands and no statement run
+// through t failed. Waiters in other processes hear of it when it may have
+// kept them waiting. That is for a durable claim, or one held longer than
+// LockTimeout.
 func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -131,13 +136,14 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 		return t.commitDurableLocked(ctx, done, notify)
 	}
 	// One round trip. Should the record's insert fail (the claim was
-	// superseded), the transaction aborts and the COMMIT after it does
-	// not run: the handler's writes never commit without their record.
+	// superseded), the transaction aborts. The COMMIT after it then does
+	// not run. So the handler's writes never commit without their record.
 	b := &pgx.Batch{}
 	keepWrites := done.KeepsWrites()
 	if !keepWrites {
-		// The key stays locked from the rollback to the record's commit:
-		// the session takes its lock too (at once: it holds it already).
+		// The key stays locked from the rollback to the record's commit.
+		// The session takes its lock too, at once, since it holds it
+		// already.
 		t.sessionLock = true
 		b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
 		b.Queue(`ROLLBACK`)
@@ -167,9 +173,9 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 	return nil
 }
 
-// commitDurableLocked completes a durable claim: with the handler's
-// statements, if it made any and done keeps them, in their transaction, in one
-// round trip; otherwise in a statement of its own.
+// commitDurableLocked completes a durable claim. If the handler made
+// statements and done keeps them, it completes in their transaction, in one
+// round trip. Otherwise it completes in a statement of its own.
 func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, notify bool) error {
 	stmt, args, err := completion(t.key, done, notify)
 	if err != nil {
@@ -200,7 +206,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, noti
 }
 
 // Rollback discards the handler's statements. A claim that was not durable
-// goes with them and the key is free; a durable one stays in flight under
+// goes with them and the key is free. A durable one stays in flight under
 // the lease rule. After Commit it does nothing.
 func (t *Tx) Rollback() {
 	t.mu.Lock()
@@ -226,12 +232,12 @@ func (t *Tx) endLocked() {
 }
 
 // rollbackLocked ends t's transaction, if it has one, which releases the
-// key's lock, and returns its connection to the pool. Should the session
-// have taken the lock too, it releases every session lock of the
-// connection: a claim's connection holds no other, and no connection may
-// go back to the pool holding one (it would keep its key locked for every
-// process). A connection that fails to do so is closed, which ends both
-// as well.
+// key's lock. It returns the connection to the pool. The session may have
+// taken the lock too. Then it releases every session lock of the
+// connection. A claim's connection holds no other. No connection may go
+// back to the pool holding one: it would keep its key locked for every
+// process. A connection that fails to do so is closed, which ends both as
+// well.
 func (t *Tx) rollbackLocked() {
 	if t.conn == nil {
 		return

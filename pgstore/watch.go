@@ -16,18 +16,18 @@ import (
 // noticeChannel is the channel of the notices sent when a claim ends.
 const noticeChannel = "idempotency_claim_ended"
 
-// noticePayload names k in a notice: 12 bytes of its digest, so that
-// neither scope nor key travels or lands in a log, well under the payload
+// noticePayload names k in a notice by 12 bytes of its digest. So neither
+// scope nor key travels or lands in a log. It is well under the payload
 // limit.
 func noticePayload(k storage.RecordKey) string {
 	h := keyDigest(k)
 	return hex.EncodeToString(h[:12])
 }
 
-// Watch returns a channel closed when a claim of k ends in any process
-// sharing the database (a notice from its commit), or when notices may have
-// been missed (the listening connection was lost), and a func that stops
-// the watch.
+// Watch returns a channel and a func that stops the watch. The channel is
+// closed when a claim of k ends in any process sharing the database (a
+// notice from its commit). It is also closed when notices may have been
+// missed: the listening connection was lost.
 func (db *DB) Watch(k storage.RecordKey) (ended <-chan struct{}, stop func()) {
 	return db.watcher.watch(noticePayload(k))
 }
@@ -39,7 +39,7 @@ type watcher struct {
 	log  *slog.Logger
 	stop context.CancelFunc
 	done chan struct{}
-	// listening is closed once the first LISTEN has taken effect: notices
+	// listening is closed once the first LISTEN has taken effect. Notices
 	// sent before it are missed.
 	listening     chan struct{}
 	listeningOnce sync.Once
@@ -115,7 +115,7 @@ func (w *watcher) wake(payload string) {
 }
 
 // run listens until stopped, reconnecting with backoff. Each time the
-// connection is lost, every watch is woken: its notice may have been
+// connection is lost, every watch is woken. Its notice may have been
 // missed, so its waiter looks at the store again.
 func (w *watcher) run(ctx context.Context) {
 	defer close(w.done)
@@ -140,9 +140,10 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
-// reconnect ends the listening connection, which run replaces: after a
-// failed probe, it may lead to a server that went silent (a primary hung
-// or cut off, a standby promoted in its place), which would never say so.
+// reconnect ends the listening connection, which run replaces. After a
+// failed probe, the connection may lead to a server that went silent. A
+// primary hung or cut off, with a standby promoted in its place, would
+// never say so.
 func (w *watcher) reconnect() {
 	w.mu.Lock()
 	end := w.endListen
@@ -152,8 +153,8 @@ func (w *watcher) reconnect() {
 	}
 }
 
-// listen connects, listens and wakes watches until the connection fails
-// or reconnect ends it; listening reports whether it got as far as
+// listen connects, listens and wakes watches until the connection fails or
+// reconnect ends it. Its result listening reports whether it got as far as
 // listening.
 func (w *watcher) listen(ctx context.Context) (listening bool, err error) {
 	parent := ctx
