@@ -1,9 +1,8 @@
 // Package safefile opens the files paymentsd is told to read only when they
 // are regular files. Such files are key files, certificates and the data
 // file for the operator commands. A FIFO, a device or a directory named by
-// mistake is thus refused at once instead of hanging the process. Files
-// that grant access are read only when no one but their owner can change
-// them.
+// mistake is thus refused at once. It cannot hang the process. Files that
+// grant access are read only when no one but their owner can change them.
 package safefile
 
 import (
@@ -49,7 +48,7 @@ func Read(path string) ([]byte, error) { return read(path, false) }
 // keys, a private key or a CA. It refuses the file when anyone but this
 // process's user and root could change what it reads. Whoever can change it
 // can let themselves in. So, as with ssh's StrictModes, this user or root
-// must own the file, and no group or others may write it. So too for every
+// must own the file. No group or others may write it. So too for every
 // directory above it, and above each link on the way to it. Others may
 // write a directory with the sticky bit, such as /tmp. In it, they cannot
 // replace what they do not own.
@@ -117,10 +116,10 @@ func (e *NotRegularError) Kind() string {
 	}
 }
 
-// checkOwner refuses info, the file at path or a directory on the way to
-// it, if a user other than this process's and root owns it. It also refuses
-// info if group or others may write it, unless it is a directory with the
-// sticky bit.
+// checkOwner refuses info if a user other than this process's and root
+// owns it. The info is of the file at path, or of a directory on the way to
+// it. It also refuses info if group or others may write it. A directory
+// with the sticky bit is exempt from that.
 func checkOwner(path string, info fs.FileInfo, dir bool) error {
 	what := "file"
 	if dir {
