@@ -1,7 +1,7 @@
-// Package auth turns a request's credentials, its bearer token or its
-// client certificate, into the principal that owns its payment intents and
-// idempotency keys. Tokens are hashed on arrival and never kept, stored or
-// logged.
+// Package auth turns a request's credentials into its principal. The
+// credentials are a bearer token or a client certificate. The principal owns
+// the request's payment intents and idempotency keys. Tokens are hashed on
+// arrival and never kept, stored or logged.
 package auth
 
 import (
@@ -39,8 +39,8 @@ func None() *Keys { return &Keys{keys: []key{}} }
 // IsDev reports whether k accepts any token.
 func (k *Keys) IsDev() bool { return k.keys == nil }
 
-// Principals returns how many principals k accepts tokens of (0 in dev
-// mode, where any token is its own).
+// Principals returns how many principals k accepts tokens of. It is 0 in
+// dev mode, where any token is its own principal.
 func (k *Keys) Principals() int {
 	seen := map[string]bool{}
 	for _, key := range k.keys {
@@ -52,13 +52,13 @@ func (k *Keys) Principals() int {
 var principalPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // ValidPrincipal reports whether name may name a principal in an API key
-// file: 1 to 64 of A-Z a-z 0-9 . _ -.
+// file. Such a name is 1 to 64 of A-Z a-z 0-9 . _ -.
 func ValidPrincipal(name string) bool { return principalPattern.MatchString(name) }
 
 var devPrincipalPattern = regexp.MustCompile(`^dev:[0-9a-f]{64}$`)
 
 // ValidDevPrincipal reports whether name is a principal dev mode gives a
-// token: "dev:" and the token's SHA-256 in hex.
+// token. Such a name is "dev:" and the token's SHA-256 in hex.
 func ValidDevPrincipal(name string) bool { return devPrincipalPattern.MatchString(name) }
 
 // KeyLine returns the API key file line that accepts token for principal,
@@ -68,13 +68,14 @@ func KeyLine(principal, token string) string {
 	return principal + " sha256:" + hex.EncodeToString(sum[:])
 }
 
-// LoadFile reads API keys from path (see ParseKeys). path must be a
-// regular file that neither group nor others may write: whoever can change
-// it can let themselves in.
+// LoadFile reads API keys from the file at path (see ParseKeys). The file
+// must be a regular file that neither group nor others may write. Whoever
+// can change it can let themselves in.
 func LoadFile(path string) (*Keys, error) { return LoadFileOf(path, "api keys") }
 
-// LoadFileOf is LoadFile for a file of the same format whose errors name
-// it what ("operator keys"), so that a refusal says which file it is.
+// LoadFileOf is LoadFile for another file of the same format. Its errors
+// name the file what, such as "operator keys". A refusal then says which
+// file it is.
 func LoadFileOf(path, what string) (*Keys, error) {
 	data, err := safefile.ReadPrivate(path)
 	if err != nil {
@@ -83,9 +84,9 @@ func LoadFileOf(path, what string) (*Keys, error) {
 	return parseKeys(data, path, what)
 }
 
-// PrincipalOfToken returns the principal of token: the one the API keys
-// file at path lists for it, or dev mode's when path is empty, as a server
-// given that file would name it.
+// PrincipalOfToken returns the principal of token, as a server given the
+// file at path would name it. That is the principal the API keys file lists
+// for token. When path is empty, it is dev mode's principal.
 func PrincipalOfToken(token, path string) (string, error) {
 	keys := Dev()
 	if path != "" {
@@ -101,13 +102,13 @@ func PrincipalOfToken(token, path string) (string, error) {
 	return p, nil
 }
 
-// ParseKeys reads API keys from data, the content of the file name: one
-// "<principal> sha256:<hex>" per line, the hex being the SHA-256 of the
-// token (`printf %s "$TOKEN" | sha256sum`). Blank lines and lines starting
-// with # are skipped. The file holds no token, so leaking it gives no
-// access. A principal may have several lines, so that it can roll its token
-// without downtime; a hash listed twice is refused, naming both lines,
-// since its token would belong to one of them silently.
+// ParseKeys reads API keys from data, the content of the file name. Each
+// line is "<principal> sha256:<hex>", the hex being the token's SHA-256
+// (`printf %s "$TOKEN" | sha256sum`). Blank lines and lines starting with #
+// are skipped. The file holds no token, so leaking it gives no access.
+// A principal may have several lines, so it can roll its token without
+// downtime. A hash listed twice is refused, and the error names both lines.
+// Otherwise its token would silently belong to one of them.
 func ParseKeys(data []byte, name string) (*Keys, error) { return parseKeys(data, name, "api keys") }
 
 func parseKeys(data []byte, name, what string) (*Keys, error) {
@@ -146,15 +147,15 @@ func parseKeys(data []byte, name, what string) (*Keys, error) {
 }
 
 // Authenticate returns the principal of token. It compares the token's hash
-// with every key in constant time, so timing tells nothing of which key, if
-// any, came close.
+// with every key in constant time. Timing thus tells nothing of which key,
+// if any, came close.
 func (k *Keys) Authenticate(token string) (string, bool) {
 	return k.AuthenticateDigest(sha256.Sum256([]byte(token)))
 }
 
-// AuthenticateDigest is Authenticate of the token whose SHA-256 is sum: for
-// a login session, checked against the keys in use on every request
-// without keeping the token itself.
+// AuthenticateDigest is Authenticate of the token whose SHA-256 is sum.
+// A login session uses it to check the keys in use on every request. The
+// session thus need not keep the token itself.
 func (k *Keys) AuthenticateDigest(sum [sha256.Size]byte) (string, bool) {
 	if k.IsDev() {
 		return "dev:" + hex.EncodeToString(sum[:]), true
@@ -193,9 +194,9 @@ func Scope(ctx context.Context) (string, error) {
 	return "", status.Error(codes.Unauthenticated, "no authenticated principal")
 }
 
-// Shared returns the principals of k and of other that hold one token: the
-// first hash of k's that other lists too. Keys that must never meet, an
-// API's and its operators', are checked with it.
+// Shared returns the principals of k and of other that hold one token.
+// That token is the first hash of k's that other lists too. It checks keys
+// that must never meet, such as an API's and its operators'.
 func (k *Keys) Shared(other *Keys) (mine, theirs string, ok bool) {
 	if k == nil || other == nil {
 		return "", "", false

@@ -63,7 +63,7 @@ type Authenticator struct {
 	source Source
 	keys   atomic.Pointer[Keys]
 	// trusted, when set, says whether a connection's verified client
-	// certificate chain is still to be trusted (see SetChainCheck).
+	// certificate chain is still trusted. See SetChainCheck.
 	trusted func(chain []*x509.Certificate, now time.Time) error
 }
 
@@ -75,15 +75,15 @@ func NewAuthenticator(source Source, keys *Keys) *Authenticator {
 	return a
 }
 
-// SetKeys replaces the keys from the next request on: a token removed from
+// SetKeys replaces the keys from the next request on. A token removed from
 // them is refused from then on.
 func (a *Authenticator) SetKeys(k *Keys) { a.keys.Store(k) }
 
-// SetChainCheck makes every request on a connection with a verified client
-// certificate ask check whether its chain is still to be trusted: a
-// connection outlives the handshake that verified it, and neither a CA
-// removed from the trusted ones nor a certificate that expired since may
-// go on speaking for a principal. Call it before serving.
+// SetChainCheck makes each request with a verified client certificate ask
+// check whether its chain is still trusted. A connection outlives the
+// handshake that verified it. A CA removed from the trusted ones may not go
+// on speaking for a principal. Nor may a certificate that expired since.
+// Call it before serving.
 func (a *Authenticator) SetChainCheck(check func(chain []*x509.Certificate, now time.Time) error) {
 	a.trusted = check
 }
@@ -95,8 +95,8 @@ func (a *Authenticator) Keys() *Keys { return a.keys.Load() }
 func (a *Authenticator) Source() Source { return a.source }
 
 // AuthenticateConn authenticates a request that sent authorization over a
-// connection whose TLS state is conn (nil for plaintext): Authenticate,
-// with the verified client certificate, if any, checked again first.
+// connection whose TLS state is conn (nil for plaintext). It checks the
+// verified client certificate again, if any, then calls Authenticate.
 func (a *Authenticator) AuthenticateConn(authorization []string, conn *tls.ConnectionState) (string, error) {
 	var cert *x509.Certificate
 	if conn != nil && len(conn.VerifiedChains) > 0 {
@@ -118,9 +118,10 @@ func (a *Authenticator) AuthenticateConn(authorization []string, conn *tls.Conne
 }
 
 // Authenticate returns the principal of a request that sent authorization
-// (every value of the header, in order) over a connection whose verified
-// client certificate is cert (nil without one). The error is an
-// UNAUTHENTICATED status error whose message says what is wrong.
+// over a connection whose verified client certificate is cert. The header's
+// values come in authorization, in order. A connection without a verified
+// certificate passes nil. The error is an UNAUTHENTICATED status error
+// whose message says what is wrong.
 func (a *Authenticator) Authenticate(authorization []string, cert *x509.Certificate) (string, error) {
 	if a.source == FromCert || (a.source == FromEither && len(authorization) == 0) {
 		if cert == nil {
@@ -142,17 +143,18 @@ func (a *Authenticator) Authenticate(authorization []string, cert *x509.Certific
 	return principal, nil
 }
 
-// CertPrincipal returns the principal a verified client certificate names:
-// its URI SAN (a SPIFFE ID such as spiffe://example.org/payments) or, if it
-// has none, "dns:" and its first DNS SAN. Either has characters an API key
-// file's principal cannot, so no certificate can take a token's keys.
+// CertPrincipal returns the principal a verified client certificate names.
+// That is its URI SAN, such as the SPIFFE ID spiffe://example.org/payments.
+// Without one, it is "dns:" and the certificate's first DNS SAN. Either form
+// has characters an API key file's principal cannot. So no certificate can
+// take a token's keys.
 //
-// Two certificates name one principal only when their names are the same
-// name: a URI is taken only as scheme://host/path written plainly (no
-// percent-encoding, user, query or fragment, as SPIFFE IDs are), so that
-// "a%20b" and "a b" cannot be one principal written twice; scheme and host,
-// which compare without case, are lower-cased, as DNS names are; and a
-// wildcard DNS name, which names no one client, is refused.
+// Two certificates name one principal only when their names are the same.
+// A URI is taken only as scheme://host/path written plainly, as SPIFFE IDs
+// are. It may have no percent-encoding, user, query or fragment. So "a%20b"
+// and "a b" cannot be one principal written twice. Scheme and host compare
+// without case, so they are lower-cased, as DNS names are. A wildcard DNS
+// name names no one client, so it is refused.
 func CertPrincipal(cert *x509.Certificate) (string, error) {
 	var p string
 	switch {
@@ -187,9 +189,9 @@ func CertPrincipal(cert *x509.Certificate) (string, error) {
 	return p, nil
 }
 
-// plainPath is a path that net/url writes as it reads it: a character it
-// would escape (a space, "!") might have been written either way, and two
-// certificates could then name one principal in two spellings.
+// plainPath is a path that net/url writes as it reads it. A character it
+// would escape, such as a space or "!", might have been written either way.
+// Two certificates could then name one principal in two spellings.
 var (
 	hostName  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
 	plainHost = regexp.MustCompile(`^[a-z0-9.-]+(:[0-9]+)?$`)
@@ -199,21 +201,22 @@ var (
 var certPrincipalPattern = regexp.MustCompile(`^(dns:[!-~]{1,508}|[A-Za-z][A-Za-z0-9+.-]*://[!-~]{1,500})$`)
 
 // ValidCertPrincipal reports whether name is a principal CertPrincipal can
-// give: a URI with a scheme and "://", or "dns:" and a name, in printable
-// ASCII without spaces, at most 512 bytes.
+// give. That is a URI with a scheme and "://", or "dns:" and a name. It is
+// printable ASCII without spaces, at most 512 bytes.
 func ValidCertPrincipal(name string) bool {
 	return len(name) <= 512 && certPrincipalPattern.MatchString(name)
 }
 
-// ForwardedPrincipalHeader is the metadata in which a face in front of the
-// gRPC server (the HTTP face) passes the principal it authenticated. It is
-// read only from connections whose AuthInfo is Forwarded, which a network
-// client cannot have; from any other connection it is ignored.
+// ForwardedPrincipalHeader is the metadata in which a face passes the
+// principal it authenticated. Such a face, like the HTTP face, stands in
+// front of the gRPC server. The header is read only from connections whose
+// AuthInfo is Forwarded. A network client cannot have that AuthInfo. From
+// any other connection the header is ignored.
 const ForwardedPrincipalHeader = "paymentsd-forwarded-principal"
 
 // ForwardedRefusalHeader carries, instead, why the face refused its
-// caller's credentials; the server answers UNAUTHENTICATED with it, at the
-// point where it would have refused a gRPC caller.
+// caller's credentials. The server answers UNAUTHENTICATED with it. It does
+// so at the point where it would have refused a gRPC caller.
 const ForwardedRefusalHeader = "paymentsd-forwarded-refusal"
 
 // Forwarded is the AuthInfo of an in-process connection from a face that
@@ -224,8 +227,8 @@ type Forwarded struct{ credentials.CommonAuthInfo }
 func (Forwarded) AuthType() string { return "paymentsd-forwarded" }
 
 // UnaryServerInterceptor authenticates every call to a method whose full
-// name starts with one of prefixes, and passes the others through (health
-// checks, for example).
+// name starts with one of prefixes. It passes other calls through, such as
+// health checks.
 func UnaryServerInterceptor(a *Authenticator, prefixes ...string) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if !hasAnyPrefix(info.FullMethod, prefixes) {
@@ -240,8 +243,8 @@ func UnaryServerInterceptor(a *Authenticator, prefixes ...string) grpc.UnaryServ
 }
 
 // authenticateCall authenticates a gRPC call by its metadata and its
-// connection's client certificate, or takes the principal a Forwarded
-// connection passes.
+// connection's client certificate. On a Forwarded connection, it takes the
+// principal the face passes.
 func (a *Authenticator) authenticateCall(ctx context.Context) (string, error) {
 	p, _ := peer.FromContext(ctx)
 	var conn *tls.ConnectionState

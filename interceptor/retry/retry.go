@@ -1,20 +1,21 @@
-// Package retry is the client half of the idempotency layer: a unary
-// client interceptor that gives each call of the methods it is configured
-// for a random idempotency key, keeps it across attempts, and retries what
-// is safe to retry (UNAVAILABLE, an attempt's own timeout, ABORTED from the
-// idempotency layer) with backoff. ChosenKey tells the caller the key, for
-// its logs. Every answer about a record carries wire.ExpiresAtHeader, the
-// time until which a retry with the key stays safe.
+// Package retry is the client half of the idempotency layer. It is a unary
+// client interceptor for the methods it is configured for. It gives each
+// call a random idempotency key and keeps it across attempts. It retries
+// with backoff what is safe to retry: UNAVAILABLE, an attempt's own
+// timeout, and ABORTED from the idempotency layer. ChosenKey tells the
+// caller the key, for its logs. Every answer about a record carries
+// wire.ExpiresAtHeader, the time until which a retry with the key stays
+// safe.
 //
-// Put this interceptor first in the chain, outside (before) any other
-// retry interceptor, such as go-grpc-middleware's retry: it picks the key
-// once per call, so a retry interceptor outside it would have each attempt
-// pick a new one, and the server would run every attempt.
+// Put this interceptor first in the chain, outside (before) any other retry
+// interceptor, such as go-grpc-middleware's retry. It picks the key once
+// per call. A retry interceptor outside it would have each attempt pick a
+// new key, and the server would run every attempt.
 //
-// UnaryClientInterceptor returns an error for options that cannot work (no
-// methods, a method not named "/package.Service/Method", fewer than one
-// attempt); MustUnaryClientInterceptor panics instead, for options fixed in
-// code.
+// UnaryClientInterceptor returns an error for options that cannot work.
+// Such options name no methods, or a method not named
+// "/package.Service/Method", or fewer than one attempt.
+// MustUnaryClientInterceptor panics instead, for options fixed in code.
 package retry
 
 import (
@@ -66,33 +67,35 @@ func WithMethods(fullMethods ...string) Option {
 // Default 5.
 func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
 
-// WithBackoff sets the exponential backoff between attempts: before attempt
-// n+1 a wait drawn uniformly from 0 to min(max, base·2^(n-1)) (full
-// jitter). Default 50ms and 2s.
+// WithBackoff sets the exponential backoff between attempts. Before attempt
+// n+1, it waits a time drawn uniformly from 0 to min(max, base·2^(n-1)).
+// This is full jitter. The defaults are 50ms and 2s.
 func WithBackoff(base, max time.Duration) Option {
 	return func(o *options) { o.baseDelay, o.maxDelay = base, max }
 }
 
 // WithAttemptTimeout gives each attempt its own deadline, within the
-// caller's; an attempt that runs out of it is retried. Default none.
+// caller's. An attempt that runs out of it is retried. By default there is
+// none.
 func WithAttemptTimeout(d time.Duration) Option {
 	return func(o *options) { o.attemptTimeout = d }
 }
 
 // UnaryClientInterceptor makes the calls of the configured methods safe to
 // retry, and retries them. A call without an idempotency-key gets a fresh
-// random one (UUID v4), kept for all of its attempts, so that the server
-// runs it at most once. It retries, with exponential backoff and full
-// jitter, on UNAVAILABLE, on an attempt's own timeout, and on ABORTED from
-// the idempotency layer (IDEMPOTENCY_KEY_IN_USE, waiting at least its
-// RetryInfo delay, or IDEMPOTENCY_ATTEMPT_SUPERSEDED, whose winner's result
-// a retry gets). It never retries a replayed result, FAILED_PRECONDITION or
-// any other answer, stops after WithMaxAttempts, and never waits past the
-// caller's deadline or cancellation.
+// random one (UUID v4), kept for all of its attempts. So the server runs it
+// at most once. It retries with exponential backoff and full jitter. It
+// does so on UNAVAILABLE, on an attempt's own timeout, and on ABORTED from
+// the idempotency layer. That ABORTED is IDEMPOTENCY_KEY_IN_USE, retried
+// after at least its RetryInfo delay. Or it is
+// IDEMPOTENCY_ATTEMPT_SUPERSEDED, whose winner's result a retry gets. It
+// never retries a replayed result, FAILED_PRECONDITION or any other answer.
+// It stops after WithMaxAttempts, and never waits past the caller's
+// deadline or cancellation.
 //
-// It fails without WithMethods (it would make no call safe), for a
-// method not named "/package.Service/Method", and for WithMaxAttempts below
-// 1.
+// It fails without WithMethods, since it would make no call safe. It also
+// fails for a method not named "/package.Service/Method", and for
+// WithMaxAttempts below 1.
 func UnaryClientInterceptor(opts ...Option) (grpc.UnaryClientInterceptor, error) {
 	o := &options{
 		methods:     map[string]bool{},
@@ -118,7 +121,7 @@ func UnaryClientInterceptor(opts ...Option) (grpc.UnaryClientInterceptor, error)
 }
 
 // MustUnaryClientInterceptor is UnaryClientInterceptor for options known
-// to be valid; it panics if they are not.
+// to be valid. It panics if they are not.
 func MustUnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	i, err := UnaryClientInterceptor(opts...)
 	if err != nil {
@@ -127,10 +130,10 @@ func MustUnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	return i
 }
 
-// ChosenKey is a call option that stores in *key the idempotency key a
-// call under UnaryClientInterceptor carried: the caller's own, or the one
-// the interceptor chose. For the caller's logs: it names the call to the
-// server's operators.
+// ChosenKey is a call option that stores in *key the idempotency key that a
+// call under UnaryClientInterceptor carried. That is the caller's own key,
+// or the one the interceptor chose. It is for the caller's logs, since it
+// names the call to the server's operators.
 func ChosenKey(key *string) grpc.CallOption { return chosenKey{key: key} }
 
 type chosenKey struct {
@@ -189,11 +192,12 @@ func (o *options) attempt(ctx context.Context, method string, req, reply any, cc
 }
 
 // retryable says whether an attempt's error may be retried with the same
-// key, and how long the server asked to wait first. A stored error is
-// final: the server replays it with the replayed marker in its trailer,
-// which comes with the status. A marker in the header alone was a replay
-// whose status was lost on the way, a connection cut between them: the
-// error is the connection's, and the next attempt gets the answer.
+// key. It also says how long the server asked to wait first. A stored
+// error is final. The server replays it with the replayed marker in its
+// trailer, which comes with the status. A marker in the header alone was a
+// replay whose status was lost on the way, by a connection cut between
+// them. The error is then the connection's, and the next attempt gets the
+// answer.
 func retryable(ctx context.Context, err error, trailer metadata.MD) (time.Duration, bool) {
 	if ctx.Err() != nil || len(trailer.Get(wire.ReplayedHeader)) > 0 {
 		return 0, false // the caller gave up, or this is the stored result

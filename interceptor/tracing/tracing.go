@@ -1,10 +1,10 @@
 // Package tracing puts what the idempotency interceptor decided on the
-// request's OpenTelemetry span, as an interceptor.Observer, so that the
-// interceptor itself needs no tracing library:
+// request's OpenTelemetry span. It does so as an interceptor.Observer, so
+// the interceptor itself needs no tracing library:
 //
 //	interceptor.WithObserver(tracing.Observer{})
 //
-// Only the OpenTelemetry API is used: without an SDK, or with tracing off,
+// Only the OpenTelemetry API is used. Without an SDK, or with tracing off,
 // each request costs a context lookup.
 package tracing
 

@@ -1,8 +1,8 @@
-// Package wire is the idempotency contract as it travels: the metadata
-// names a client sends and receives, the ErrorInfo reasons of the
-// interceptor's own errors, and the rule for a valid key. The server
-// interceptor, the client interceptor and the HTTP face all import it, so
-// that each reads the same bytes the same way.
+// Package wire is the idempotency contract as it travels. It holds the
+// metadata names a client sends and receives, and the ErrorInfo reasons of
+// the interceptor's own errors. It also holds the rule for a valid key. The
+// server interceptor, the client interceptor and the HTTP face all import
+// it. So each reads the same bytes the same way.
 package wire
 
 import (
@@ -20,22 +20,22 @@ const (
 	// ReplayedHeader is set to "true" on every replayed response.
 	ReplayedHeader = "idempotent-replayed"
 	// ExpiresAtHeader is set on every answer about a record, replays and
-	// errors included, to when the record is forgotten (RFC 3339, UTC):
-	// until then a retry with the same key is safe.
+	// errors included. It holds when the record is forgotten (RFC 3339,
+	// UTC). Until then, a retry with the same key is safe.
 	ExpiresAtHeader = "idempotency-expires-at"
 	// MaxKeyLength is the longest idempotency key accepted.
 	MaxKeyLength = 255
 )
 
-// ValidateKey checks an idempotency key, which it leaves as it is: 1 to
-// MaxKeyLength printable ASCII characters (0x20 to 0x7E), the first not a
-// double quote and neither the first nor the last a space. Over HTTP, a header value that starts with a
-// quote is a quoted string ("order-1" is the key order-1, as the IETF draft
-// has it), and spaces around a value are dropped; gRPC keeps both. A key
-// that started with a quote, or started or ended with a space, would be
-// another key over HTTP than over gRPC, and a client that changed route
-// would run its request twice. The error says what is wrong, for the
-// caller.
+// ValidateKey checks an idempotency key, which it leaves as it is. A valid
+// key is 1 to MaxKeyLength printable ASCII characters (0x20 to 0x7E). The
+// first is not a double quote, and neither the first nor the last is a
+// space. Over HTTP, a header value that starts with a quote is a quoted
+// string, as the IETF draft has it. So "order-1" is the key order-1. Spaces
+// around a value are dropped too, while gRPC keeps both. A key that started
+// with a quote, or started or ended with a space, would be another key over
+// HTTP than over gRPC. A client that changed route would then run its
+// request twice. The error says what is wrong, for the caller.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -56,16 +56,17 @@ func ValidateKey(key string) error {
 }
 
 // ErrorDomain is the ErrorInfo domain of every error the interceptor itself
-// returns. Errors with this domain were never stored: the client may fix the
-// request and retry with the same key.
+// returns. Errors with this domain were never stored. The client may fix
+// the request and retry with the same key.
 const ErrorDomain = "idempotency"
 
 // ErrorInfo reasons of the interceptor's own errors.
 const (
 	// ReasonKeyMissing: INVALID_ARGUMENT, the method requires a key and none was sent.
 	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
-	// ReasonKeyInvalid: INVALID_ARGUMENT, the key is not 1..255 printable ASCII
-	// characters, or was sent more than once.
+	// ReasonKeyInvalid: INVALID_ARGUMENT, the key fails ValidateKey or was
+	// sent more than once. For example, it is not 1..255 printable ASCII
+	// characters.
 	ReasonKeyInvalid = "IDEMPOTENCY_KEY_INVALID"
 	// ReasonKeyInUse: ABORTED, the same request is still running; retry after
 	// the RetryInfo delay.
@@ -73,15 +74,15 @@ const (
 	// ReasonKeyReused: FAILED_PRECONDITION, the key was used for a different request.
 	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
 	// ReasonAttemptSuperseded: ABORTED, this attempt's lease expired and a
-	// newer attempt took the key over; its result was not stored.
+	// newer attempt took the key over. This attempt's result was not stored.
 	ReasonAttemptSuperseded = "IDEMPOTENCY_ATTEMPT_SUPERSEDED"
 	// ReasonWriteConflict: ABORTED, a transactional method's writes lost to
-	// other requests changing the same data every time it ran; nothing was
-	// stored, and a retry with the same key runs it afresh.
+	// other requests changing the same data, every time it ran. Nothing was
+	// stored. A retry with the same key runs it afresh.
 	ReasonWriteConflict = "IDEMPOTENCY_WRITE_CONFLICT"
 	// ReasonOutcomeUnknown: UNAVAILABLE, the store failed while committing
-	// the request's result and cannot tell whether it was kept; retry with
-	// the same key, never a new one, to learn which.
+	// the request's result. It cannot tell whether the result was kept.
+	// Retry with the same key, never a new one, to learn which.
 	ReasonOutcomeUnknown = "IDEMPOTENCY_OUTCOME_UNKNOWN"
 )
 

@@ -1,6 +1,6 @@
-// Package cli runs a program's operator subcommands: the choice of one by
-// the first argument, help, flags and operands in any order, and exit
-// codes that a script can tell apart.
+// Package cli runs a program's operator subcommands. It chooses one by the
+// first argument, and gives help. It takes flags and operands in any
+// order. Its exit codes let a script tell outcomes apart.
 package cli
 
 import (
@@ -15,7 +15,7 @@ import (
 	"syscall"
 )
 
-// Exit codes of the subcommands, the same for each: a script can tell
+// Exit codes of the subcommands, the same for each. A script can tell
 // "no" from "could not tell".
 const (
 	ExitOK      = 0
@@ -28,9 +28,8 @@ const (
 type Stdio struct {
 	In       io.Reader
 	Out, Err io.Writer
-	// flagSets, when not nil, collects the flag sets NewFlagSet makes, so
-	// that help can list the flags of commands that build theirs as they
-	// parse.
+	// flagSets, when not nil, collects the flag sets NewFlagSet makes. So
+	// help can list the flags of commands that build theirs as they parse.
 	flagSets *[]*flag.FlagSet
 }
 
@@ -40,8 +39,8 @@ type Command struct {
 	Run                 func(ctx context.Context, sio *Stdio, args []string) int
 }
 
-// Program is a binary that does its main job given flags alone, and runs
-// a subcommand when its first argument names one.
+// Program is a binary that does its main job given flags alone. It runs a
+// subcommand when its first argument names one.
 type Program struct {
 	Name     string // the binary's, as the usage shows it
 	Main     string // what it does without a subcommand
@@ -76,8 +75,8 @@ func (p *Program) Run(sio *Stdio, args []string) (code int, ok bool) {
 	}
 	for _, c := range p.Commands {
 		if c.Name == name {
-			// The first Ctrl-C cancels, so that a command cleans up (a
-			// backup removes its partial copy); a second one kills.
+			// The first Ctrl-C cancels, so a command cleans up: a backup
+			// removes its partial copy. A second one kills.
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			context.AfterFunc(ctx, stop)
@@ -98,9 +97,9 @@ func (p *Program) printCommands(w io.Writer) {
 	fmt.Fprintln(w, "\n"+p.Notes)
 }
 
-// printCommandFlags lists every flag of every command: each is run with
-// -h, which parses nothing else and prints to nowhere, and the flag sets
-// it made are printed.
+// printCommandFlags lists every flag of every command. It runs each with
+// -h, which parses nothing else and prints to nowhere. Then it prints the
+// flag sets the command made.
 func (p *Program) printCommandFlags(w io.Writer) {
 	for _, c := range p.Commands {
 		var sets []*flag.FlagSet
@@ -119,8 +118,8 @@ func (p *Program) printCommandFlags(w io.Writer) {
 	}
 }
 
-// NewFlagSet is a subcommand's flag set, named as the usage shows the
-// command ("paymentsd backup"), its usage written to sio.Err.
+// NewFlagSet returns a subcommand's flag set, named as the usage shows the
+// command ("paymentsd backup"). It writes its usage to sio.Err.
 func NewFlagSet(sio *Stdio, name, args, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(sio.Err)
@@ -134,11 +133,11 @@ func NewFlagSet(sio *Stdio, name, args, about string) *flag.FlagSet {
 	return fs
 }
 
-// ParseArgs parses args with fs, flags and operands in any order (backup
-// FILE --db DB as well as backup --db DB FILE), and returns the operands.
-// defaults, if not nil, sets flag defaults first (from the environment,
-// say). The exit code is meaningful when err is not nil: 0 after -h, else
-// 2, the usage printed.
+// ParseArgs parses args with fs and returns the operands. Flags and
+// operands come in any order: backup FILE --db DB as well as backup --db DB
+// FILE. The argument defaults, if not nil, sets flag defaults first, say
+// from the environment. The exit code is meaningful when err is not nil.
+// It is 0 after -h, else 2, with the usage printed.
 func ParseArgs(fs *flag.FlagSet, args []string, defaults func(*flag.FlagSet) error) (operands []string, code int, err error) {
 	if defaults != nil {
 		if err := defaults(fs); err != nil {

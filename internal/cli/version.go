@@ -9,9 +9,9 @@ import (
 	"github.com/paymentsd/paymentsd/internal/version"
 )
 
-// Version is the version subcommand of program name: its first line names
-// the release, revision and Go version ("paymentsd v0.4.0 (rev abc1234,
-// go1.26.8)"), for a bug report or a script; the lines after it say the
+// Version is the version subcommand of program name. Its first line names
+// the release, revision and Go version, for a bug report or a script:
+// "paymentsd v0.4.0 (rev abc1234, go1.26.8)". The lines after it say the
 // rest of what the go command stamped. A binary built outside a checkout,
 // or with -buildvcs=false, has no revision to tell.
 func Version(name string) func(ctx context.Context, sio *Stdio, args []string) int {

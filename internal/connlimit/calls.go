@@ -14,16 +14,16 @@ import (
 )
 
 // Calls bounds the gRPC calls in progress on a server, across all its
-// connections: MaxConcurrentStreams bounds one connection's, not how many
-// connections multiply it. Its Tap is the server's tap handle
-// (grpc.InTapHandle), which sees each call as its headers arrive, before
-// its request is read or its caller authenticated.
+// connections. MaxConcurrentStreams bounds one connection's calls, not how
+// many connections multiply it. Its Tap is the server's tap handle
+// (grpc.InTapHandle). The tap handle sees each call as its headers arrive,
+// before its request is read or its caller authenticated.
 //
 // A call that has sent its headers but not yet its request holds a slot
 // without having asked for anything. When every slot is taken, a new call
-// cancels the oldest such call to make room, so that streams opened and
-// left waiting cannot lock out a client that calls. Only when every call
-// is being handled is the new one refused.
+// cancels the oldest such call to make room. So streams opened and left
+// waiting cannot lock out a client that calls. Only when every call is
+// being handled is the new one refused.
 type Calls struct {
 	max      int
 	lis      *Listener // the gRPC listener, told which connections are busy
@@ -46,8 +46,8 @@ var errEvicted = errors.New("connlimit: call cancelled to make room for a newer 
 
 type callKey struct{}
 
-// NewCalls returns a bound of max calls in progress, which tells lis of
-// each call on its connections.
+// NewCalls returns a bound of max calls in progress. It tells lis of each
+// call on its connections.
 func NewCalls(max int, lis *Listener, refusals *Refusals) *Calls {
 	return &Calls{max: max, lis: lis, refusals: refusals}
 }
@@ -64,7 +64,7 @@ func (c *Calls) Max() int64 { return int64(c.max) }
 
 // Tap admits a call, making room if it must by cancelling the oldest call
 // not yet handled. When every call is being handled, it refuses the new
-// one with UNAVAILABLE: nothing ran, so the client may retry it, with the
+// one with UNAVAILABLE. Nothing ran, so the client may retry it, with the
 // same key or without one. The call counts until its stream ends.
 func (c *Calls) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 	c.mu.Lock()
@@ -109,9 +109,9 @@ func (c *Calls) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 	return context.WithValue(ctx, callKey{}, cl), nil
 }
 
-// Handled marks the call of ctx as being handled: its request has
-// arrived, so it is no longer cancelled to make room. The server's first
-// unary interceptor calls it; streaming calls stay evictable.
+// Handled marks the call of ctx as being handled. Its request has arrived,
+// so it is no longer cancelled to make room. The server's first unary
+// interceptor calls it. Streaming calls stay evictable.
 func (c *Calls) Handled(ctx context.Context) {
 	cl, _ := ctx.Value(callKey{}).(*call)
 	if cl == nil {
@@ -125,7 +125,7 @@ func (c *Calls) Handled(ctx context.Context) {
 	c.mu.Unlock()
 }
 
-// UnaryServerInterceptor calls Handled; it must come first in the chain.
+// UnaryServerInterceptor calls Handled. It must come first in the chain.
 func (c *Calls) UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	c.Handled(ctx)
 	return handler(ctx, req)

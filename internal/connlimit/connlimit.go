@@ -1,8 +1,8 @@
 // Package connlimit bounds what a client can hold on paymentsd's
-// listeners before it has proved who it is: open connections, calls in
-// progress and unfinished HTTP/2 header blocks. Each refusal is counted
-// and logged, at most once a second for each kind, so that a flood does
-// not flood the log.
+// listeners before it has proved who it is. That is open connections,
+// calls in progress and unfinished HTTP/2 header blocks. Each refusal is
+// counted and logged. It is logged at most once a second for each kind, so
+// a flood does not flood the log.
 package connlimit
 
 import (
@@ -72,8 +72,8 @@ func (rs *Refusals) Listener() string { return rs.listener }
 // logEvery is how often each kind of refusal is logged at most.
 const logEvery = time.Second
 
-// add counts r and logs it, unless r was logged less than logEvery ago;
-// the next line says how many went unlogged in between.
+// add counts r and logs it, unless r was logged less than logEvery ago.
+// The next line says how many went unlogged in between.
 func (rs *Refusals) add(r Reason, msg string, attrs ...any) {
 	rs.counts[reasonIndex[r]].Add(1)
 	now := time.Now()

@@ -9,13 +9,13 @@ import (
 	"google.golang.org/grpc/credentials"
 )
 
-// Credentials wraps a gRPC server's transport credentials: a failed TLS
-// handshake is counted and logged, and each connection's header blocks
-// are timed. A HEADERS frame that does not end its block starts a clock;
-// if the block's last CONTINUATION has not arrived within headerTimeout,
-// the connection is closed, and what the block held is dropped with it.
-// The header list limit bounds the bytes of a block; this bounds how long
-// a client may hold them.
+// Credentials wraps a gRPC server's transport credentials. It counts and
+// logs a failed TLS handshake, and times each connection's header blocks.
+// A HEADERS frame that does not end its block starts a clock. If the
+// block's last CONTINUATION has not arrived within headerTimeout, the
+// connection is closed. What the block held is dropped with it. The header
+// list limit bounds the bytes of a block. This bounds how long a client
+// may hold them.
 func Credentials(inner credentials.TransportCredentials, headerTimeout time.Duration, refusals *Refusals) credentials.TransportCredentials {
 	return &creds{TransportCredentials: inner, timeout: headerTimeout, refusals: refusals}
 }
@@ -86,9 +86,10 @@ var errBadPreface = errors.New("connlimit: the connection did not begin with the
 const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // frameScanner follows the frames of a client's side of an HTTP/2
-// connection, fed its bytes in pieces of any size, far enough to know
-// whether a header block is open: a HEADERS frame without END_HEADERS
-// opens one, a CONTINUATION frame with END_HEADERS closes it.
+// connection. It is fed the bytes in pieces of any size. It follows them
+// far enough to know whether a header block is open. A HEADERS frame
+// without END_HEADERS opens one, and a CONTINUATION frame with END_HEADERS
+// closes it.
 type frameScanner struct {
 	preface    int // bytes of the preface seen
 	badPreface bool

@@ -9,12 +9,12 @@ import (
 
 // Listener accepts at most Max connections at once. When it is full, a
 // new connection closes the one that has been idle longest (no call in
-// progress) to make room; only when every connection is busy is the new
-// one refused. A client that opens connections and sends nothing can so
+// progress) to make room. Only when every connection is busy is the new
+// one refused. So a client that opens connections and sends nothing can
 // never lock out one that calls.
 //
 // Connections are told apart by their remote address. gRPC reports its
-// calls through Calls; an http.Server through ConnState.
+// calls through Calls, and an http.Server through ConnState.
 type Listener struct {
 	net.Listener
 	max      int
@@ -24,8 +24,8 @@ type Listener struct {
 	conns map[string]*conn
 }
 
-// Limit returns a Listener that accepts at most n connections from
-// inner; an n below 1 is 1.
+// Limit returns a Listener that accepts at most n connections from inner.
+// An n below 1 is 1.
 func Limit(inner net.Listener, n int, refusals *Refusals) *Listener {
 	return &Listener{Listener: inner, max: max(n, 1), refusals: refusals, conns: map[string]*conn{}}
 }
@@ -59,14 +59,14 @@ func (l *Listener) Accept() (net.Conn, error) {
 }
 
 // isTemporary says whether err is one a server accepts again after, as
-// net/http and grpc-go do (out of file descriptors, for instance).
+// net/http and grpc-go do. Running out of file descriptors is one.
 func isTemporary(err error) bool {
 	t, ok := err.(interface{ Temporary() bool })
 	return ok && t.Temporary()
 }
 
-// admit tracks c if there is room, or room can be made by closing the
-// connection idle longest.
+// admit tracks c if there is room, or if closing the connection idle
+// longest makes room.
 func (l *Listener) admit(c net.Conn) (net.Conn, bool) {
 	key := c.RemoteAddr().String()
 	l.mu.Lock()
@@ -93,9 +93,9 @@ func (l *Listener) admit(c net.Conn) (net.Conn, bool) {
 	return tracked, true
 }
 
-// begin marks the connection from remote busy with one more call, and
-// returns what marks it done; remote unknown to l (an in-memory
-// connection, say) gives a no-op.
+// begin marks the connection from remote busy with one more call. It
+// returns what marks the call done. A remote unknown to l, such as an
+// in-memory connection, gives a no-op.
 func (l *Listener) begin(remote string) (end func()) {
 	l.mu.Lock()
 	c := l.conns[remote]
@@ -115,8 +115,8 @@ func (l *Listener) begin(remote string) (end func()) {
 	}
 }
 
-// ConnState is an http.Server's ConnState hook: a connection serving a
-// request (or hijacked) is busy, one between requests idle.
+// ConnState is an http.Server's ConnState hook. A connection serving a
+// request, or hijacked, is busy. One between requests is idle.
 func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -1,9 +1,10 @@
-// Package devcerts makes certificate authorities and certificates for development and tests: never for production.
+// Package devcerts makes certificate authorities and certificates for
+// development and tests. They are never for production.
 //
-// Everything here trades safety for convenience: keys are made on the spot,
-// written unencrypted, and every certificate says in its Organization that
+// Everything here trades safety for convenience. Keys are made on the spot
+// and written unencrypted. Every certificate says in its Organization that
 // it is not for production. Only the standard library is used (crypto/x509,
-// ECDSA P-256), so that the tests of TLS and mutual TLS need nothing else.
+// ECDSA P-256), so the tests of TLS and mutual TLS need nothing else.
 package devcerts
 
 import (
@@ -25,8 +26,8 @@ import (
 	"time"
 )
 
-// organization is in every subject, so that a certificate that strays out of
-// development says what it is to whoever inspects it.
+// organization is in every subject. A certificate that strays out of
+// development thus says what it is to whoever inspects it.
 const organization = "paymentsd development (not for production)"
 
 // CA is a certificate authority that issues development certificates.
@@ -36,9 +37,10 @@ type CA struct {
 	CertPEM []byte // PEM "CERTIFICATE"
 }
 
-// NewCA returns a new self-signed CA named commonName, valid from an hour ago for ten years, Organization "paymentsd development (not for production)".
-// It may sign end-entity certificates only (path length 0): a development
-// CA has no business making intermediates.
+// NewCA returns a new self-signed CA named commonName. It is valid from an
+// hour ago for ten years. Its Organization is "paymentsd development (not
+// for production)". It may sign end-entity certificates only (path length
+// 0). A development CA has no business making intermediates.
 func NewCA(commonName string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -71,7 +73,8 @@ func NewCA(commonName string) (*CA, error) {
 	return &CA{Cert: cert, Key: key, CertPEM: certPEM(der)}, nil
 }
 
-// Options describe a certificate to issue. Zero NotBefore/NotAfter mean an hour ago / a year from now.
+// Options describe a certificate to issue. A zero NotBefore means an hour
+// ago. A zero NotAfter means a year from now.
 type Options struct {
 	CommonName          string
 	DNSNames            []string
@@ -81,7 +84,8 @@ type Options struct {
 	Client              bool // ExtKeyUsageClientAuth; otherwise ExtKeyUsageServerAuth
 }
 
-// Pair is an issued certificate and its key, in PEM ("CERTIFICATE", and "PRIVATE KEY" as PKCS#8).
+// Pair is an issued certificate and its key, in PEM ("CERTIFICATE", and
+// "PRIVATE KEY" as PKCS#8).
 type Pair struct {
 	Cert    *x509.Certificate
 	CertPEM []byte
@@ -89,8 +93,8 @@ type Pair struct {
 }
 
 // Issue signs a new certificate with a fresh key and a random 128-bit serial.
-// It has one extended key usage, client or server, so that a client's
-// certificate cannot pass for a server's or the other way round.
+// It has one extended key usage, client or server. So a client's
+// certificate cannot pass for a server's, or the other way round.
 func (ca *CA) Issue(o Options) (*Pair, error) {
 	now := time.Now()
 	notBefore, notAfter := o.NotBefore, o.NotAfter
@@ -146,9 +150,11 @@ func (ca *CA) Issue(o Options) (*Pair, error) {
 	}, nil
 }
 
-// WriteFiles writes p as certFile and keyFile: the key 0600, the certificate 0644, each through a temp file in the same directory renamed into place (so a watcher of the files never sees half of one).
-// The key goes first, so that a watcher that reloads when the certificate
-// changes finds the new key already there.
+// WriteFiles writes p as certFile and keyFile. The key gets mode 0600 and
+// the certificate 0644. Each goes through a temp file in the same
+// directory, renamed into place. A watcher of the files thus never sees
+// half of one. The key goes first. A watcher that reloads when the
+// certificate changes then finds the new key already there.
 func (p *Pair) WriteFiles(certFile, keyFile string) error {
 	if err := writeFile(keyFile, p.KeyPEM, 0o600); err != nil {
 		return err
@@ -156,13 +162,19 @@ func (p *Pair) WriteFiles(certFile, keyFile string) error {
 	return writeFile(certFile, p.CertPEM, 0o644)
 }
 
-// Dev writes the development set into dir (created 0700 if missing): ca.pem, server.pem + server-key.pem (localhost, 127.0.0.1, ::1), client-a.pem + client-a-key.pem (URI SAN spiffe://paymentsd.dev/client-a, DNS SAN client-a.paymentsd.dev), client-b.pem + client-b-key.pem (likewise client-b). It refuses to overwrite existing files (returns an error naming the first that exists). Returns the paths written.
+// Dev writes the development set into dir, created 0700 if missing. The set
+// is ca.pem, and server.pem + server-key.pem for localhost, 127.0.0.1 and
+// ::1. It also holds client-a.pem + client-a-key.pem, with URI SAN
+// spiffe://paymentsd.dev/client-a and DNS SAN client-a.paymentsd.dev. And
+// it holds client-b.pem + client-b-key.pem, likewise for client-b. Dev
+// refuses to overwrite existing files, with an error naming the first that
+// exists. It returns the paths written.
 //
-// All the names are checked before anything is written, so a refusal writes
-// nothing; should a write fail midway, the files written so far are removed,
-// so that a second run is not refused. The CA's key is not written: nothing
-// needs it, and without it no one can issue more certificates the set trusts.
-// Two clients let tests tell one client identity from another.
+// All the names are checked before anything is written, so a refusal
+// writes nothing. Should a write fail midway, the files written so far are
+// removed, so a second run is not refused. The CA's key is not written.
+// Nothing needs it, and without it no one can issue more certificates the
+// set trusts. Two clients let tests tell one client identity from another.
 func Dev(dir string) ([]string, error) {
 	type file struct {
 		name string
@@ -225,8 +237,8 @@ func LocalServer() Options {
 	}
 }
 
-// Client describes the certificate of the development client name: URI
-// SAN spiffe://paymentsd.dev/<name>, DNS SAN <name>.paymentsd.dev.
+// Client describes the certificate of the development client name. Its URI
+// SAN is spiffe://paymentsd.dev/<name>, and its DNS SAN <name>.paymentsd.dev.
 func Client(name string) Options {
 	return Options{
 		CommonName: name,
@@ -236,8 +248,8 @@ func Client(name string) Options {
 	}
 }
 
-// newSerial is a random positive 128-bit serial number: unique without
-// keeping count, as RFC 5280 asks of an issuer.
+// newSerial returns a random positive 128-bit serial number. It is unique
+// without keeping count, as RFC 5280 asks of an issuer.
 func newSerial() (*big.Int, error) {
 	limit := new(big.Int).Lsh(big.NewInt(1), 128)
 	for {
@@ -255,9 +267,9 @@ func certPEM(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
-// writeFile replaces path with data, of exactly mode whatever the umask,
-// through a temp file in path's directory: a rename within a directory is
-// atomic, so a reader sees the old file or the new one, whole.
+// writeFile replaces path with data, of exactly mode whatever the umask. It
+// writes through a temp file in path's directory. A rename within a
+// directory is atomic, so a reader sees the old file or the new one, whole.
 func writeFile(path string, data []byte, mode fs.FileMode) (err error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {

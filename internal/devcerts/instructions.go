@@ -7,8 +7,8 @@ import (
 )
 
 // Instructions says how to serve and call paymentsd with the set Dev wrote
-// into dir, its paths quoted for a shell so that the commands paste as
-// they are whatever dir is.
+// into dir. Its paths are quoted for a shell. So the commands paste as they
+// are, whatever dir is.
 func Instructions(dir string) string {
 	f := func(name string) string { return shellQuote(filepath.Join(dir, name)) }
 	return fmt.Sprintf(`

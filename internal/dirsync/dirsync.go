@@ -1,6 +1,6 @@
-// Package dirsync makes a directory's entries durable: a file created,
-// linked or renamed into it survives a crash only once its directory is
-// synced too.
+// Package dirsync makes a directory's entries durable. A file created,
+// linked or renamed into a directory survives a crash only once the
+// directory is synced too.
 package dirsync
 
 import "os"

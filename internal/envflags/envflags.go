@@ -16,26 +16,28 @@ type Env struct {
 	// Prefix starts every variable's name, as "PAYMENTSD_".
 	Prefix string
 	// EmptyMeansNone are the flags whose empty value turns something off
-	// (empty serves none); for any other flag an empty variable is
+	// (empty serves none). For any other flag, an empty variable is
 	// refused.
 	EmptyMeansNone map[string]bool
 }
 
-// Name is the environment variable of flag name: Prefix, then the name in
-// upper case with dashes as underscores.
+// Name is the environment variable of flag name. It is Prefix, then the
+// name in upper case with dashes as underscores.
 func (e Env) Name(name string) string {
 	return e.Prefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // Defaults sets each flag of fs whose environment variable is set to its
-// value, before the command line is parsed, so that the command line wins
-// and fs.Visit (Given) still tells what the command line gave; only, when
-// not nil, names the flags to look up. A value is never repeated in an
-// error: it may be a secret (a database URL with its password).
+// value. It runs before the command line is parsed, so the command line
+// wins. And fs.Visit (Given) still tells what the command line gave. The
+// argument only, when not nil, names the flags to look up. A value is never
+// repeated in an error, since it may be a secret, such as a database URL
+// with its password.
 //
-// A variable that nearly names a flag, or is set but empty, is refused:
-// ignoring it, or taking it as an empty value, could quietly leave a
-// setting such as an API key file unset, and a server in its dev mode.
+// A variable that nearly names a flag, or is set but empty, is refused.
+// Ignoring it, or taking it as an empty value, could quietly leave a
+// setting such as an API key file unset. A server would then run in its
+// dev mode.
 func (e Env) Defaults(fs *flag.FlagSet, only map[string]bool) error {
 	names := slices.Collect(maps.Keys(only))
 	own := map[string]bool{} // fs's own flags' variables, read or not, are no misspelling
@@ -66,10 +68,9 @@ func (e Env) Defaults(fs *flag.FlagSet, only map[string]bool) error {
 }
 
 // misspelled returns an error for the first variable with Prefix that is
-// no flag's of names, nor in own, but is within two edits of one's, in any
-// case.
-// Variables further from every flag are left alone: tests and scripts
-// have their own (PAYMENTSD_CRASH_ROUNDS).
+// no flag's of names, nor in own, but is within two edits of one's. Case
+// is ignored. Variables further from every flag are left alone. Tests and
+// scripts have their own, such as PAYMENTSD_CRASH_ROUNDS.
 func (e Env) misspelled(names []string, own map[string]bool) error {
 	slices.Sort(names)
 	env := os.Environ()

@@ -1,9 +1,9 @@
-// Package filewatch tells when files change, by looking at them: a poll of
-// each file's identity (device, inode, size, modification and change times,
-// mode)
-// sees a file written in place, replaced by a rename, or swapped behind a
-// symbolic link (as Kubernetes updates a mounted secret), with no platform
-// notification API and no event to lose.
+// Package filewatch tells when files change, by looking at them. It polls
+// each file's identity: device, inode, size, modification and change
+// times, and mode. A poll sees a file written in place, replaced by a
+// rename, or swapped behind a symbolic link. The last is how Kubernetes
+// updates a mounted secret. It needs no platform notification API, and has
+// no event to lose.
 package filewatch
 
 import (
@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// stamp is what a file looks like from outside; a change to the file
+// stamp is what a file looks like from outside. A change to the file
 // changes it.
 type stamp struct {
 	exists       bool
@@ -41,8 +41,8 @@ type Watcher struct {
 	last  []stamp
 }
 
-// New takes a first look at paths: a change after New returns is seen by
-// Run, even one made before Run starts.
+// New takes a first look at paths. Run sees any change made after New
+// returns, even one made before Run starts.
 func New(paths ...string) *Watcher {
 	w := &Watcher{paths: paths, last: make([]stamp, len(paths))}
 	for i, p := range paths {
@@ -51,10 +51,10 @@ func New(paths ...string) *Watcher {
 	return w
 }
 
-// Run calls changed once the paths have changed since the last call (or
-// New) and then stood still for one look, looking every interval until ctx
-// ends: files replaced one after the other (a key, then its certificate)
-// are read once, together, not half-replaced.
+// Run looks at the paths every interval until ctx ends. It calls changed
+// once they have changed since the last call, or since New, and then stood
+// still for one look. Files replaced one after the other, such as a key and
+// then its certificate, are thus read once, together, not half-replaced.
 func (w *Watcher) Run(ctx context.Context, interval time.Duration, changed func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()

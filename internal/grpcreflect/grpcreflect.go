@@ -16,12 +16,13 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
-// Register serves server reflection (v1 and v1alpha, for older clients)
-// on s from descriptors, a serialized FileDescriptorSet in dependency order
-// that keeps the protos' comments, so that `grpcurl describe` shows each
-// field's documentation. The descriptors compiled into the generated code
-// leave comments out; paymentsd.Descriptors keeps them. Files it does not
-// hold (well-known types, grpc's own) come from the global registry.
+// Register serves server reflection on s, v1 and v1alpha for older
+// clients. It serves it from descriptors, a serialized FileDescriptorSet in
+// dependency order that keeps the protos' comments. So `grpcurl describe`
+// shows each field's documentation. The descriptors compiled into the
+// generated code leave comments out, while paymentsd.Descriptors keeps
+// them. Files the set does not hold (well-known types, grpc's own) come
+// from the global registry.
 func Register(s *grpc.Server, descriptors []byte) error {
 	var set descriptorpb.FileDescriptorSet
 	if err := proto.Unmarshal(descriptors, &set); err != nil {

@@ -1,7 +1,7 @@
-// Package grpcslog sends grpc-go's own log lines (transport errors, and
-// with GRPC_GO_LOG_SEVERITY_LEVEL lower, its info) through a slog.Logger,
-// so that a process that logs JSON logs nothing else. grpc-go prints plain
-// text to stderr by default.
+// Package grpcslog sends grpc-go's own log lines through a slog.Logger.
+// These are transport errors and, with GRPC_GO_LOG_SEVERITY_LEVEL lower,
+// its info. A process that logs JSON thus logs nothing else. By default,
+// grpc-go prints plain text to stderr.
 package grpcslog
 
 import (
@@ -23,9 +23,9 @@ type Logger struct {
 }
 
 // New returns a Logger writing to logger at the severity and verbosity
-// that grpc-go's own variables ask for: GRPC_GO_LOG_SEVERITY_LEVEL (info,
-// warning, error; error when unset, as grpc-go has it) and
-// GRPC_GO_LOG_VERBOSITY_LEVEL.
+// that grpc-go's own variables ask for. They are GRPC_GO_LOG_SEVERITY_LEVEL
+// and GRPC_GO_LOG_VERBOSITY_LEVEL. The severity is info, warning or error,
+// and error when unset, as grpc-go has it.
 func New(logger *slog.Logger) *Logger {
 	l := &Logger{logger: logger.With("system", "grpc"), min: slog.LevelError}
 	switch strings.ToLower(os.Getenv("GRPC_GO_LOG_SEVERITY_LEVEL")) {
@@ -38,7 +38,7 @@ func New(logger *slog.Logger) *Logger {
 	return l
 }
 
-// Install makes logger grpc-go's; call it before any other gRPC use.
+// Install makes logger grpc-go's. Call it before any other gRPC use.
 func Install(logger *slog.Logger) { grpclog.SetLoggerV2(New(logger)) }
 
 func (l *Logger) log(level slog.Level, msg string) {

@@ -1,13 +1,13 @@
 // Command openapitidy finishes, in place, the OpenAPI 2.0 document that
-// protoc-gen-openapiv2 writes, for what no option of the generator can say:
-// it drops the definitions that no operation refers to (the response
-// wrappers that response_body unwraps), makes a body optional where it
-// has no properties, the path holding the whole request (a cancel's empty
-// body), declares the Idempotency-Key header on every answer of an
-// operation that takes one (the server echoes it, errors included), and
-// sets info.version to the release (-version, the VERSION file's), which
-// the protos cannot know. make generate runs it; the order
-// of the generator's keys is kept, so that gen/ diffs stay readable.
+// protoc-gen-openapiv2 writes. It does what no option of the generator can
+// say. It drops the definitions that no operation refers to, such as the
+// response wrappers that response_body unwraps. It makes a body optional
+// where it has no properties and the path holds the whole request, as for
+// a cancel's empty body. It declares the Idempotency-Key header on every
+// answer of an operation that takes one. The server echoes it, errors
+// included. It sets info.version to the release given by -version, the
+// VERSION file's. The protos cannot know it. It runs from make generate.
+// The order of the generator's keys is kept, so gen/ diffs stay readable.
 package main
 
 import (
@@ -48,9 +48,9 @@ func tidyFile(name, version string) error {
 	return os.WriteFile(name, doc.encode(), 0o644)
 }
 
-// setVersion makes info.version the release, in the place the generator
-// gave the placeholder it writes ("version not set"), so that the
-// document names the build that serves it.
+// setVersion makes info.version the release. It keeps the place the
+// generator gave its placeholder, "version not set". So the document names
+// the build that serves it.
 func setVersion(doc *node, version string) error {
 	info := doc.get("info")
 	if info == nil || info.kind != '{' {
@@ -73,8 +73,8 @@ func tidy(doc *node) {
 const keyHeader = "Idempotency-Key"
 
 // echoedKeys declares keyHeader on each response of each operation that
-// takes it as a header parameter: the generator copies the file-level
-// responses without headers, and options cannot name one header for every
+// takes it as a header parameter. The generator copies the file-level
+// responses without headers. And options cannot name one header for every
 // response of a method. The headers stay in the generator's order, by name.
 func echoedKeys(paths *node) {
 	echo := `{"description": "The request's Idempotency-Key, exactly as it was sent.", "type": "string"}`
@@ -110,7 +110,7 @@ func takesHeader(op *node, name string) bool {
 }
 
 // optionalEmptyBodies marks not required each body parameter whose schema
-// has no properties: the server takes such a request without a body.
+// has no properties. The server takes such a request without a body.
 func optionalEmptyBodies(paths, defs *node) {
 	for _, path := range paths.members() {
 		for _, op := range path.val.members() {

@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// node is a JSON value that keeps the order of its object's members, which
-// encoding/json's maps would sort.
+// node is a JSON value that keeps the order of its object's members. The
+// maps of encoding/json would sort them.
 type node struct {
 	kind  byte // '{', '[' or 0 for a scalar
 	obj   []member
@@ -183,8 +183,8 @@ func (n *node) write(b *bytes.Buffer, depth int) {
 	}
 }
 
-// writeSep ends element i of count: a comma before the next, or the
-// closing bracket's indent after the last.
+// writeSep ends element i of count. It writes a comma before the next, or
+// the closing bracket's indent after the last.
 func writeSep(b *bytes.Buffer, i, count, depth int) {
 	if i < count-1 {
 		b.WriteString(",\n")

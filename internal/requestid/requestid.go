@@ -1,6 +1,6 @@
 // Package requestid reads and makes the request ids that tie an HTTP
 // request's log line to the gRPC call it causes. An id comes from outside,
-// so it is checked before it is kept: never refused, an invalid one is
+// so it is checked before it is kept. An invalid one is never refused, but
 // replaced.
 package requestid
 
@@ -20,9 +20,10 @@ const (
 	MaxLen = 128
 )
 
-// Valid reports whether id is kept as it came: 1 to MaxLen visible ASCII
-// characters, no space and no comma, so that it is one header value
-// even after a proxy joins repeated lines, and safe in any log format.
+// Valid reports whether id is kept as it came. A valid id is 1 to MaxLen
+// visible ASCII characters, with no space and no comma. So it stays one
+// header value even after a proxy joins repeated lines. It is also safe in
+// any log format.
 func Valid(id string) bool {
 	if len(id) == 0 || len(id) > MaxLen {
 		return false
@@ -38,8 +39,8 @@ func Valid(id string) bool {
 // New makes an id: a random UUID.
 func New() string { return uuid.NewString() }
 
-// Of returns the id of a request that sent values (all the lines of its
-// header): the one value if it is valid, a new id otherwise.
+// Of returns the id of a request that sent values, all the lines of its
+// header. That is the one value if it is valid, else a new id.
 func Of(values []string) string {
 	if len(values) == 1 && Valid(values[0]) {
 		return values[0]
@@ -47,8 +48,8 @@ func Of(values []string) string {
 	return New()
 }
 
-// FromIncoming returns the valid id a gRPC call came with, or "": an
-// invalid one is not logged, nor is one of several.
+// FromIncoming returns the valid id a gRPC call came with, or "". An
+// invalid id is not logged, nor is one of several.
 func FromIncoming(ctx context.Context) string {
 	if vs := metadata.ValueFromIncomingContext(ctx, MetadataKey); len(vs) == 1 && Valid(vs[0]) {
 		return vs[0]

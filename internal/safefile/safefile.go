@@ -1,8 +1,8 @@
-// Package safefile opens the files paymentsd is told to read (key files,
-// certificates, the data file for the operator commands) only when they
-// are regular files, so that a FIFO, a device or a directory named by
-// mistake is refused at once instead of hanging the process, and reads
-// those that grant access only when no one but their owner can change them.
+// Package safefile opens the files paymentsd is told to read only when they
+// are regular files. Such files are key files, certificates and the data
+// file for the operator commands. A FIFO, a device or a directory named by
+// mistake is thus refused at once. It cannot hang the process. Files that
+// grant access are read only when no one but their owner can change them.
 package safefile
 
 import (
@@ -15,14 +15,14 @@ import (
 	"syscall"
 )
 
-// MaxSize is the largest file Read reads: far more than any key or
-// certificate file, and small enough that a wrong path cannot exhaust
-// memory.
+// MaxSize is the largest file Read reads. It is far more than any key or
+// certificate file needs. It is also small enough that a wrong path cannot
+// exhaust memory.
 const MaxSize = 16 << 20
 
 // Open opens path for reading if it is a regular file, following symbolic
-// links. The file is opened without waiting (O_NONBLOCK) and checked
-// through its descriptor, so a FIFO neither blocks the open nor slips in
+// links. It opens the file without waiting (O_NONBLOCK) and checks it
+// through its descriptor. So a FIFO neither blocks the open nor slips in
 // between a check and the open.
 func Open(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -44,14 +44,14 @@ func Open(path string) (*os.File, error) {
 // Read reads path, a regular file of at most MaxSize bytes.
 func Read(path string) ([]byte, error) { return read(path, false) }
 
-// ReadPrivate reads path, a regular file that grants access (API keys, a
-// private key, a CA), refusing it when anyone but this process's user and
-// root could change what it reads: whoever can change it can let
-// themselves in. So, as ssh's StrictModes has it, the file must be owned by
-// this user or root and writable by no group or others, and so must every
-// directory above it, and above each link on the way to it, but for a
-// directory with the sticky bit (/tmp), in which others cannot replace what
-// they do not own.
+// ReadPrivate reads path, a regular file that grants access, such as API
+// keys, a private key or a CA. It refuses the file when anyone but this
+// process's user and root could change what it reads. Whoever can change it
+// can let themselves in. So, as with ssh's StrictModes, this user or root
+// must own the file. No group or others may write it. So too for every
+// directory above it, and above each link on the way to it. Others may
+// write a directory with the sticky bit, such as /tmp. In it, they cannot
+// replace what they do not own.
 func ReadPrivate(path string) ([]byte, error) {
 	if err := checkDirs(path); err != nil {
 		return nil, err
@@ -116,9 +116,10 @@ func (e *NotRegularError) Kind() string {
 	}
 }
 
-// checkOwner refuses info, the file or directory at path, if it belongs to
-// another user than this process's and root, or if group or others may
-// write it (for a directory, without the sticky bit).
+// checkOwner refuses info if a user other than this process's and root
+// owns it. The info is of the file at path, or of a directory on the way to
+// it. It also refuses info if group or others may write it. A directory
+// with the sticky bit is exempt from that.
 func checkOwner(path string, info fs.FileInfo, dir bool) error {
 	what := "file"
 	if dir {
@@ -139,11 +140,11 @@ func checkOwner(path string, info fs.FileInfo, dir bool) error {
 	return fmt.Errorf("%s is writable by group or others (mode %04o): whoever can write it can let themselves in; chmod go-w %s", path, mode.Perm(), path)
 }
 
-// checkDirs checks every directory that resolving path enters, with
-// checkOwner: path is resolved one name at a time, as the kernel does,
-// and a symbolic link met on the way (the file's own, or a directory's) is
-// followed from where it stands, so the directories that hold each link
-// are checked as well as those above the file.
+// checkDirs checks, with checkOwner, every directory that resolving path
+// enters. It resolves path one name at a time, as the kernel does. A
+// symbolic link met on the way, the file's own or a directory's, is
+// followed from where it stands. So the directories that hold each link are
+// checked, as well as those above the file.
 func checkDirs(path string) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {

@@ -1,18 +1,19 @@
-// Package sealed guards what the bbolt stores keep with checksums. bbolt
-// checks the structure of its pages, not what they hold: a byte damaged on
-// disk inside a stored answer would be read, and replayed, as another
-// answer; one damaged inside a key would move a record to another key, so
-// that its own key, found free, would run its request a second time.
+// Package sealed guards what the bbolt stores keep with checksums. The
+// bbolt format checks the structure of its pages, not what they hold. A
+// byte damaged on disk inside a stored answer would be read, and replayed,
+// as another answer. One damaged inside a key would move a record to
+// another key. Its own key, found free, would then run its request a second
+// time.
 //
 // A sealed value is a zero byte, the CRC-32C (Castagnoli) of its key, the
 // CRC-32C of its payload (both big-endian), then the payload. A value whose
-// payload's checksum fails is damaged: the calls about its key fail. One
-// whose key's checksum fails sits under a key that is not the one it was
-// written under: the key it was written under is lost, so the file cannot
-// be trusted (Verify reports it as ErrKeyMismatch). Values written before
-// sealing had no such frame and never start with a zero byte (their first
+// payload's checksum fails is damaged, and the calls about its key fail.
+// A value whose key's checksum fails sits under a key it was not written
+// under. The key it was written under is lost, so the file cannot be
+// trusted. Verify reports this as ErrKeyMismatch. Values written before
+// sealing had no such frame and never start with a zero byte. Their first
 // byte is a protobuf tag, or the length of an intent's owner, which is
-// never empty); Migrate seals them once.
+// never empty. Migrate seals them once.
 package sealed
 
 import (
@@ -43,7 +44,7 @@ var (
 )
 
 // bucketSealed names, by its keys, the buckets whose values are all
-// sealed: Migrate's mark, and what Verify walks. It is named as the
+// sealed. It is Migrate's mark, and what Verify walks. It is named as the
 // idempotency store's buckets are, since that store creates it in an
 // embedder's file too.
 var bucketSealed = []byte("idempotency_sealed")
@@ -56,8 +57,9 @@ func Seal(key, payload []byte) []byte {
 	return append(v, payload...)
 }
 
-// Open returns the payload of v, the sealed value stored under key, which
-// it shares; or ErrKeyMismatch, ErrMismatch or ErrUnsealed.
+// Open returns the payload of v, the sealed value stored under key. The
+// payload shares v's memory. Open fails with ErrKeyMismatch, ErrMismatch or
+// ErrUnsealed.
 func Open(key, v []byte) ([]byte, error) {
 	if len(v) < headerSize || v[0] != mark {
 		return nil, ErrUnsealed
@@ -72,9 +74,9 @@ func Open(key, v []byte) ([]byte, error) {
 }
 
 // Unseal is Open for a value of bucket read from a file that may not be
-// migrated yet (one opened read-only, which is never migrated): unless
-// the bucket is marked sealed, a value without a frame is returned as it
-// is.
+// migrated yet. A file opened read-only is never migrated. Unless the
+// bucket is marked sealed, a non-empty value without a frame is returned as
+// it is.
 func Unseal(tx *bolt.Tx, bucket, key, v []byte) ([]byte, error) {
 	if len(v) > 0 && v[0] != mark && !Marked(tx, bucket) {
 		return v, nil
@@ -89,18 +91,19 @@ func Marked(tx *bolt.Tx, bucket []byte) bool {
 }
 
 // One transaction of Migrate reads at most migrateBatch keys and seals at
-// most migrateBytes of values, so that large values (stored results may
-// be megabytes) never make one transaction large.
+// most migrateBytes of values. Stored results may be megabytes, and these
+// limits keep such values from making one transaction large.
 const (
 	migrateBatch = 10000
 	migrateBytes = 64 << 20
 )
 
-// Migrate seals every value of bucket, which must exist, that was written
-// before values were sealed, and marks the bucket sealed, unless it is
-// already. update runs a function in a write transaction; a batch of keys
-// takes one, so that a file of any size is migrated in bounded
-// transactions. A function given to update may run more than once.
+// Migrate seals every value of bucket written before values were sealed,
+// then marks the bucket sealed. The bucket must exist. If it is already
+// marked sealed, Migrate does nothing. Its argument update runs a function
+// in a write transaction. Each batch of keys takes one, so a file of any
+// size is migrated in bounded transactions. A function given to update may
+// run more than once.
 func Migrate(update func(func(*bolt.Tx) error) error, bucket []byte) error {
 	var after []byte // the last key of the batches done
 	for {
@@ -155,10 +158,11 @@ func Migrate(update func(func(*bolt.Tx) error) error, bucket []byte) error {
 	}
 }
 
-// Verify checks the checksums of every value of every sealed bucket in
-// tx, and returns the first few it finds damaged, naming each by its bucket
-// and a hash of its key (keys may hold what never reaches a log). A key
-// that is not the one its value was written under is an ErrKeyMismatch.
+// Verify checks the checksums of every value of every sealed bucket in tx.
+// It returns the first few values it finds damaged. It names each by its
+// bucket and a hash of its key, since keys may hold what never reaches a
+// log. A key that is not the one its value was written under is an
+// ErrKeyMismatch.
 func Verify(tx *bolt.Tx) error {
 	marks := tx.Bucket(bucketSealed)
 	if marks == nil {

@@ -1,6 +1,6 @@
-// Package traceexport exports a gRPC server's and its HTTP face's spans over OTLP/gRPC when
-// the standard OpenTelemetry environment asks for it, and costs nothing
-// per call when it does not.
+// Package traceexport exports the spans of a gRPC server and its HTTP face
+// over OTLP/gRPC. It does so when the standard OpenTelemetry environment
+// asks for it. When it does not, it costs nothing per call.
 package traceexport
 
 import (
@@ -27,8 +27,8 @@ import (
 	"github.com/paymentsd/paymentsd/internal/version"
 )
 
-// shutdownTimeout bounds the flush of the last spans at Close, so
-// that a collector that is down cannot hold up shutdown.
+// shutdownTimeout bounds the flush of the last spans at Shutdown. A
+// collector that is down thus cannot hold up shutdown.
 const shutdownTimeout = 5 * time.Second
 
 // Exporter exports the server's spans over OTLP/gRPC. A nil *Exporter is
@@ -37,9 +37,9 @@ type Exporter struct {
 	provider *sdktrace.TracerProvider
 }
 
-// Enabled reports whether the standard OpenTelemetry environment
-// asks for spans to be exported: an OTLP endpoint is set, and the SDK and
-// the traces exporter are not turned off.
+// Enabled reports whether the standard OpenTelemetry environment asks for
+// spans to be exported. It does when an OTLP endpoint is set, and the SDK
+// and the traces exporter are not turned off.
 func Enabled(getenv func(string) string) bool {
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") ||
 		strings.EqualFold(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")), "none") {
@@ -49,13 +49,14 @@ func Enabled(getenv func(string) string) bool {
 }
 
 // Start starts exporting spans if the environment asks for it (see
-// Enabled), and returns nil otherwise: then nothing is dialed and no
-// stats handler is installed, so tracing off costs nothing per call. The
-// exporter reads the rest of the standard OTEL_EXPORTER_OTLP_* variables
-// (headers, TLS, compression, timeout), the batch processor OTEL_BSP_*, the
-// sampler OTEL_TRACES_SAMPLER, and the resource OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES over the default service.name, paymentsd, and
-// service.version, the release (version.Version).
+// Enabled), and returns nil otherwise. Then nothing is dialed and no stats
+// handler is installed, so tracing off costs nothing per call. The
+// exporter reads the rest of the standard OTEL_EXPORTER_OTLP_* variables:
+// headers, TLS, compression and timeout. The batch processor reads
+// OTEL_BSP_*, and the sampler OTEL_TRACES_SAMPLER. The resource reads
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES. They win over the default
+// service.name, paymentsd, and service.version, the release
+// (version.Version).
 func Start(ctx context.Context, logger *slog.Logger) (*Exporter, error) {
 	if !Enabled(os.Getenv) {
 		return nil, nil
@@ -72,7 +73,7 @@ func Start(ctx context.Context, logger *slog.Logger) (*Exporter, error) {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
 	// The client does not dial until the first export, and keeps trying in
-	// the background: a collector that is down never delays startup.
+	// the background. A collector that is down never delays startup.
 	exporter, err := otlptracegrpc.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
@@ -82,13 +83,13 @@ func Start(ctx context.Context, logger *slog.Logger) (*Exporter, error) {
 	return &Exporter{provider: provider}, nil
 }
 
-// ServerOption is the stats handler that starts a span for each call, or,
-// with tracing off, no option at all. The provider and propagator are
-// passed rather than made global, so that two Mains in one process (as in
-// the tests) each trace to their own. Incoming calls continue a W3C
-// traceparent; metrics stay with Prometheus, so otelgrpc's are no-ops.
-// Health checks, which load balancers send every few seconds, get no
-// spans: they would drown the calls; nor do reflection's streams, tools'
+// ServerOption is the stats handler that starts a span for each call. With
+// tracing off, it is no option at all. The provider and propagator are
+// passed rather than made global. So two Mains in one process, as in the
+// tests, each trace to their own. Incoming calls continue a W3C
+// traceparent. Metrics stay with Prometheus, so otelgrpc's are no-ops.
+// Health checks, which load balancers send every few seconds, get no spans,
+// since they would drown the calls. Nor do reflection's streams, tools'
 // questions about the API.
 func (t *Exporter) ServerOption() grpc.ServerOption {
 	if t == nil {
@@ -102,10 +103,10 @@ func (t *Exporter) ServerOption() grpc.ServerOption {
 	))
 }
 
-// HTTPHandler wraps h, an HTTP server's handler, so that each request gets
-// a server span, continuing a W3C traceparent, and the spans of what it
-// calls with the request's context are its children; with tracing off it
-// is h. As for gRPC, metrics stay with Prometheus.
+// HTTPHandler wraps h, an HTTP server's handler, so each request gets a
+// server span that continues a W3C traceparent. The spans of what it calls
+// with the request's context are its children. With tracing off, it
+// returns h. As for gRPC, metrics stay with Prometheus.
 func (t *Exporter) HTTPHandler(h http.Handler) http.Handler {
 	if t == nil {
 		return h
@@ -118,8 +119,8 @@ func (t *Exporter) HTTPHandler(h http.Handler) http.Handler {
 }
 
 // Shutdown exports the spans still buffered and stops the exporter. Its
-// failure (the collector is down) is logged, not returned: the data is
-// safe, and an exit status is no place for lost spans.
+// failure, as when the collector is down, is logged, not returned. The
+// data is safe, and an exit status is no place for lost spans.
 func (t *Exporter) Shutdown(logger *slog.Logger) {
 	if t == nil {
 		return

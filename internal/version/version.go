@@ -1,6 +1,7 @@
-// Package version says which build of paymentsd this is: the release from
-// the VERSION file, embedded so that a plain go build or go install
-// stamps it, and the revision and Go version the go command recorded.
+// Package version says which build of paymentsd this is. It gives the
+// release from the VERSION file, embedded so a plain go build or go
+// install stamps it. It also gives the revision and Go version the go
+// command recorded.
 package version
 
 import (
@@ -15,17 +16,17 @@ import (
 // Version is the release, "v0.4.0": the VERSION file's first line.
 var Version = strings.TrimSpace(paymentsd.VersionFile)
 
-// String is the build in one line, "v0.4.0 (rev abc1234, go1.26.8)", as
-// paymentsd version prints it after the program's name.
+// String returns the build in one line: "v0.4.0 (rev abc1234, go1.26.8)".
+// The command paymentsd version prints it after the program's name.
 func String() string {
 	return fmt.Sprintf("%s (rev %s, %s)", Version, Revision(), runtime.Version())
 }
 
-// Revision is the commit the binary was built from, its first 7 hex
-// digits, with "+dirty" when the tree had changes; "unknown" for a binary
-// built without version control information (outside a checkout, with
-// -buildvcs=false, or by go install of a module version, which the
-// release already names).
+// Revision returns the first 7 hex digits of the commit the binary was
+// built from. It adds "+dirty" when the tree had changes. It returns
+// "unknown" for a binary built without version control information. Such a
+// binary was built outside a checkout, with -buildvcs=false, or by go
+// install of a module version, which the release already names.
 func Revision() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
