@@ -37,7 +37,6 @@ func isProbe(r *http.Request) bool {
 
 // allowed is the value of Allow for r's path: the methods mux routes
 // there. It tries each method with a probe that has no body or headers.
-// A form type would make the mux's POST-to-GET fallback answer.
 func allowed(mux *runtime.ServeMux, r *http.Request) string {
 	var methods []string
 	for _, m := range probeMethods {

@@ -85,8 +85,8 @@ func explainField(fd protoreflect.FieldDescriptor, name string, raw json.RawMess
 	return fmt.Sprintf("field %q: want %s", prefix+name, want(fd))
 }
 
-// wellKnown reports whether md is one of the types JSON spells as a
-// scalar, such as Timestamp.
+// wellKnown reports whether md is a google.protobuf type. JSON spells
+// most of them in a form of their own, such as Timestamp's string.
 func wellKnown(md protoreflect.MessageDescriptor) bool {
 	return md.ParentFile().Package() == "google.protobuf"
 }

@@ -9,8 +9,10 @@ import (
 // A page token is opaque to clients. It is base64url (unpadded, canonical)
 // of a version byte, the store's cursor and a tag. The tag is the first 8
 // bytes of SHA-256 over the owner and the cursor. It makes a token useless
-// to anyone else. Any change to a token, down to one character appended,
-// is rejected. It is not silently read as a position in the caller's list.
+// to anyone else. An edited token, down to one character appended, is
+// rejected rather than read as a position in the caller's list. The tag
+// has no secret key: it catches mistakes, not a caller who forges a cursor
+// into their own list, which can show them only their own intents.
 
 const pageTokenVersion = 2
 
