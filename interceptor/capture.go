@@ -8,7 +8,7 @@ import (
 )
 
 // capturingStream records the header and trailer metadata a handler sets
-// instead of sending it, so that it can be stored with the result and sent
+// instead of sending it. The metadata is stored with the result and sent
 // only once the result is. SendHeader is recorded like SetHeader: headers
 // leave with the stored result.
 type capturingStream struct {

@@ -14,7 +14,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
-// maxRetryDelay caps the RetryInfo delay of an in-flight answer: most
+// maxRetryDelay caps the RetryInfo delay of an in-flight answer. Most
 // handlers finish long before their lease ends. See handlerTimes.
 const maxRetryDelay = time.Second
 

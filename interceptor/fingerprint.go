@@ -13,9 +13,9 @@ import (
 )
 
 // FingerprintScheme names how fingerprints are computed. Records keep the
-// scheme of their fingerprint: one computed another way cannot be compared
-// with it, so a request meeting a record of another scheme is a mismatch,
-// never a replay.
+// scheme of their fingerprint. A fingerprint computed another way cannot
+// be compared with it. A request that meets a record of another scheme is
+// thus a mismatch, never a replay.
 const FingerprintScheme = "sha256-deterministic-v1"
 
 // NewFingerprint computes the fingerprint of req sent to fullMethod, under
@@ -40,8 +40,8 @@ func newFingerprinter(exclude []protoreflect.FullName) fingerprinter {
 	return f
 }
 
-// scheme is FingerprintScheme, plus the excluded fields if any, so that
-// records made under other exclusions are known to be incomparable.
+// scheme is FingerprintScheme, plus the excluded fields if any. Records
+// made under other exclusions are thus known to be incomparable.
 func (f fingerprinter) scheme() string {
 	if len(f.exclude) == 0 {
 		return FingerprintScheme

@@ -8,15 +8,15 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
-// flights tracks the claims this process is running, so that duplicates
-// waiting for them (WithInFlightWait) are woken the moment a result is
-// stored, instead of polling the store.
+// flights tracks the claims this process is running. Duplicates waiting
+// for them (WithInFlightWait) are woken the moment a result is stored,
+// instead of polling the store.
 type flights struct {
 	mu sync.Mutex
 	m  map[storage.RecordKey]chan struct{}
 }
 
-// begin registers a claim of rk being run here; end with the channel.
+// begin registers a claim of rk being run here. Pass the channel to end.
 func (f *flights) begin(rk storage.RecordKey) chan struct{} {
 	ch := make(chan struct{})
 	f.mu.Lock()
@@ -38,8 +38,8 @@ func (f *flights) end(rk storage.RecordKey, ch chan struct{}) {
 	close(ch)
 }
 
-// done returns a channel closed when this process's run of rk ends, or nil
-// when rk is not running here.
+// done returns a channel closed when this process's run of rk ends. It
+// returns nil when rk is not running here.
 func (f *flights) done(rk storage.RecordKey) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -47,8 +47,8 @@ func (f *flights) done(rk storage.RecordKey) <-chan struct{} {
 }
 
 // inFlightWait is one duplicate's wait for the request in flight with its
-// key to end: woken by the run in this process (flights), by the store's
-// notice (a Watcher), or by polling, whichever comes first, up to limit.
+// key to end. It waits up to limit. The run in this process (flights), the
+// store's notice (a Watcher) or a poll wakes it, whichever comes first.
 type inFlightWait struct {
 	watcher   storage.Watcher // nil when the store is not one
 	key       storage.RecordKey
@@ -61,7 +61,7 @@ type inFlightWait struct {
 }
 
 // watch starts watching the key through the store, and reports whether it
-// did: false when the store is no Watcher or a watch is already on.
+// did. It does not when the store is no Watcher or a watch is already on.
 func (w *inFlightWait) watch() bool {
 	if w.watcher == nil || w.watched != nil {
 		return false
@@ -70,9 +70,10 @@ func (w *inFlightWait) watch() bool {
 	return true
 }
 
-// wait returns once it is time to claim again: when local (the run in
-// this process, nil when it runs elsewhere) ends, a notice comes, or the
-// poll is due. timedOut says the whole wait is over; err, that ctx ended.
+// wait returns once it is time to claim again. That is when local ends, a
+// notice comes, or the poll is due. The channel local is the run in this
+// process, nil when it runs elsewhere. The result timedOut says the whole
+// wait is over. An error says that ctx ended.
 func (w *inFlightWait) wait(ctx context.Context, local <-chan struct{}) (timedOut bool, err error) {
 	wait := w.pollEvery
 	switch {

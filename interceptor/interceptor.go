@@ -18,18 +18,19 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
-// completeTimeout bounds the write of a result. It runs even when the
-// caller has gone away: the handler's side effects happened, so its result
-// must be stored.
+// completeTimeout bounds the write of a result. The write runs even when
+// the caller has gone away. The handler's side effects happened, so its
+// result must be stored.
 const completeTimeout = 10 * time.Second
 
 // UnaryServerInterceptor returns an interceptor that runs each request's
-// handler at most once per (scope, idempotency key) and replays its stored
+// handler at most once per (scope, idempotency key). It replays the stored
 // result to every retry. See the package documentation.
 //
-// It fails for options that cannot work: a lease not shorter than the TTL,
-// or a method named in WithKeyPolicy or WithTransactional other than as
-// "/package.Service/Method".
+// It fails for options that cannot work. A lease must be positive and
+// shorter than the TTL, and a handler timeout positive. A method named in
+// WithKeyPolicy or WithTransactional must be named as
+// "/package.Service/Method". WithoutStoring(OK) is refused.
 func UnaryServerInterceptor(store storage.Store, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	o := evaluateOptions(opts)
 	if err := o.check(); err != nil {
@@ -43,7 +44,7 @@ func UnaryServerInterceptor(store storage.Store, opts ...Option) (grpc.UnaryServ
 }
 
 // MustUnaryServerInterceptor is UnaryServerInterceptor for options known
-// to be valid; it panics if they are not.
+// to be valid. It panics if they are not.
 func MustUnaryServerInterceptor(store storage.Store, opts ...Option) grpc.UnaryServerInterceptor {
 	i, err := UnaryServerInterceptor(store, opts...)
 	if err != nil {
@@ -101,8 +102,8 @@ type call struct {
 	key storage.RecordKey
 	fp  storage.Fingerprint
 	obs *Observation
-	// durability is Transactional for a method declared so, on a TxStore:
-	// its writes are its only effect, so its claim commits with them or
+	// durability is Transactional for a method declared so, on a TxStore.
+	// Its writes are its only effect, so its claim commits with them or
 	// never. Every other claim is Durable.
 	durability storage.Durability
 
@@ -119,8 +120,8 @@ func (i *idempotency) newCall(rk storage.RecordKey, fp storage.Fingerprint, obs 
 }
 
 // answer claims the key and answers by the outcome: the stored result, an
-// error, or the handler's run. again is true when an earlier run lost to
-// a concurrent change. The observer was then told of its claim, and the
+// error, or the handler's run. If again is true, an earlier run lost to a
+// concurrent change. The observer was then told of its claim, and the
 // caller of its expiry.
 func (c *call) answer(ctx context.Context, req any, handler grpc.UnaryHandler, again bool) (any, error) {
 	c.claim, c.tx = nil, nil
@@ -175,13 +176,13 @@ const maxConflictRuns = 8
 // so the request is claimed and run again.
 var errRunAgain = errors.New("idempotency: run again")
 
-// claimKey claims the key, through ClaimTx when the store is a TxStore,
-// and keeps the claim's Tx. With WithInFlightWait, a request that finds
-// the same request in flight waits for it to end and claims again. It
-// waits up to the limit and the caller's deadline. A run in this process
-// wakes its waiters when it ends. A run in another process wakes them
-// through the store when it is a Watcher. Otherwise, and in case a notice
-// is lost, waiters poll.
+// claimKey claims the key, through ClaimTx when the store is a TxStore.
+// It keeps the claim's Tx. With WithInFlightWait, a request that finds the
+// same request in flight waits for it to end and claims again. It waits up
+// to the limit and the caller's deadline. A run in this process wakes its
+// waiters when it ends. A run in another process wakes them through the
+// store when it is a Watcher. Otherwise, and in case a notice is lost,
+// waiters poll.
 func (c *call) claimKey(ctx context.Context) (storage.Outcome, *storage.Record, time.Time, error) {
 	opts := c.i.opts
 	w := &inFlightWait{watcher: c.i.watcher, key: c.key, limit: opts.inFlightWait, pollEvery: 10 * time.Millisecond}
@@ -223,8 +224,9 @@ func (c *call) claimOnce(ctx context.Context, req storage.ClaimRequest) (outcome
 // only so that a test can tell a notice from a poll.
 var watchedPollEvery = time.Second
 
-// identify returns the record key and fingerprint of a request, dedup false
-// when the request is to pass through, or a status error for the caller.
+// identify returns the record key and fingerprint of a request. It returns
+// dedup false when the request is to pass through. Its error is a status
+// error for the caller.
 func (i *idempotency) identify(ctx context.Context, req any, method string) (rk storage.RecordKey, dedup bool, fp storage.Fingerprint, err error) {
 	policy := i.opts.policy(method)
 	if policy == KeyIgnored {
@@ -263,7 +265,7 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (rk 
 // With a Tx, the handler's writes commit together with the result, and
 // only with a response. An error's writes are discarded, since no answer
 // names them. The handler's header and trailer are held back until the
-// result is stored, so that a superseded attempt sends nothing of its own.
+// result is stored. A superseded attempt thus sends nothing of its own.
 func (c *call) run(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
 	// Once claimed, the handler runs to its end even if the caller has gone.
 	// The server's own limit bounds it. A retry then finds the result
@@ -284,10 +286,12 @@ func (c *call) run(ctx context.Context, req any, handler grpc.UnaryHandler) (any
 		defer stopRenewing() // for a handler that panics; else stopped below, before the commit
 	}
 	// A handler deaf to its context must not hold its key for good. Once it
-	// has overrun its limit by as much again, its claim is released. A
-	// durable claim is left to the lease rule. Nothing it still does is
-	// stored. A handler that returns at its deadline still has its answer
-	// stored.
+	// has overrun its limit by as much again, renewals stop and its Tx, if
+	// any, is rolled back. That releases a Transactional claim. A durable
+	// claim is left to the lease rule. With a Tx, nothing it still does is
+	// stored. Without one, a late result is still stored unless the claim
+	// was taken over. A handler that returns at its deadline still has its
+	// answer stored.
 	tx := c.tx // the timer may fire while a run again claims anew
 	overran := time.AfterFunc(2*c.i.opts.handlerTimeout, func() {
 		stopRenewing()
@@ -344,8 +348,8 @@ func (i *idempotency) invoke(ctx context.Context, req any, handler grpc.UnaryHan
 }
 
 // resultOf is the result to store of the handler's answer and the metadata
-// it set: a stored INTERNAL error in place of one over WithMaxResultSize.
-// Its error, when the answer cannot be stored at all, is the caller's.
+// it set. A result over WithMaxResultSize is replaced by an INTERNAL error.
+// When the answer cannot be stored at all, its error is the caller's.
 func (i *idempotency) resultOf(resp any, herr error, capture *capturingStream) (*storage.Result, error) {
 	header, trailer := capture.metadata()
 	result, err := newResult(resp, herr, header, trailer)
@@ -391,11 +395,12 @@ func (c *call) complete(ctx context.Context, result *storage.Result) error {
 }
 
 // renewWhileRunning extends the claim's lease every third of a lease. A
-// slow but live worker is then never taken over; only a dead one is. It
-// stops when the returned func is called, which waits for it, or when a
-// renewal finds the claim superseded. A renewal that fails otherwise is
-// logged and tried again at the next tick. If they all fail, the lease runs
-// out and a takeover supersedes this attempt, as if it had died.
+// slow but live worker is then never taken over. Only a dead one is. It
+// stops when the returned func is called, which waits for it. It also
+// stops when a renewal finds the claim superseded. A renewal that fails
+// otherwise is logged and tried again at the next tick. If they all fail,
+// the lease runs out. A takeover then supersedes this attempt, as if it
+// had died.
 func (c *call) renewWhileRunning(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -426,9 +431,9 @@ func (c *call) renewWhileRunning(ctx context.Context) (stop func()) {
 	}
 }
 
-// replay answers with a stored result, marked as replayed (a stored
-// error in its trailer too), its header sent after header (the record's
-// expiry) in one piece.
+// replay answers with a stored result, marked as replayed. A stored error
+// carries the mark in its trailer too. The stored header is sent after
+// header (the record's expiry), in one piece.
 func replay(ctx context.Context, result *storage.Result, header metadata.MD) (any, error) {
 	for k, vs := range result.Header {
 		header[k] = append(header[k], vs...) // copies: the stored result is shared
@@ -436,9 +441,10 @@ func replay(ctx context.Context, result *storage.Result, header metadata.MD) (an
 	header[wire.ReplayedHeader] = append(header[wire.ReplayedHeader], "true")
 	trailer := result.Trailer
 	if result.Status != nil {
-		// A stored error carries the marker in its trailer too: it comes
-		// with the status, so that a client can tell the stored error from
-		// its connection's, cut after the header (see package retry).
+		// A stored error carries the marker in its trailer too. The trailer
+		// comes with the status. A client can then tell the stored error from
+		// an error of its connection, cut after the header (see package
+		// retry).
 		trailer = metadata.Join(trailer, metadata.Pairs(wire.ReplayedHeader, "true"))
 	}
 	if err := sendMetadata(ctx, header, trailer); err != nil {
@@ -489,8 +495,8 @@ func resultSize(r *storage.Result) int {
 	return n
 }
 
-// sendMetadata sets header and trailer on the call (grpc-go copies them);
-// for a caller that has gone, it sets what it can.
+// sendMetadata sets header and trailer on the call (grpc-go copies them).
+// For a caller that has gone, it sets what it can.
 func sendMetadata(ctx context.Context, header, trailer metadata.MD) error {
 	if len(header) > 0 {
 		if err := grpc.SetHeader(ctx, header); err != nil && ctx.Err() == nil {
@@ -508,7 +514,7 @@ func sendMetadata(ctx context.Context, header, trailer metadata.MD) error {
 type attemptKey struct{}
 
 // AttemptFromContext returns the attempt a handler runs as: 1 for a fresh
-// claim, more after takeovers. ok is false outside the interceptor.
+// claim, more after takeovers. Outside the interceptor, ok is false.
 func AttemptFromContext(ctx context.Context) (attempt uint64, ok bool) {
 	attempt, ok = ctx.Value(attemptKey{}).(uint64)
 	return attempt, ok
@@ -517,9 +523,9 @@ func AttemptFromContext(ctx context.Context) (attempt uint64, ok bool) {
 // storeFailure is what the caller is told when the store failed. It is
 // the one place where the store contract's errors become gRPC codes. With
 // no claim, the claim itself failed and the request was not run. With
-// one, its completion failed, and a durable claim's handler may have acted
-// outside the store. The cause goes to the Observer and the log, never to
-// the caller.
+// one, its completion failed. A durable claim's handler may then have
+// acted outside the store. The cause goes to the Observer and the log,
+// never to the caller.
 func (c *call) storeFailure(err error) error {
 	switch {
 	case c.claim == nil && errors.Is(err, storage.ErrDamaged):

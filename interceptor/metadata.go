@@ -13,7 +13,7 @@ import (
 )
 
 // keyFromContext returns the request's idempotency key and whether one was
-// sent; the error is a status error ready to return.
+// sent. The error is a status error ready to return.
 func keyFromContext(ctx context.Context) (string, bool, error) {
 	if len(metadata.ValueFromIncomingContext(ctx, wire.KeyHeader+"-bin")) > 0 {
 		return "", true, errKeyInvalid("send it as idempotency-key, not idempotency-key-bin")
@@ -33,14 +33,15 @@ func keyFromContext(ctx context.Context) (string, bool, error) {
 }
 
 // BearerToken returns the token of the request's single
-// "authorization: Bearer <token>" header, read by the rule of package
-// bearer, or an UNAUTHENTICATED status error.
+// "authorization: Bearer <token>" header, or an UNAUTHENTICATED status
+// error. It reads the header by the rule of package bearer.
 func BearerToken(ctx context.Context) (string, error) {
 	return bearer.Parse(metadata.ValueFromIncomingContext(ctx, "authorization"))
 }
 
-// BearerScope is the default ScopeFunc: the hex SHA-256 of the bearer token,
-// so that each credential has its own keys and no token is ever stored.
+// BearerScope is the default ScopeFunc: the hex SHA-256 of the bearer
+// token. Each credential thus has its own keys, and no token is ever
+// stored.
 func BearerScope(ctx context.Context) (string, error) {
 	token, err := BearerToken(ctx)
 	if err != nil {

@@ -24,14 +24,14 @@ const (
 	// KeyRequired rejects requests without a key with INVALID_ARGUMENT
 	// (IDEMPOTENCY_KEY_MISSING).
 	KeyRequired
-	// KeyIgnored passes every request through untouched, key or not: for
-	// reads and other methods that are idempotent by nature.
+	// KeyIgnored passes every request through untouched, key or not. It is
+	// for reads and other methods that are idempotent by nature.
 	KeyIgnored
 )
 
 // ScopeFunc returns the scope of a request's keys: who owns them. It must
-// come from the authenticated credential, never from the request body. An
-// error is returned to the caller: a status error as it is, any other as
+// come from the authenticated credential, never from the request body. Its
+// error goes to the caller. A status error goes as it is, any other as
 // UNAUTHENTICATED.
 type ScopeFunc func(ctx context.Context) (string, error)
 
@@ -39,26 +39,26 @@ type ScopeFunc func(ctx context.Context) (string, error)
 // metrics.
 type Observation struct {
 	FullMethod string
-	// Outcome is zero when the request was not deduplicated: its method
+	// Outcome is zero when the request was not deduplicated. Its method
 	// ignores keys, it carried none where one is optional, or it was
 	// rejected before a claim.
 	Outcome storage.Outcome
 	// Attempt is the record's attempt, for claims and replays.
 	Attempt uint64
-	// Runs is how many times the handler ran: more than once when a
-	// transactional method's writes lost to concurrent changes and it ran
-	// again. Outcome and Attempt are then those of the first claim, the
-	// one Claimed was told of. Set for Finished.
+	// Runs is how many times the handler ran. It is more than once when a
+	// transactional method's writes lost to concurrent changes. Outcome and
+	// Attempt are then those of the first claim, the one Claimed was told
+	// of. Set for Finished.
 	Runs int
 	// Code is the answer's status code; set for Finished.
 	Code codes.Code
-	// Handler is the time spent in the handler, over all its runs; zero
-	// when it did not run. Set for Finished.
+	// Handler is the time spent in the handler, over all its runs. It is
+	// zero when the handler did not run. Set for Finished.
 	Handler time.Duration
 	// Store is the time spent claiming and completing, lease renewals
-	// aside; set for Finished.
+	// aside. Set for Finished.
 	Store time.Duration
-	// Err is the store's error when a claim or a completion failed; the
+	// Err is the store's error when a claim or a completion failed. The
 	// caller was told only UNAVAILABLE or DATA_LOSS. Set for Finished.
 	Err error
 }
@@ -67,7 +67,8 @@ type Observation struct {
 // and safe for concurrent use.
 type Observer interface {
 	// Claimed is called once a claim has decided, before the handler runs
-	// (if it does); once per request, even when the handler runs again.
+	// (if it does). It is called once per request, even when the handler
+	// runs again.
 	Claimed(ctx context.Context, o Observation)
 	// Finished is called for every request as the interceptor returns.
 	Finished(ctx context.Context, o Observation)
@@ -140,10 +141,10 @@ func evaluateOptions(opts []Option) *options {
 
 // WithLease sets how long a claim holds before a retry of the same request
 // may take it over, assuming its worker died. Default 30s. It should exceed
-// the method's longest run, and must be shorter than the TTL.
+// the method's longest run. It must be shorter than the TTL.
 func WithLease(d time.Duration) Option { return func(o *options) { o.lease = d } }
 
-// WithTTL sets how long a record lives from its first claim; after that the
+// WithTTL sets how long a record lives from its first claim. After that the
 // key runs fresh again. Default 24h.
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
@@ -165,37 +166,40 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 
 // WithMaxResultSize sets the largest result stored, in bytes of its
 // encoding: the response or status plus the metadata. A larger result is
-// not kept: in its place, INTERNAL saying so is stored, returned and
-// replayed, so that one answer still leaves the server for the key. Default
+// not kept. In its place, INTERNAL saying so is stored, returned and
+// replayed. One answer still leaves the server for the key. Default
 // DefaultMaxResultSize.
 func WithMaxResultSize(n int) Option { return func(o *options) { o.maxResult = n } }
 
 // WithFingerprintExclude leaves the named fields out of request
-// fingerprints, wherever they occur in a request: fields that vary between
-// retries of one operation, such as a trace id. Names are full proto field
-// names, e.g. "shop.v1.PlaceOrderRequest.trace_id". Excluded fields are
-// part of the fingerprint scheme, so records made before the exclusion
-// changed are refused as mismatches, never replayed.
+// fingerprints, wherever they occur in a request. They are fields that
+// vary between retries of one operation, such as a trace id. Names are
+// full proto field names, such as "shop.v1.PlaceOrderRequest.trace_id".
+// Excluded fields are part of the fingerprint scheme. Records made before
+// the exclusion changed are thus refused as mismatches, never replayed.
 func WithFingerprintExclude(fields ...protoreflect.FullName) Option {
 	return func(o *options) { o.exclude = append(o.exclude, fields...) }
 }
 
-// WithInFlightWait has a duplicate of a request still in flight wait up to
-// d, and never past its own deadline, for the first to finish, and then
-// answers with the replay, instead of ABORTED (IDEMPOTENCY_KEY_IN_USE).
-// Waiters are woken when this process stores the result; a request running
-// in another process that shares the store is polled, backing off from
-// 10ms to 200ms. Default 0: no waiting.
+// WithInFlightWait has a duplicate of a request in flight wait for the
+// first to finish. It then answers with the replay, instead of ABORTED
+// (IDEMPOTENCY_KEY_IN_USE). It waits up to d, and never past its own
+// deadline. A run in this process wakes its waiters once it stores the
+// result. A request running in another process that shares the store is
+// polled, backing off from 10ms to 200ms. With a store that is a Watcher,
+// its notice wakes the waiters instead. They then poll once a second, in
+// case a notice is lost. Default 0: no waiting.
 func WithInFlightWait(d time.Duration) Option { return func(o *options) { o.inFlightWait = d } }
 
 // WithTransactional declares methods, by full method name, whose only
-// effects are writes through the TxStore's Tx: nothing outside the store
-// happens while they run. Their claim need not be durable before the
-// handler runs, since a crash then loses nothing and the retry simply runs
-// afresh, so claim, writes and result commit at once: one commit per
-// request instead of two. Duplicates still get IN_USE, or wait with
-// WithInFlightWait, while the first runs. With a Store that is not a
-// TxStore it changes nothing. Methods not declared keep the durable claim.
+// effects are writes through the TxStore's Tx. Nothing outside the store
+// happens while they run. Their claim is storage.Transactional: it need
+// not be durable before the handler runs. A crash then loses nothing, and
+// the retry simply runs afresh. So claim, writes and result commit at
+// once, in one commit per request instead of two. Duplicates still get
+// IN_USE while the first runs, or wait with WithInFlightWait. With a Store
+// that is not a TxStore it changes nothing. Methods not declared keep the
+// storage.Durable claim.
 func WithTransactional(fullMethods ...string) Option {
 	return func(o *options) {
 		for _, m := range fullMethods {
@@ -205,14 +209,14 @@ func WithTransactional(fullMethods ...string) Option {
 }
 
 // WithoutStoring has transactional methods (WithTransactional, on a
-// TxStore) not store their errors of the given codes: the error is
-// returned, the handler's writes and its claim are rolled back, and the key
-// stays free, so that a retry with it runs afresh. For errors that say
-// nothing about the request itself, such as UNAVAILABLE from a downstream
-// service, which an operator would otherwise have to release key by key.
-// A method that is not transactional stores every result regardless: its
-// handler may have acted outside the store before it failed. By default
-// every result is stored.
+// TxStore) not store their errors of the given codes. The error is
+// returned, and the handler's writes and its claim are rolled back. The
+// key stays free, so a retry with it runs afresh. It is for errors that
+// say nothing about the request itself, such as UNAVAILABLE from a
+// downstream service. An operator would otherwise have to release those
+// key by key. A method that is not transactional stores every result
+// regardless. Its handler may have acted outside the store before it
+// failed. By default every result is stored.
 func WithoutStoring(cs ...codes.Code) Option {
 	return func(o *options) {
 		for _, c := range cs {
@@ -222,31 +226,32 @@ func WithoutStoring(cs ...codes.Code) Option {
 }
 
 // WithHandlerTimeout bounds how long a claimed handler runs. A handler's
-// context is not canceled when its caller goes away (a client deadline, a
-// dropped connection): once claimed, the request runs to its end and its
-// result is stored, so that the retry replays it instead of finding the key
-// in flight. d is the server's own limit on that: past it the handler's
-// context is done. A handler deaf to its context does not hold its key for
-// good: at twice the limit, with a TxStore, its claim is released (a
-// durable one left to the lease rule) and nothing it still does is stored.
-// Default DefaultHandlerTimeout.
+// context is not canceled when its caller goes away, as on a client
+// deadline or a dropped connection. Once claimed, the request runs to its
+// end and its result is stored. The retry then replays it instead of
+// finding the key in flight. The limit d is the server's own: past it the
+// handler's context is done. A handler deaf to its context does not hold
+// its key for good. At twice the limit, with a TxStore, its claim is
+// released and nothing it still does is stored. A durable claim is left to
+// the lease rule. Default DefaultHandlerTimeout.
 func WithHandlerTimeout(d time.Duration) Option { return func(o *options) { o.handlerTimeout = d } }
 
-// WithLogger sets where problems that reach no caller are logged: the
-// cause of a store failure the caller was told of only by its code
-// (UNAVAILABLE, DATA_LOSS), a lease renewal that failed. Default
-// slog.Default().
+// WithLogger sets where problems that reach no caller are logged. One is
+// the cause of a store failure the caller knows only by its code
+// (UNAVAILABLE, DATA_LOSS). Another is a lease renewal that failed.
+// Default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithObserver has o told of every request the interceptor sees. Each
-// call adds one: metrics and a log, say, both observe.
+// call adds one, so metrics and a log can both observe.
 func WithObserver(o Observer) Option {
 	return func(opts *options) { opts.observer = append(opts.observer, o) }
 }
 
-// check reports options that cannot work: a lease not shorter than the
-// TTL, a method name not of the form "/package.Service/Method" (a typo
-// there would silently leave the method without its policy).
+// check reports options that cannot work. A lease must be positive and
+// shorter than the TTL, and a handler timeout positive. A method name must
+// be of the form "/package.Service/Method". A typo there would silently
+// leave the method without its policy. WithoutStoring(OK) is refused.
 func (o *options) check() error {
 	if o.lease <= 0 || o.ttl <= o.lease {
 		return fmt.Errorf("interceptor: need 0 < lease < ttl, got lease %v, ttl %v", o.lease, o.ttl)

@@ -2,6 +2,6 @@
 
 package interceptor
 
-// replayMismatch is true in the robustness suite's broken build only; see
+// replayMismatch is true in the robustness suite's broken build only. See
 // rules.go. Never build a binary to serve with this tag.
 const replayMismatch = true

@@ -5,17 +5,19 @@ import (
 	"strings"
 )
 
-// InFlightLister is a Store that lists the claims in flight now: what an
-// operator reads to find keys held by a slow handler or left by a crashed
-// one. A page costs the claims it returns, not the records stored: a store
-// keeps its claims in flight apart (an index, or its memory) to list them.
+// InFlightLister is a Store that lists the claims in flight now. An
+// operator reads it to find keys held by a slow handler or left by a
+// crashed one. A page costs the claims it returns, not the records stored.
+// To list them, a store keeps its claims in flight apart, in an index or
+// in its memory.
 type InFlightLister interface {
-	// InFlight returns up to limit claims in flight, those of ended
-	// processes included until they are taken over, in an order of the
-	// store's own (the same on every call), starting after the key after
-	// (the zero RecordKey: from the first). A claim that a store keeps only in the memory of the
-	// process that holds it (a transactional claim not yet committed) is
-	// listed by that process alone.
+	// InFlight returns up to limit claims in flight. Those of ended
+	// processes are included until they are taken over. They come in an
+	// order of the store's own, the same on every call. The list starts
+	// after the key after, or from the first for the zero RecordKey. A
+	// store may keep a claim only in the memory of the process that holds
+	// it, as for a transactional claim not yet committed. Only that process
+	// lists it.
 	InFlight(ctx context.Context, after RecordKey, limit int) ([]KeyedRecord, error)
 }
 
@@ -25,8 +27,8 @@ type KeyedRecord struct {
 	Record *Record
 }
 
-// CompareKeys orders record keys by scope, then key, byte by byte: an
-// order for InFlight's pages.
+// CompareKeys orders record keys by scope, then key, byte by byte. It is
+// an order for InFlight's pages.
 func CompareKeys(a, b RecordKey) int {
 	if c := strings.Compare(a.Scope, b.Scope); c != 0 {
 		return c
@@ -35,9 +37,9 @@ func CompareKeys(a, b RecordKey) int {
 }
 
 // MergeInFlight merges two lists of claims in flight, each in the order of
-// cmp, into one of at most limit, keeping a's record where both hold a
-// key: for a store whose claims are partly in its memory (a) and partly
-// stored (b), the memory being the fresher.
+// cmp, into one of at most limit. Where both hold a key, it keeps a's
+// record. It is for a store whose claims are partly in its memory (a) and
+// partly stored (b). The memory is the fresher.
 func MergeInFlight(a, b []KeyedRecord, limit int, cmp func(a, b RecordKey) int) []KeyedRecord {
 	out := make([]KeyedRecord, 0, min(limit, len(a)+len(b)))
 	for len(out) < limit && (len(a) > 0 || len(b) > 0) {

@@ -12,8 +12,8 @@ import (
 	idempotencyv1 "github.com/paymentsd/paymentsd/gen/idempotency/v1"
 )
 
-// MarshalBinary encodes r as an idempotency.v1.Record, deterministically, so
-// that every store keeps records in the same versioned format.
+// MarshalBinary encodes r as an idempotency.v1.Record, deterministically.
+// Every store thus keeps records in the same versioned format.
 func (r *Record) MarshalBinary() ([]byte, error) {
 	pb := &idempotencyv1.Record{
 		Fingerprint:       r.Fingerprint[:],
@@ -78,9 +78,9 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// MarshalBinary encodes r as an idempotency.v1.Result, deterministically:
-// what a store that keeps a record's fields apart (in table columns, say)
-// keeps as its result.
+// MarshalBinary encodes r as an idempotency.v1.Result, deterministically.
+// A store may keep a record's fields apart, in table columns, say. It
+// keeps this encoding as the result.
 func (r *Result) MarshalBinary() ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(r.proto())
 }

@@ -1,14 +1,23 @@
 // Package storage is the contract between the idempotency interceptor and
-// the stores that keep its records: Store (an atomic claim, lease renewal,
-// completion), TxStore (a handler's writes committed with its record),
-// Watcher, Upkeep, Releaser (an operator's release of a key), the Record
-// they keep, and Decide, CheckClaim and CheckRelease, the rules every
-// store runs inside one transaction of its own. A store
-// reports what went wrong with the errors below (ErrDamaged, ErrStopped,
-// ErrSuperseded, ErrConflict, ErrOutcomeUnknown), never with a gRPC status:
-// the interceptor alone decides what the caller is told.
+// the stores that keep its records. It holds these parts:
 //
-// Package storagetest is the conformance suite a store must pass; the
+//   - Store: an atomic claim, lease renewal and completion.
+//
+//   - TxStore: a handler's writes committed with its record.
+//
+//   - Watcher, Upkeep, and Releaser (an operator's release of a key).
+//
+//   - Record: what they keep.
+//
+//   - Decide, CheckClaim and CheckRelease: the rules every store runs
+//     inside one transaction of its own.
+//
+// A store reports what went wrong with the errors below: ErrDamaged,
+// ErrStopped, ErrSuperseded, ErrConflict and ErrOutcomeUnknown. It never
+// uses a gRPC status. The interceptor alone decides what the caller is
+// told.
+//
+// Package storagetest is the conformance suite a store must pass. The
 // rules themselves are stated in docs/idempotency.md.
 package storage
 
@@ -24,39 +33,39 @@ import (
 )
 
 // Store keeps idempotency records. It is all the interceptor needs from a
-// backend: an atomic claim before the handler runs, compare-and-set lease
-// renewals while it runs, and a compare-and-set completion after it. Decide
-// and CheckClaim hold the rules, so a backend only has to run them inside
-// one transaction of its own.
+// backend. That is an atomic claim before the handler runs, compare-and-set
+// lease renewals while it runs, and a compare-and-set completion after it.
+// Decide and CheckClaim hold the rules. A backend only has to run them
+// inside one transaction of its own.
 //
-// A backend whose own data lives beside the records can go further and
+// A backend whose own data lives beside the records can go further. It can
 // commit the handler's writes in the completion's transaction: see TxStore.
 type Store interface {
-	// Claim decides req against the record stored for req.Key, atomically:
-	// it reads the record, calls Decide with the store's Claimant, and, when
-	// the outcome is Claimed, writes the new record before returning.
-	// Concurrent claims of one key must be serialized so that exactly one of
-	// them is fresh.
+	// Claim decides req against the record stored for req.Key, atomically.
+	// It reads the record and calls Decide with the store's Claimant. When
+	// the outcome is Claimed, it writes the new record before returning.
+	// Concurrent claims of one key must be serialized, so that exactly one
+	// of them is fresh.
 	Claim(ctx context.Context, req ClaimRequest) (Outcome, *Record, error)
 
-	// Renew stores claim, a claim that Claim returned with a later
-	// LeaseExpiry, provided CheckClaim finds it still the stored claim;
-	// otherwise it returns ErrSuperseded and writes nothing.
+	// Renew stores claim, a claim that Claim returned, with a later
+	// LeaseExpiry. It does so only if CheckClaim finds it still the stored
+	// claim. Otherwise it returns ErrSuperseded and writes nothing.
 	Renew(ctx context.Context, key RecordKey, claim *Record) error
 
-	// Complete stores done, the completed form of a claim (Record.Completed),
-	// provided CheckClaim finds that claim still stored; otherwise it returns
-	// ErrSuperseded and writes nothing.
+	// Complete stores done, the completed form of a claim
+	// (Record.Completed). It does so only if CheckClaim finds that claim
+	// still stored. Otherwise it returns ErrSuperseded and writes nothing.
 	Complete(ctx context.Context, key RecordKey, done *Record) error
 }
 
-// TxStore is a Store whose records live beside the handlers' own data, so
-// that a handler's writes and the completion of its record commit in one
+// TxStore is a Store whose records live beside the handlers' own data. A
+// handler's writes and the completion of its record commit in one
 // transaction: both or neither. A crash at any point then leaves no write
 // that no key's answer names.
 //
 // The interceptor uses it, when the store implements it, for every request
-// it claims. The handler's context carries the Tx; the backend's own
+// it claims. The handler's context carries the Tx. The backend's own
 // repositories find it there (each backend says how) and write through it.
 // A handler that writes nothing through it behaves as with a plain Store.
 type TxStore interface {
@@ -72,8 +81,8 @@ type TxStore interface {
 }
 
 // Durability is when a claim is committed. It follows from what the
-// handler may do, and so it also says what a stored error left behind:
-// whether an operator may release it (see CheckRelease).
+// handler may do. So it also says what a stored error left behind, and
+// thus whether an operator may release it (see CheckRelease).
 type Durability uint8
 
 const (
@@ -98,10 +107,10 @@ type Tx interface {
 
 	// Commit stores done, the completed form of the claim, in one
 	// transaction with the writes the handler made through the Tx. It keeps
-	// those writes only when done's result is a response (KeepsWrites): an
+	// those writes only when done's result is a response (KeepsWrites). An
 	// error names no writes. CheckClaim must find the claim still the
 	// stored one, else Commit returns ErrSuperseded. If any of it fails,
-	// none of it is stored, a Transactional claim is released, and the
+	// none of it is stored, and a Transactional claim is released. The
 	// error is returned. A store that cannot tell whether it stored it
 	// returns an error wrapping ErrOutcomeUnknown.
 	Commit(ctx context.Context, done *Record) error
@@ -111,53 +120,56 @@ type Tx interface {
 	Rollback()
 }
 
-// Watcher is a Store shared by several processes that can tell a waiting
-// duplicate when a claim of its key ends in any of them (PostgreSQL's
-// LISTEN/NOTIFY, say). With WithInFlightWait, the interceptor then wakes a
-// duplicate of a request running elsewhere at once, instead of when it
-// next polls; it still polls, once a second, in case a notice is lost.
+// Watcher is a Store shared by several processes. It can tell a waiting
+// duplicate when a claim of its key ends in any of them, as PostgreSQL's
+// LISTEN/NOTIFY can. With WithInFlightWait, the interceptor then wakes a
+// duplicate of a request running elsewhere at once, not at its next poll.
+// The interceptor still polls once a second, in case a notice is lost.
 type Watcher interface {
-	// Watch returns a channel that is closed once a claim of key may have
-	// ended after Watch was called, and a func that stops the watch (the
-	// interceptor calls it exactly once).
+	// Watch returns a channel and a func that stops the watch. The channel
+	// is closed once a claim of key may have ended after Watch was called.
+	// The interceptor calls the func exactly once.
 	Watch(key RecordKey) (ended <-chan struct{}, stop func())
 }
 
 // The errors a store returns. The interceptor tells the caller a plain
-// message by the sentinel an error wraps, and gives the error itself to
-// its Observer and logger: ErrDamaged is answered DATA_LOSS; ErrConflict
-// runs a transactional method again (ABORTED once it has lost too often);
-// ErrOutcomeUnknown is answered UNAVAILABLE saying the outcome is unknown;
-// ErrStopped, and every error that wraps none of them, UNAVAILABLE.
+// message by the sentinel an error wraps. It gives the error itself to its
+// Observer and logger. ErrDamaged is answered DATA_LOSS. ErrConflict runs
+// a transactional method again, and is answered ABORTED once it has lost
+// too often. ErrOutcomeUnknown is answered UNAVAILABLE, saying the outcome
+// is unknown. ErrStopped, and every error that wraps none of them, is
+// answered UNAVAILABLE.
 
 // ErrDamaged, wrapped in a store's error, says the store found its data
-// damaged: the request is not run, and the caller is told DATA_LOSS.
+// damaged. The caller is told DATA_LOSS. A claim that fails so does not
+// run the request. A completion that fails so does not store the result.
 var ErrDamaged = errors.New("idempotency: stored data is damaged")
 
 // ErrStopped, wrapped in a store's error, says the store takes no requests
-// until it is restarted (after a commit whose outcome it cannot know, say):
-// the caller is told UNAVAILABLE, and to retry with the same key.
+// until it is restarted. It may stop after a commit whose outcome it cannot
+// know, say. The caller is told UNAVAILABLE, and to retry with the same
+// key.
 var ErrStopped = errors.New("idempotency: the store takes no requests until it is restarted")
 
-// ErrSuperseded is returned by Store.Renew and Store.Complete when the claim
-// is no longer the stored one: a takeover started a newer attempt, or the
-// record expired and was replaced.
+// ErrSuperseded is returned by Store.Renew and Store.Complete when the
+// claim is no longer the stored one. A takeover started a newer attempt,
+// or the record expired and was replaced.
 var ErrSuperseded = errors.New("idempotency: attempt superseded")
 
 // ErrConflict, wrapped in the error of Tx.Commit, says that nothing was
-// stored because data the handler read changed before its writes could
-// commit: a compare-and-set it staged lost to another request. A
-// transactional method, whose only effects are its writes through the Tx,
-// is then run again on the data as it now stands, as if the two requests
-// had come one after the other. Any other method may have acted outside
-// the store, so its claim stays in flight, as after any failed commit.
+// stored. Data the handler read changed before its writes could commit: a
+// compare-and-set it staged lost to another request. A transactional
+// method is then run again on the data as it now stands. Its only effects
+// are its writes through the Tx. It is as if the two requests had come one
+// after the other. Any other method may have acted outside the store. Its
+// claim stays in flight, as after any failed commit.
 var ErrConflict = errors.New("idempotency: data the handler read changed before its writes committed")
 
 // ErrOutcomeUnknown, wrapped in the error of Tx.Commit or Store.Complete,
-// says that the store cannot tell whether the transaction was kept: the
-// disk failed after the commit's last write, say, so that a restart may
-// find it on disk or not. The caller is told exactly that, and to retry
-// with the same key, which answers with the stored result if it was kept.
+// says that the store cannot tell whether the transaction was kept. Say
+// the disk failed after the commit's last write: a restart may find it on
+// disk or not. The caller is told exactly that, and to retry with the same
+// key. The retry answers with the stored result if it was kept.
 var ErrOutcomeUnknown = errors.New("idempotency: whether the commit was kept is unknown")
 
 // RecordKey names one record: an idempotency key within a caller's scope.
@@ -174,7 +186,8 @@ type ClaimRequest struct {
 	// Scheme is how Fingerprint was computed; see FingerprintScheme.
 	Scheme string
 	Now    time.Time
-	// Lease is how long the claim holds before another request may take it over.
+	// Lease is how long the claim holds before another request may take it
+	// over.
 	Lease time.Duration
 	// TTL is how long a new record lives, from its first claim.
 	TTL time.Duration
@@ -183,18 +196,20 @@ type ClaimRequest struct {
 // Outcome is what a claim decided.
 type Outcome int
 
-// The outcomes of a claim, as in the idempotency contract (docs/idempotency.md).
+// The outcomes of a claim, as in the idempotency contract
+// (docs/idempotency.md).
 const (
-	// OutcomeFresh: no live record; the caller runs the handler.
+	// OutcomeFresh: no live record. The caller runs the handler.
 	OutcomeFresh Outcome = iota + 1
-	// OutcomeReplay: the same request completed; its result is replayed.
+	// OutcomeReplay: the same request completed. Its result is replayed.
 	OutcomeReplay
-	// OutcomeInFlight: the same request holds a live lease; try again later.
+	// OutcomeInFlight: the same request holds a live lease. Try again
+	// later.
 	OutcomeInFlight
 	// OutcomeMismatch: the key was used for a different request.
 	OutcomeMismatch
-	// OutcomeTakeover: the same request's lease expired; the caller runs the
-	// handler again as the next attempt.
+	// OutcomeTakeover: the same request's lease expired. The caller runs
+	// the handler again as the next attempt.
 	OutcomeTakeover
 )
 
@@ -208,7 +223,7 @@ func (o Outcome) String() string {
 }
 
 // Claimed reports whether the caller now holds the claim and must run the
-// handler; a store writes the new record exactly in these cases.
+// handler. A store writes the new record exactly in these cases.
 func (o Outcome) Claimed() bool { return o == OutcomeFresh || o == OutcomeTakeover }
 
 // State is a record's phase.
@@ -221,8 +236,8 @@ const (
 	StateCompleted
 )
 
-// ClaimToken tells one claim from every other, so that a worker can only
-// complete the claim it was given, even if the record was replaced since.
+// ClaimToken tells one claim from every other. A worker can thus complete
+// only the claim it was given, even if the record was replaced since.
 type ClaimToken [16]byte
 
 // Record is what a store keeps for one RecordKey.
@@ -239,16 +254,17 @@ type Record struct {
 	// LeaseExpiry is when an in-flight claim may be taken over.
 	LeaseExpiry time.Time
 	// ClaimTime is when the attempt that made the claim began (its
-	// ClaimRequest.Now): an operator's measure of how long a key has been
-	// in flight. Zero for records stored before it was kept.
+	// ClaimRequest.Now). It tells an operator how long a key has been in
+	// flight. Zero for records stored before it was kept.
 	ClaimTime time.Time
-	// Expiry is when the record is forgotten; from then on it counts as absent.
+	// Expiry is when the record is forgotten. From then on it counts as
+	// absent.
 	Expiry time.Time
 	// Result is set once the record is completed.
 	Result *Result
 	// Durability is that of the claim this record completes. A store keeps
-	// it with the result, so that Release can tell a Transactional error,
-	// which left nothing behind, from a Durable one.
+	// it with the result. Release can then tell a Transactional error, which
+	// left nothing behind, from a Durable one.
 	Durability Durability
 }
 
@@ -262,26 +278,26 @@ type Result struct {
 	Header, Trailer metadata.MD
 }
 
-// Claimant is who claims through a store: recorded with each claim, so that
-// a store knows which process holds it.
+// Claimant is who claims through a store. It is recorded with each claim,
+// so that a store knows which process holds it.
 type Claimant struct {
 	// ID names the claiming process, new each time a store is opened.
 	ID string
-	// Exclusive says no other process can use the store at the same time
-	// (the embedded store's file lock proves it). An in-flight claim of any
-	// other ID is then an orphan of a process that died, and is taken over
+	// Exclusive says no other process can use the store at the same time.
+	// The embedded store's file lock proves it. An in-flight claim of any
+	// other ID is then an orphan of a process that died. It is taken over
 	// at once instead of when its lease runs out. A store shared by several
 	// processes leaves it false and keeps the lease rule.
 	Exclusive bool
 }
 
-// Decide applies the claim rules to stored, the live or expired record for
-// req.Key (nil when there is none), for a claim by who. held says that
-// stored is a claim whose Tx who still runs: its worker is alive, so it is
-// in flight to its own request however late its lease or expiry. Decide
-// returns the outcome and the record as it stands afterwards: a new
-// in-flight record when the outcome is Claimed, which the store must
-// write, or stored itself.
+// Decide applies the claim rules for a claim by who. Here stored is the
+// live or expired record for req.Key, nil when there is none. If held
+// is true, stored is a claim whose Tx who still runs. Its worker is alive,
+// so it is in flight to its own request however late its lease or expiry.
+// Decide returns the outcome and the record as it stands afterwards. When
+// the outcome is Claimed, that is a new in-flight record, which the store
+// must write. Otherwise it is stored itself.
 func Decide(stored *Record, held bool, req ClaimRequest, who Claimant) (Outcome, *Record) {
 	switch {
 	case stored == nil || !held && !req.Now.Before(stored.Expiry):
@@ -323,8 +339,8 @@ func CheckClaim(stored, claim *Record) error {
 	return nil
 }
 
-// Completed returns the completed form of the claim r, holding result: what
-// Store.Complete is given.
+// Completed returns the completed form of the claim r, holding result.
+// That is what Store.Complete is given.
 func (r *Record) Completed(result *Result) *Record {
 	done := *r
 	done.State = StateCompleted
@@ -334,7 +350,7 @@ func (r *Record) Completed(result *Result) *Record {
 }
 
 // KeepsWrites reports whether a Tx that commits r keeps the handler's
-// writes. It does only for a response: an error names no writes, so a
+// writes. It does only for a response. An error names no writes, so a
 // handler that failed leaves none behind.
 func (r *Record) KeepsWrites() bool {
 	return r.Result != nil && r.Result.Status == nil

@@ -3,11 +3,11 @@
 // reads, so that storage.Decide stays the only rule.
 //
 // The ledger knows three things. Held claims are those whose Tx this
-// process still runs: their worker is alive, so they are in flight however
+// process still runs. Their worker is alive, so they are in flight however
 // late their lease. Renewed leases are those a store kept in memory rather
-// than wrote. Trusted completed records answer a retry without a read, for
-// as long as the store says they cannot change. docs/design/trust-windows.md
-// says why each is safe.
+// than wrote. Trusted completed records answer a retry without a read.
+// They do so for as long as the store says they cannot change. The page
+// docs/design/trust-windows.md says why each is safe.
 package ledger
 
 import (
@@ -22,7 +22,7 @@ import (
 )
 
 // Bounds of the completed records kept: how many, and how large an
-// encoding may be. Results can be megabytes; those are read each time.
+// encoding may be. Results can be megabytes. Those are read each time.
 const (
 	maxCompleted     = 4096
 	maxCompletedSize = 16 << 10
@@ -48,7 +48,8 @@ type Ledger struct {
 }
 
 // New returns an empty ledger for claims by who. A completed record is
-// trusted for trust after it was seen, or until it expires when trust is 0.
+// trusted for trust after it was seen. When trust is 0, it is trusted
+// until it expires.
 func New(who storage.Claimant, trust time.Duration) *Ledger {
 	return &Ledger{who: who, trust: trust,
 		held: map[storage.RecordKey]*storage.Record{}, renewed: map[storage.RecordKey]renewal{}}
@@ -58,9 +59,9 @@ func New(who storage.Claimant, trust time.Duration) *Ledger {
 func (l *Ledger) Claimant() storage.Claimant { return l.who }
 
 // A renewal is a lease renewed in memory, for a claim the store did not
-// write it for. It outlives the claim's Tx: if that ends without a result,
-// the stored lease is older than the last one its worker was known alive
-// for.
+// write it for. It outlives the claim's Tx. If that Tx ends without a
+// result, the stored lease is older than the last one its worker was known
+// alive for.
 type renewal struct {
 	attempt uint64
 	token   storage.ClaimToken
@@ -68,8 +69,8 @@ type renewal struct {
 }
 
 // Answer decides req on what the ledger knows without the store: a
-// trusted completed record, or a claim held here. ok is false when it
-// knows neither and the store must be read.
+// trusted completed record, or a claim held here. When it knows neither,
+// ok is false and the store must be read.
 func (l *Ledger) Answer(req storage.ClaimRequest) (outcome storage.Outcome, rec *storage.Record, ok bool) {
 	if rec := l.trusted(req.Key, req.Now); rec != nil {
 		if outcome, rec := storage.Decide(rec, false, req, l.who); !outcome.Claimed() {
@@ -93,10 +94,10 @@ func (l *Ledger) Decide(req storage.ClaimRequest, stored *storage.Record) (stora
 	return l.decideLocked(req, stored)
 }
 
-// Claim is Decide, and holds the claim it makes until Release. stored must
-// have been read after Version(req.Key) returned version. ok is false,
-// deciding nothing, when a claim of the key may have ended since: the
-// store must read again.
+// Claim is Decide, and holds the claim it makes until Release. The record
+// stored must have been read after Version(req.Key) returned version. A
+// claim of the key may have ended since. Then ok is false, nothing is
+// decided, and the store must read again.
 func (l *Ledger) Claim(req storage.ClaimRequest, stored *storage.Record, version uint64) (outcome storage.Outcome, rec *storage.Record, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -120,7 +121,7 @@ func (l *Ledger) decideLocked(req storage.ClaimRequest, stored *storage.Record) 
 }
 
 // Version is to be taken before a record that Claim decides on is read. A
-// record changes only as a claim of it ends, so a read made after it is
+// record changes only as a claim of it ends. So a read made after it is
 // current until the version moves.
 func (l *Ledger) Version(k storage.RecordKey) uint64 { return l.released.of(k) }
 
@@ -150,7 +151,7 @@ func (l *Ledger) Holds(k storage.RecordKey) bool {
 }
 
 // Renew keeps claim's later lease in memory and reports true if claim is
-// the one held for k; otherwise the store must write it.
+// the one held for k. Otherwise the store must write it.
 func (l *Ledger) Renew(k storage.RecordKey, claim *storage.Record) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -185,9 +186,9 @@ func (l *Ledger) renewedLocked(k storage.RecordKey, stored *storage.Record) *sto
 	return &renewed
 }
 
-// counts counts events by key in 256 slots that keys hash to: enough to
-// tell that nothing happened to a key since its count was read, at the
-// price of a false alarm now and then from another key of its slot.
+// counts counts events by key in 256 slots that keys hash to. That is
+// enough to tell that nothing happened to a key since its count was read.
+// The price is a false alarm now and then from another key of its slot.
 type counts [256]atomic.Uint64
 
 var countSeed = maphash.MakeSeed()
@@ -200,8 +201,8 @@ func (c *counts) of(k storage.RecordKey) uint64 { return c.slot(k).Load() }
 
 func (c *counts) add(k storage.RecordKey) { c.slot(k).Add(1) }
 
-// completed is a completed record kept in memory: the encoding it was
-// decoded from, if the store gave one, and when it was first trusted.
+// completed is a completed record kept in memory. It holds the encoding it
+// was decoded from, if the store gave one, and when it was first trusted.
 type completed struct {
 	raw  []byte
 	rec  *storage.Record
@@ -241,7 +242,7 @@ func (l *Ledger) trusted(k storage.RecordKey, now time.Time) *storage.Record {
 }
 
 // Decoded returns the record kept for k if raw is the encoding it was
-// decoded from, and the kept copy of raw. The record is a copy; its Result
+// decoded from, and the kept copy of raw. The record is a copy. Its Result
 // is shared and never changed.
 func (l *Ledger) Decoded(k storage.RecordKey, raw []byte) (*storage.Record, []byte) {
 	v, ok := l.completed.Load(k)
@@ -256,10 +257,10 @@ func (l *Ledger) Decoded(k storage.RecordKey, raw []byte) (*storage.Record, []by
 	return &r, e.raw
 }
 
-// Remember keeps rec, k's record as read or written after s was taken,
-// with raw, its encoding (nil if the store has none to give). A record in
-// flight is not kept, and forgets what was: claims change, results do not.
-// Nothing is kept if k was forgotten since s.
+// Remember keeps rec, k's record as read or written after s was taken.
+// With it goes raw, the record's encoding (nil if the store has none). A
+// record in flight is not kept, and forgets what was. Claims change,
+// results do not. Nothing is kept if k was forgotten since s.
 func (l *Ledger) Remember(k storage.RecordKey, rec *storage.Record, raw []byte, s Sighting) {
 	if rec.State != storage.StateCompleted || len(raw) > maxCompletedSize {
 		l.Forget(k)
@@ -289,7 +290,8 @@ func (l *Ledger) Remember(k storage.RecordKey, rec *storage.Record, raw []byte, 
 }
 
 // Forget drops the completed record kept for k, once its stored record
-// has changed or may have, and what a read made before now would keep.
+// has changed or may have. It also drops what a read made before now
+// would keep.
 func (l *Ledger) Forget(k storage.RecordKey) {
 	l.forgotten.add(k)
 	l.drop(k)
@@ -302,8 +304,8 @@ func (l *Ledger) drop(k storage.RecordKey) {
 }
 
 // HeldAfter returns up to limit of the claims held here whose keys come
-// after after in cmp's order, sorted, with their renewed leases. The
-// records are copies.
+// after after in cmp's order. They are sorted, with their renewed leases.
+// The records are copies.
 func (l *Ledger) HeldAfter(after storage.RecordKey, limit int, cmp func(a, b storage.RecordKey) int) []storage.KeyedRecord {
 	l.mu.Lock()
 	claims := make([]storage.KeyedRecord, 0, len(l.held))
@@ -332,7 +334,7 @@ func sortKeyed(claims []storage.KeyedRecord, cmp func(a, b storage.RecordKey) in
 	slices.SortFunc(claims, func(a, b storage.KeyedRecord) int { return cmp(a.Key, b.Key) })
 }
 
-// copyRecords gives claims records of their own: the caller may change
+// copyRecords gives claims records of their own. The caller may change
 // them, and the ledger's are shared.
 func copyRecords(claims []storage.KeyedRecord) []storage.KeyedRecord {
 	for i, c := range claims {

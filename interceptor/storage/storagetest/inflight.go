@@ -10,8 +10,8 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
-// listInFlight reads every page of l's claims in flight, limit per page,
-// and returns the keys in page order with their records. It fails the test
+// listInFlight reads every page of l's claims in flight, limit per page.
+// It returns the keys in page order with their records. It fails the test
 // when a page repeats a key or comes back out of order.
 func listInFlight(t *testing.T, l storage.InFlightLister, limit int) ([]string, map[string]*storage.Record) {
 	t.Helper()
@@ -43,9 +43,10 @@ func listInFlight(t *testing.T, l storage.InFlightLister, limit int) ([]string, 
 	}
 }
 
-// testInFlightList: durable claims and, on a TxStore, claims held in a Tx
-// are listed, each once, across pages of any size, with their attempt,
-// lease and claim time; completed, released and swept records are not.
+// testInFlightList: durable claims are listed, and so, on a TxStore, are
+// claims held in a Tx. Each is listed once, across pages of any size, with
+// its attempt, lease and claim time. Completed, released and swept records
+// are not listed.
 func testInFlightList(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	l := as[storage.InFlightLister](t, s)
@@ -89,7 +90,7 @@ func testInFlightList(t *testing.T, open Opener) {
 }
 
 // testInFlightChanges: a claim leaves the list when it completes, or when
-// its record expires and is swept; one taken over stays, with its new
+// its record expires and is swept. One taken over stays, with its new
 // attempt and claim time.
 func testInFlightChanges(t *testing.T, open Opener) {
 	s := newStore(t, open)
@@ -116,9 +117,9 @@ func testInFlightChanges(t *testing.T, open Opener) {
 	}
 }
 
-// testInFlightReopen: a durable claim outlives its process (an orphan, for
-// an operator to see until it is taken over); a claim held in a Tx that
-// ended without a commit is gone.
+// testInFlightReopen: a durable claim outlives its process. It is an
+// orphan, for an operator to see until it is taken over. A claim held in a
+// Tx that ended without a commit is gone.
 func testInFlightReopen(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := open(t, dir)

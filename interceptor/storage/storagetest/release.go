@@ -9,9 +9,10 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
 
-// storeResult stores result for req as a transactional method would when
-// transactional (through a claim that is not durable, on a TxStore), else
-// through Claim and Complete, and returns the completed record.
+// storeResult stores result for req and returns the completed record. When
+// transactional is true and s is a TxStore, it stores it as a
+// transactional method would, through a claim that is not durable. Else it
+// goes through Claim and Complete.
 func storeResult(t *testing.T, s Store, req storage.ClaimRequest, result *storage.Result, transactional bool) *storage.Record {
 	t.Helper()
 	if ts, ok := s.(storage.TxStore); ok && transactional {
@@ -97,7 +98,7 @@ func testReleaseRefused(t *testing.T, open Opener) {
 }
 
 // testReleasePendingTx: a transactional claim not yet committed is not
-// released (a store may see it in flight, or not at all), and commits
+// released. A store may see it in flight, or not at all. The claim commits
 // afterwards as if nothing happened.
 func testReleasePendingTx(t *testing.T, s Store, r storage.Releaser) {
 	ts, ok := s.(storage.TxStore)

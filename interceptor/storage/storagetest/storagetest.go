@@ -1,5 +1,6 @@
 // Package storagetest is the conformance suite every storage.Store must
-// pass. A backend's test calls RunTests with a function that opens it:
+// pass. A backend's test calls RunTests with a function that opens the
+// store:
 //
 //	func TestConformance(t *testing.T) {
 //		storagetest.RunTests(t, func(t *testing.T, dir string) storagetest.Store {
@@ -11,10 +12,10 @@
 //		})
 //	}
 //
-// A store that is also an storage.TxStore is tested for atomic
-// completion too, an storage.Releaser for releasing keys, and an
-// storage.InFlightLister for listing claims; for any other store those
-// tests are skipped.
+// A store that is also a storage.TxStore is tested for atomic completion
+// too. A storage.Releaser is tested for releasing keys. A
+// storage.InFlightLister is tested for listing claims. For any other store
+// those tests are skipped.
 package storagetest
 
 import (
@@ -45,13 +46,13 @@ type Store interface {
 	// Sweep deletes the records expired at now and returns how many.
 	Sweep(ctx context.Context, now time.Time) (int, error)
 	// Get returns the record stored for a key, live or expired, or nil
-	// when there is none, and changes nothing: an operator's lookup.
+	// when there is none. It changes nothing: it is an operator's lookup.
 	Get(ctx context.Context, key storage.RecordKey) (*storage.Record, error)
-	// Claimant is who this opening of the store claims as: the suite
-	// checks orphan takeover for an exclusive store, the lease rule for a
-	// shared one.
+	// Claimant is who this opening of the store claims as. The suite
+	// checks orphan takeover for an exclusive store, and the lease rule
+	// for a shared one.
 	Claimant() storage.Claimant
-	// Close releases the store; opening the same dir again must find every
+	// Close releases the store. Opening the same dir again must find every
 	// record it held.
 	Close() error
 }
@@ -175,8 +176,8 @@ func claim(t *testing.T, s Store, req storage.ClaimRequest, want storage.Outcome
 	return rec
 }
 
-// as returns s as a T, the optional part of a store that a test is
-// about, or skips the test when s is not one.
+// as returns s as a T, the optional part of a store that a test is about.
+// It skips the test when s is not one.
 func as[T any](t *testing.T, s Store) T {
 	t.Helper()
 	v, ok := s.(T)
@@ -187,8 +188,9 @@ func as[T any](t *testing.T, s Store) T {
 }
 
 // claimTx claims req through ClaimTx and checks the outcome. A claimed
-// outcome returns its Tx, rolled back when the test ends unless it ended
-// before (Rollback after Commit does nothing); any other returns no Tx.
+// outcome returns its Tx. The Tx is rolled back when the test ends, unless
+// it ended before (Rollback after Commit does nothing). Any other outcome
+// returns no Tx.
 func claimTx(t *testing.T, s storage.TxStore, req storage.ClaimRequest, durable storage.Durability, want storage.Outcome) (*storage.Record, storage.Tx) {
 	t.Helper()
 	got, rec, tx, err := s.ClaimTx(context.Background(), req, durable)
@@ -210,7 +212,7 @@ func claimTx(t *testing.T, s storage.TxStore, req storage.ClaimRequest, durable 
 	return rec, tx
 }
 
-// durability is the Durability of a claim durable or not: subtests keep
+// durability is the Durability of a claim durable or not. Subtests keep
 // their names of a bool.
 func durability(durable bool) storage.Durability {
 	if durable {
@@ -453,8 +455,8 @@ func testCompleteReplaced(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	req := request("k", "body", t0)
 	old := claim(t, s, req, storage.OutcomeFresh)
-	// The record expires and the key is claimed afresh, attempt 1 again:
-	// the old worker must still be refused.
+	// The record expires and the key is claimed afresh, attempt 1 again.
+	// The old worker must still be refused.
 	claim(t, s, request("k", "body", t0.Add(ttl)), storage.OutcomeFresh)
 	done := old.Completed(sampleResult(t, "stale"))
 	if err := s.Complete(context.Background(), req.Key, done); !errors.Is(err, storage.ErrSuperseded) {
@@ -692,7 +694,7 @@ func testTxHoldsKey(t *testing.T, open Opener) {
 }
 
 func testTxConcurrent(t *testing.T, open Opener) {
-	// Durable and pending claims of one key race each other too: requests
+	// Durable and pending claims of one key race each other too. Requests
 	// of a transactional method and of another method can share a key.
 	for _, tc := range []struct {
 		name   string
@@ -743,9 +745,9 @@ type txClaim struct {
 }
 
 // raceClaimTx makes n concurrent ClaimTx of key, half of them durable,
-// over the given number of distinct bodies, and returns what each was told
-// once all have claimed, rolling back every Tx only then: a pending claim
-// released early would let another claim the key.
+// over the given number of distinct bodies. It returns what each was told
+// once all have claimed. Only then does it roll back every Tx. A pending
+// claim released early would let another claim the key.
 func raceClaimTx(t *testing.T, ts storage.TxStore, key string, n, bodies int) []txClaim {
 	var wg sync.WaitGroup
 	results := make(chan txClaim, n)
@@ -855,7 +857,7 @@ func testTxSuperseded(t *testing.T, open Opener) {
 	first, tx := claimTx(t, ts, req, storage.Durable, storage.OutcomeFresh)
 	if s.Claimant().Exclusive {
 		// The store is this process's alone, and this process still runs the
-		// claim's Tx: its worker is alive, however late its lease.
+		// claim's Tx. Its worker is alive, however late its lease.
 		claim(t, s, request("k", "body", t0.Add(time.Hour)), storage.OutcomeInFlight)
 		if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "live"))); err != nil {
 			t.Fatalf("Commit(live attempt past its lease) = %v, want it stored", err)
@@ -867,7 +869,7 @@ func testTxSuperseded(t *testing.T, open Opener) {
 	if err := tx.Commit(context.Background(), first.Completed(sampleResult(t, "stale"))); !errors.Is(err, storage.ErrSuperseded) {
 		t.Fatalf("Commit(attempt 1 after takeover) = %v, want ErrSuperseded", err)
 	}
-	// Nothing of attempt 1 was stored: attempt 2 is in flight, and its
+	// Nothing of attempt 1 was stored. Attempt 2 is in flight, and its
 	// result is the one that replays.
 	rec := claim(t, s, request("k", "body", t0.Add(lease+time.Second)), storage.OutcomeInFlight)
 	if rec.Attempt != 2 || rec.Token != second.Token || rec.Result != nil {
@@ -892,9 +894,10 @@ func testTxDurableRollback(t *testing.T, open Opener) {
 }
 
 // testTxDurableRenewedRollback: renewals said the worker of a durable claim
-// was alive until the renewed lease; a Tx that ends without a result (its
-// handler overran, its result could not be stored) leaves the claim in
-// flight until then, so that no retry runs the handler again meanwhile.
+// was alive until the renewed lease. A Tx may end without a result: its
+// handler overran, or its result could not be stored. It then leaves the
+// claim in flight until that lease ends. No retry runs the handler again
+// meanwhile.
 func testTxDurableRenewedRollback(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	ts := as[storage.TxStore](t, s)
