@@ -33,6 +33,9 @@ var floors = [][]string{
 	// What a process knows of its records beyond its store, shared by the
 	// stores.
 	{"interceptor/storage/ledger"},
+	// The rules of exactly-once with no transport: fingerprint, claim, run,
+	// store, replay.
+	{"once"},
 	// The interceptor, the stores, the payments domain, the credential
 	// files in use.
 	{"interceptor", "interceptor/retry", "memstore", "boltstore", "pgstore", "server", "internal/credfiles"},

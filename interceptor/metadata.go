@@ -52,3 +52,10 @@ func BearerScope(ctx context.Context) (string, error) {
 	hex.Encode(scope[copy(scope, "sha256:"):], sum[:])
 	return string(scope), nil
 }
+
+// KeySent reports whether the incoming request of ctx carries an
+// idempotency key header, valid or not.
+func KeySent(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, wire.KeyHeader)) > 0 ||
+		len(metadata.ValueFromIncomingContext(ctx, wire.KeyHeader+"-bin")) > 0
+}

@@ -8,8 +8,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
+
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/once"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -111,12 +114,12 @@ type options struct {
 
 // Defaults of the options.
 const (
-	DefaultLease = 30 * time.Second
-	DefaultTTL   = 24 * time.Hour
+	DefaultLease = once.DefaultLease
+	DefaultTTL   = once.DefaultTTL
 	// DefaultMaxResultSize is four times gRPC's default message size limit.
-	DefaultMaxResultSize = 16 << 20
+	DefaultMaxResultSize = once.DefaultMaxResultSize
 	// DefaultHandlerTimeout bounds a handler whose caller has gone.
-	DefaultHandlerTimeout = 30 * time.Second
+	DefaultHandlerTimeout = once.DefaultHandlerTimeout
 )
 
 func evaluateOptions(opts []Option) *options {
@@ -281,3 +284,21 @@ func (o *options) policy(fullMethod string) KeyPolicy {
 	}
 	return o.defaultPolicy
 }
+
+// guardOptions are the options of the once.Guard the interceptor runs on.
+func (o *options) guardOptions() once.Options {
+	g := once.Options{
+		Lease: o.lease, TTL: o.ttl, InFlightWait: o.inFlightWait, HandlerTimeout: o.handlerTimeout,
+		MaxResultSize: o.maxResult, FingerprintExclude: o.exclude, Now: o.now, Logger: o.logger,
+		WatchPoll: watchedPollEvery,
+	}
+	for c := range o.notStored {
+		g.NotStored = append(g.NotStored, code.Code(c))
+	}
+	return g
+}
+
+// watchedPollEvery is how often a duplicate waiting on a Watcher's notice
+// looks at the store anyway, in case the notice was lost. It is a variable
+// only so that a test can tell a notice from a poll.
+var watchedPollEvery = once.DefaultWatchPoll

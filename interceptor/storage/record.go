@@ -5,7 +5,6 @@ import (
 	"sort"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -132,7 +131,7 @@ func resultFromProto(pb *idempotencyv1.Result) (*Result, error) {
 
 // encodeMetadata lists md sorted by key, so that equal metadata encodes to
 // equal bytes.
-func encodeMetadata(md metadata.MD) []*idempotencyv1.MetadataEntry {
+func encodeMetadata(md map[string][]string) []*idempotencyv1.MetadataEntry {
 	if len(md) == 0 {
 		return nil
 	}
@@ -148,11 +147,11 @@ func encodeMetadata(md metadata.MD) []*idempotencyv1.MetadataEntry {
 	return entries
 }
 
-func decodeMetadata(entries []*idempotencyv1.MetadataEntry) metadata.MD {
+func decodeMetadata(entries []*idempotencyv1.MetadataEntry) map[string][]string {
 	if len(entries) == 0 {
 		return nil
 	}
-	md := make(metadata.MD, len(entries))
+	md := make(map[string][]string, len(entries))
 	for _, e := range entries {
 		for _, v := range e.Values {
 			md[e.Key] = append(md[e.Key], string(v))

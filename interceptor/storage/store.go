@@ -28,7 +28,6 @@ import (
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -274,8 +273,9 @@ type Result struct {
 	Response *anypb.Any
 	// Status is the handler's full status when it failed; otherwise nil.
 	Status *spb.Status
-	// Header and Trailer are the metadata the handler set.
-	Header, Trailer metadata.MD
+	// Header and Trailer are the metadata the handler set, by lowercase
+	// name, as gRPC's metadata.MD holds it.
+	Header, Trailer map[string][]string
 }
 
 // Claimant is who claims through a store. It is recorded with each claim,

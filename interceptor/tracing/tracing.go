@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 // Span attributes the Observer sets on the request's span.
@@ -45,7 +44,7 @@ func (Observer) Finished(ctx context.Context, obs interceptor.Observation) {
 	if !span.IsRecording() {
 		return
 	}
-	present := wire.KeySent(ctx)
+	present := interceptor.KeySent(ctx)
 	if obs.Outcome == 0 {
 		span.SetAttributes(AttrKeyPresent.Bool(present))
 		return

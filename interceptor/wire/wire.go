@@ -6,11 +6,8 @@
 package wire
 
 import (
-	"context"
 	"fmt"
 	"strings"
-
-	"google.golang.org/grpc/metadata"
 )
 
 // Metadata keys the interceptor reads and writes.
@@ -95,11 +92,4 @@ func ValidateMethod(name string) error {
 		return fmt.Errorf("method %q is not a full method name of the form /package.Service/Method", name)
 	}
 	return nil
-}
-
-// KeySent reports whether the incoming request of ctx carries an
-// idempotency key header, valid or not.
-func KeySent(ctx context.Context) bool {
-	return len(metadata.ValueFromIncomingContext(ctx, KeyHeader)) > 0 ||
-		len(metadata.ValueFromIncomingContext(ctx, KeyHeader+"-bin")) > 0
 }

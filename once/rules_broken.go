@@ -1,6 +1,6 @@
 //go:build robustness_broken
 
-package interceptor
+package once
 
 // replayMismatch is true in the robustness suite's broken build only. See
 // rules.go. Never build a binary to serve with this tag.

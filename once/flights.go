@@ -1,4 +1,4 @@
-package interceptor
+package once
 
 import (
 	"context"
@@ -54,6 +54,8 @@ type inFlightWait struct {
 	key       storage.RecordKey
 	limit     time.Duration
 	pollEvery time.Duration // doubles, up to 200ms, while no notice can come
+	// watchedPollEvery is how often it polls while a notice can come.
+	watchedPollEvery time.Duration
 
 	giveUp, poll *time.Timer // made on the first wait
 	watched      <-chan struct{}
@@ -78,7 +80,7 @@ func (w *inFlightWait) wait(ctx context.Context, local <-chan struct{}) (timedOu
 	wait := w.pollEvery
 	switch {
 	case w.watched != nil:
-		wait = watchedPollEvery
+		wait = w.watchedPollEvery
 	case w.giveUp != nil:
 		w.pollEvery = min(2*w.pollEvery, 200*time.Millisecond)
 		wait = w.pollEvery

@@ -1,6 +1,6 @@
 //go:build !robustness_broken
 
-package interceptor
+package once
 
 // replayMismatch, when true, breaks one rule of the idempotency contract on
 // purpose. A different request under a completed key gets the stored
