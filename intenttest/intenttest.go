@@ -80,6 +80,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"Tx_FailedWrite_RollsBackWritesAndRecord", testFailedWriteRollsBack},
 		{"Tx_CommitAfterTakeover_IsSupersededAndDropsWrites_ExclusiveNeverTakesOverALiveTx", testTakeoverDropsWrites},
 		{"Tx_Rollback_DropsStagedWrites", testRollbackDropsWrites},
+		{"Once_Transactional_IntentCommitsWithItsRecordOrNotAtAll", testOnceTransactional},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })

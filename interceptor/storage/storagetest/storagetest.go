@@ -119,6 +119,11 @@ func RunTests(t *testing.T, open Opener) {
 		{"InFlight_CompletedSweptLeave_TakenOverStays", testInFlightChanges},
 		{"InFlight_Reopen_KeepsDurableClaims", testInFlightReopen},
 		{"InFlight_TakenOverInTx_Leaves", testInFlightTakenOverInTx},
+		{"Once_Do_RunsOnceAndReplaysTheStoredResponse", testOnceReplays},
+		{"Once_Do_StoredErrorReplayed_OtherRequestRefused", testOnceErrorsAndMismatch},
+		{"Once_Do_WhileRunning_InFlightOrWaits", testOnceInFlight},
+		{"Once_Do_AfterLease_TakenOverAsNextAttempt", testOnceTakeover},
+		{"Once_Do_Transactional_ClaimCommitsWithTheResult", testOnceTransactional},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })

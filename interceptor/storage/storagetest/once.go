@@ -1,0 +1,192 @@
+package storagetest
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/once"
+)
+
+// The tests of this file run once.Do, the rules with no transport, on the
+// store under test.
+
+const operation = "/shop.v1.Orders/Place"
+
+// onceRequest is a Do request of key for body, in scope-a.
+func onceRequest(key, body string) once.Request {
+	return once.Request{Scope: "scope-a", Key: key, Operation: operation, Message: wrapperspb.String(body)}
+}
+
+// guard is a Guard over s whose clock reads *now.
+func guard(t *testing.T, s storage.Store, now *atomic.Pointer[time.Time], opts once.Options) *once.Guard {
+	t.Helper()
+	opts.Lease, opts.TTL = lease, ttl
+	opts.Now = func() time.Time { return *now.Load() }
+	g, err := once.New(s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func clockAt(at time.Time) *atomic.Pointer[time.Time] {
+	var p atomic.Pointer[time.Time]
+	p.Store(&at)
+	return &p
+}
+
+// counted returns a function that counts its runs and answers with reply.
+func counted(runs *atomic.Int32, reply string, err error) func(context.Context) (*wrapperspb.StringValue, error) {
+	return func(context.Context) (*wrapperspb.StringValue, error) {
+		runs.Add(1)
+		if err != nil {
+			return nil, err
+		}
+		return wrapperspb.String(reply), nil
+	}
+}
+
+// refusedAs fails unless err is an *once.Error of code c and reason.
+func refusedAs(t *testing.T, err error, c code.Code, reason string) *once.Error {
+	t.Helper()
+	var e *once.Error
+	if !errors.As(err, &e) || e.Code() != c || e.Reason() != reason {
+		t.Fatalf("Do: %v, want %v with reason %q", err, c, reason)
+	}
+	return e
+}
+
+// testOnceReplays: a response is made once, and every later call, on a
+// reopened store too, gets the stored one.
+func testOnceReplays(t *testing.T, open Opener) {
+	dir := t.TempDir()
+	s := openStore(t, open, dir)
+	now := clockAt(t0)
+	var runs atomic.Int32
+	ctx := context.Background()
+	for i := range 2 {
+		got, err := once.Do(ctx, guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"), counted(&runs, "paid", nil))
+		if err != nil || got.GetValue() != "paid" {
+			t.Fatalf("Do #%d = %v, %v; want paid", i+1, got, err)
+		}
+	}
+	s = reopen(t, open, dir, s)
+	got, err := once.Do(ctx, guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"), counted(&runs, "paid again", nil))
+	if err != nil || got.GetValue() != "paid" || runs.Load() != 1 {
+		t.Fatalf("Do after reopening = %v, %v after %d runs; want the stored paid, 1 run", got, err, runs.Load())
+	}
+}
+
+// testOnceErrorsAndMismatch: a function's error is stored and replayed as
+// it was; another request under the key is refused and never run.
+func testOnceErrorsAndMismatch(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	g := guard(t, s, clockAt(t0), once.Options{})
+	var runs atomic.Int32
+	failed := once.Errorf(code.Code_INVALID_ARGUMENT, "amount must be positive")
+	for i := range 2 {
+		_, err := once.Do(context.Background(), g, onceRequest("k", "pay 0"), counted(&runs, "", failed))
+		var e *once.Error
+		if !errors.As(err, &e) || !proto.Equal(e.Status, failed.Status) {
+			t.Fatalf("Do #%d: %v, want the stored %v", i+1, err, failed)
+		}
+	}
+	_, err := once.Do(context.Background(), g, onceRequest("k", "pay 10"), counted(&runs, "paid", nil))
+	refusedAs(t, err, code.Code_FAILED_PRECONDITION, wire.ReasonKeyReused)
+	if runs.Load() != 1 {
+		t.Errorf("the function ran %d times, want 1", runs.Load())
+	}
+}
+
+// testOnceInFlight: a call that meets the first one running is answered
+// in flight, or, with InFlightWait, waits and gets its result.
+func testOnceInFlight(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	now := clockAt(t0)
+	running, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := once.Do(context.Background(), guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"),
+			func(context.Context) (*wrapperspb.StringValue, error) {
+				close(running)
+				<-release
+				return wrapperspb.String("paid"), nil
+			})
+		first <- err
+	}()
+	<-running
+	var runs atomic.Int32
+	_, err := once.Do(context.Background(), guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"), counted(&runs, "twice", nil))
+	if e := refusedAs(t, err, code.Code_ABORTED, wire.ReasonKeyInUse); e.RetryDelay() <= 0 {
+		t.Errorf("in flight with retry delay %v, want one", e.RetryDelay())
+	}
+	waited := make(chan *wrapperspb.StringValue, 1)
+	go func() {
+		got, _ := once.Do(context.Background(), guard(t, s, now, once.Options{InFlightWait: time.Minute}),
+			onceRequest("k", "pay 10"), counted(&runs, "twice", nil))
+		waited <- got
+	}()
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the first Do: %v", err)
+	}
+	if got := <-waited; got.GetValue() != "paid" || runs.Load() != 0 {
+		t.Fatalf("the waiting Do = %v after %d runs of its own, want the first's paid", got, runs.Load())
+	}
+}
+
+// testOnceTakeover: a claim whose worker died is taken over once its lease
+// ends, as the next attempt; the dead worker's late result is refused.
+func testOnceTakeover(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	msg := wrapperspb.String("pay 10")
+	fp, err := once.NewFingerprint(operation, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := storage.ClaimRequest{Key: storage.RecordKey{Scope: "scope-a", Key: "k"}, Fingerprint: fp,
+		Scheme: once.FingerprintScheme, Now: t0, Lease: lease, TTL: ttl}
+	orphan := claim(t, s, dead, storage.OutcomeFresh)
+
+	var attempt uint64
+	got, err := once.Do(context.Background(), guard(t, s, clockAt(t0.Add(2*lease)), once.Options{}), onceRequest("k", "pay 10"),
+		func(ctx context.Context) (*wrapperspb.StringValue, error) {
+			attempt, _ = once.AttemptFrom(ctx)
+			return wrapperspb.String("paid"), nil
+		})
+	if err != nil || got.GetValue() != "paid" || attempt != 2 {
+		t.Fatalf("Do after the lease = %v, %v as attempt %d; want paid as attempt 2", got, err, attempt)
+	}
+	late := orphan.Completed(sampleResult(t, "late"))
+	if err := s.Complete(context.Background(), dead.Key, late); !errors.Is(err, storage.ErrSuperseded) {
+		t.Fatalf("the dead worker's Complete: %v, want ErrSuperseded", err)
+	}
+}
+
+// testOnceTransactional: on a TxStore, a transactional call's claim is
+// Transactional, and its stored error may therefore be released.
+func testOnceTransactional(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	as[storage.TxStore](t, s)
+	req := onceRequest("k", "pay 0")
+	req.Transactional = true
+	var runs atomic.Int32
+	_, err := once.Do(context.Background(), guard(t, s, clockAt(t0), once.Options{}), req,
+		counted(&runs, "", once.Errorf(code.Code_INVALID_ARGUMENT, "amount must be positive")))
+	if err == nil {
+		t.Fatal("Do = nil error, want the function's")
+	}
+	rec, err := s.Get(context.Background(), storage.RecordKey{Scope: "scope-a", Key: "k"})
+	if err != nil || rec == nil || rec.Durability != storage.Transactional || rec.State != storage.StateCompleted {
+		t.Fatalf("record after a transactional Do: %+v, %v; want completed, Transactional", rec, err)
+	}
+}
