@@ -113,6 +113,9 @@
 //
 // Each serves one reader:
 //
+//   - once: the rules with no transport, for a message consumer or any
+//     caller that is not a gRPC server. This package is its gRPC face.
+//
 //   - interceptor/storage: the store contract, for those who write a store.
 //     It holds Store, TxStore, Record, the claim rules in Decide and the
 //     errors a store returns. Its conformance suite is storage/storagetest.

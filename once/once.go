@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
 )
 
 // Defaults of the Options.
@@ -193,11 +194,17 @@ type Answer struct {
 // Run runs fn at most once for req across retries, processes and replicas
 // that share g's store. It returns the stored result, unchanged, to every
 // later call with the same request. Its error is an *Error: a refusal of
-// the rules (in flight, mismatch, superseded, a store failure), or one fn
-// returned. obs, when not nil, is filled in.
+// the rules (an invalid key, in flight, mismatch, superseded, a store
+// failure), or one fn returned. obs, when not nil, is filled in.
 func (g *Guard) Run(ctx context.Context, req Request, obs *Observation, fn Func) (Answer, error) {
 	if obs == nil {
 		obs = &Observation{}
+	}
+	if err := wire.ValidateKey(req.Key); err != nil {
+		return Answer{}, refusal(code.Code_INVALID_ARGUMENT, wire.ReasonKeyInvalid, "invalid idempotency key: "+err.Error(), nil)
+	}
+	if req.Scope == "" || req.Message == nil {
+		return Answer{}, plain(code.Code_INTERNAL, "idempotency: a request needs a scope and a message")
 	}
 	fp, err := g.fingerprinter.fingerprint(req.Operation, req.Message)
 	if err != nil {

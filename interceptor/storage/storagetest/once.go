@@ -190,3 +190,24 @@ func testOnceTransactional(t *testing.T, open Opener) {
 		t.Fatalf("record after a transactional Do: %+v, %v; want completed, Transactional", rec, err)
 	}
 }
+
+// testOnceBadRequest: an invalid key or a request without a scope is
+// refused before anything is claimed or run.
+func testOnceBadRequest(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	g := guard(t, s, clockAt(t0), once.Options{})
+	var runs atomic.Int32
+	_, err := once.Do(context.Background(), g, onceRequest(" padded", "pay 10"), counted(&runs, "paid", nil))
+	refusedAs(t, err, code.Code_INVALID_ARGUMENT, wire.ReasonKeyInvalid)
+	noScope := onceRequest("k", "pay 10")
+	noScope.Scope = ""
+	if _, err := once.Do(context.Background(), g, noScope, counted(&runs, "paid", nil)); err == nil {
+		t.Error("Do without a scope = nil error, want a refusal")
+	}
+	if runs.Load() != 0 {
+		t.Errorf("the function ran %d times, want 0", runs.Load())
+	}
+	if rec, err := s.Get(context.Background(), storage.RecordKey{Scope: "scope-a", Key: "k"}); err != nil || rec != nil {
+		t.Errorf("record after refusals: %+v, %v; want none", rec, err)
+	}
+}
