@@ -25,11 +25,11 @@ var floors = [][]string{
 		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
 		"internal/grpcreflect", "internal/requestid", "internal/storehealth", "internal/cli", "internal/openapitidy",
 		"internal/traceexport", "internal/connlimit", "internal/grpcslog", "server/strictcodec",
-		"internal/testkit/testclock", "internal/testkit/faultproxy", "internal/testkit/rawgrpc",
-		"internal/testkit/grpctest", "internal/testkit/logbuf"},
+		"testkit/testclock", "testkit/faultproxy", "testkit/rawgrpc", "testkit/grpctest", "testkit/logbuf",
+		"testkit/pgtest"},
 	// Contracts: the idempotency wire and store contracts, credentials,
 	// TLS files.
-	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload", "internal/testkit/pgtest"},
+	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload"},
 	// What a process knows of its records beyond its store, shared by the
 	// stores.
 	{"interceptor/storage/ledger"},
@@ -40,7 +40,7 @@ var floors = [][]string{
 	// bbolt store's admin socket, the HTTP face, the conformance suites and
 	// the kits that open real stores.
 	{"backend", "interceptor/tracing", "metrics", "internal/config", "boltstore/boltadmin", "httpapi",
-		"interceptor/storage/storagetest", "intenttest", "internal/testkit/bolttest"},
+		"interceptor/storage/storagetest", "intenttest", "boltstore/bolttest"},
 	// The daemon's parts: its databases (intents beside their records), its
 	// metrics and log, what operators are shown of a record.
 	{"boltintents", "pgintents", "internal/prom", "internal/rpclog", "recordview"},

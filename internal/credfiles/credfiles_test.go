@@ -14,7 +14,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/internal/credfiles"
 	"github.com/paymentsd/paymentsd/internal/devcerts"
-	"github.com/paymentsd/paymentsd/internal/testkit/logbuf"
+	"github.com/paymentsd/paymentsd/testkit/logbuf"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
 

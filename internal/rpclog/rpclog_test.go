@@ -16,9 +16,9 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/rpclog"
-	"github.com/paymentsd/paymentsd/internal/testkit/grpctest"
-	"github.com/paymentsd/paymentsd/internal/testkit/logbuf"
 	"github.com/paymentsd/paymentsd/memstore"
+	"github.com/paymentsd/paymentsd/testkit/grpctest"
+	"github.com/paymentsd/paymentsd/testkit/logbuf"
 )
 
 // payments answers GetPaymentIntent: the error wanted for the id "fail",

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 var cluster *pgtest.Cluster

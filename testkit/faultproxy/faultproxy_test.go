@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
+	"github.com/paymentsd/paymentsd/testkit/faultproxy"
 )
 
 // echoServer echoes every connection until the test ends.
