@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/internal/config"
 	"github.com/paymentsd/paymentsd/recordview"
 )
 

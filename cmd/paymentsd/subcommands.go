@@ -6,8 +6,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/internal/config"
 )
 
 // program is paymentsd's operator subcommands, listed by paymentsd help in

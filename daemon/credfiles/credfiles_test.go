@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/internal/credfiles"
+	"github.com/paymentsd/paymentsd/daemon/credfiles"
 	"github.com/paymentsd/paymentsd/internal/devcerts"
 	"github.com/paymentsd/paymentsd/testkit/logbuf"
 	"github.com/paymentsd/paymentsd/tlsreload"

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paymentsd/paymentsd/daemon/prom"
 	"github.com/paymentsd/paymentsd/internal/devcerts"
-	"github.com/paymentsd/paymentsd/internal/prom"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/config"
 )
 
 func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {

@@ -12,10 +12,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/paymentsd/paymentsd/daemon/rpclog"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
-	"github.com/paymentsd/paymentsd/internal/rpclog"
 	"github.com/paymentsd/paymentsd/memstore"
 	"github.com/paymentsd/paymentsd/testkit/grpctest"
 	"github.com/paymentsd/paymentsd/testkit/logbuf"

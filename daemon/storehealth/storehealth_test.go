@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/paymentsd/paymentsd/internal/storehealth"
+	"github.com/paymentsd/paymentsd/daemon/storehealth"
 )
 
 // get returns the status code and body of GET url.
