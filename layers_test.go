@@ -46,8 +46,10 @@ var floors = [][]string{
 	// credential files, metrics, log and store health.
 	{"boltintents", "pgintents", "recordview",
 		"daemon/config", "daemon/credfiles", "daemon/prom", "daemon/rpclog", "daemon/storehealth"},
-	// The operator console, which shows records as recordview does.
-	{"console"},
+	// What stands on the daemon's parts: the operator console, which shows
+	// records as recordview does. In daemon/: the listeners, bound from the
+	// configuration.
+	{"console", "daemon/listeners"},
 	// Programs.
 	{"cmd/paymentsd", "bench", "deploy", "robustness"},
 }
