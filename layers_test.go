@@ -48,8 +48,8 @@ var floors = [][]string{
 		"daemon/config", "daemon/credfiles", "daemon/prom", "daemon/rpclog", "daemon/storehealth"},
 	// What stands on the daemon's parts: the operator console, which shows
 	// records as recordview does. In daemon/: the listeners, bound from the
-	// configuration.
-	{"console", "daemon/listeners"},
+	// configuration, and the operator subcommands.
+	{"console", "daemon/listeners", "daemon/healthcmd"},
 	// Programs.
 	{"cmd/paymentsd", "bench", "deploy", "robustness"},
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/paymentsd/paymentsd/daemon/config"
+	"github.com/paymentsd/paymentsd/daemon/healthcmd"
 	"github.com/paymentsd/paymentsd/internal/cli"
 )
 
@@ -20,7 +21,7 @@ var program = cli.Program{
 		{Name: "release", Args: "--principal P --key K [--db DB] [--json]", Summary: "release a key whose stored result is a transactional method's error, so that it runs fresh; refuses any other", Run: runRelease},
 		{Name: "backup", Args: "FILE [--db DB]", Summary: "a consistent copy of the bbolt data file, while the server runs or not", Run: runBackup},
 		{Name: "check", Args: "[--db DB]", Summary: "check the bbolt data file's structure: exit 0 when sound, 1 with the findings", Run: runCheck},
-		{Name: "health", Args: "[--addr A] [--tls-ca F] [--tls-cert F --tls-key F] [--service NAME] [--timeout D]", Summary: "ask a running server's grpc.health.v1: exit 0 when it answers SERVING, 1 otherwise; for container health checks and exec probes", Run: runHealth},
+		{Name: "health", Args: "[--addr A] [--tls-ca F] [--tls-cert F --tls-key F] [--service NAME] [--timeout D]", Summary: "ask a running server's grpc.health.v1: exit 0 when it answers SERVING, 1 otherwise; for container health checks and exec probes", Run: healthcmd.Run},
 		{Name: "hash-token", Args: "PRINCIPAL < token", Summary: `print the --api-keys line "PRINCIPAL sha256:<hex>" of the token on standard input`, Run: runHashToken},
 		{Name: "dev-certs", Args: "DIR", Summary: "write a development CA, server and client certificates into DIR to try TLS and mutual TLS (never for production)", Run: runDevCerts},
 		{Name: "version", Summary: "the release, the revision and the Go version it was built from (also --version)", Run: cli.Version("paymentsd")},
