@@ -49,7 +49,7 @@ var floors = [][]string{
 	// What stands on the daemon's parts: the operator console, which shows
 	// records as recordview does. In daemon/: the listeners, bound from the
 	// configuration, and the operator subcommands.
-	{"console", "daemon/listeners", "daemon/healthcmd"},
+	{"console", "daemon/listeners", "daemon/healthcmd", "daemon/keycmd"},
 	// Programs.
 	{"cmd/paymentsd", "bench", "deploy", "robustness"},
 }

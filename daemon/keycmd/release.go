@@ -1,4 +1,4 @@
-package main
+package keycmd
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/paymentsd/paymentsd/recordview"
 )
 
+// releaseAbout is what paymentsd release -h says above its flags.
 const releaseAbout = `Releases an idempotency key of a principal: deletes its stored result, so
 that the key's next request runs fresh. Only a stored error of a
 transactional method (paymentsd's creates and cancels), whose writes rolled
@@ -31,9 +32,9 @@ still answer from the released record (a second). Exit 0 when released, 1
 when refused or the file is damaged, 2 for a bad command line, 3 when the
 release failed.`
 
-// runRelease is paymentsd release: support's "let this customer retry
-// with the same key".
-func runRelease(ctx context.Context, sio *cli.Stdio, args []string) int {
+// Release is paymentsd release: support's "let this customer retry with
+// the same key".
+func Release(ctx context.Context, sio *cli.Stdio, args []string) int {
 	const name = "paymentsd release"
 	q, code := parseRecordArgs(sio, name, releaseAbout, args)
 	if q == nil {
