@@ -1,6 +1,6 @@
-// Package config is paymentsd's configuration: the server's flags, their
-// defaults, the PAYMENTSD_ variables that set them, and the checks a
-// configuration must pass before anything is bound or opened.
+// Package config is paymentsd's configuration. It holds the server's
+// flags, their defaults and the PAYMENTSD_ variables that set them. It
+// checks a configuration before anything is bound or opened.
 package config
 
 import (
@@ -226,7 +226,7 @@ func (c *Config) DefineFlags(fs *flag.FlagSet) {
 }
 
 // Check refuses a configuration the server cannot serve by, saying which
-// flag is wrong; the first refusal found is returned.
+// flag is wrong. It returns the first refusal found.
 func (c *Config) Check() error {
 	switch _, dbErr := ParseDB(c.DB); {
 	case c.DB == "":
@@ -308,11 +308,11 @@ const badDB = "--db must be a bbolt file's path, or a PostgreSQL URL starting po
 	"other connection strings (key=value, other URL schemes) are not taken, rather than made a file of that name"
 
 // ParseDB classifies --db. A URL whose scheme is postgres or postgresql,
-// in any case, is PostgreSQL: it is returned with its scheme lower-cased,
-// as pgx matches it. A value that reads as another connection string
-// (with "://", "postgres:" or "=" in it) is refused: taken as a file, it
-// would start an empty store of its own, its name holding the password.
-// Anything else is a bbolt file's path, and pgURL is "".
+// in any case, is PostgreSQL. It is returned with its scheme lower-cased,
+// as pgx matches it. Another connection string is refused: one with
+// "://", "postgres:" or "=" in it. Taken as a file, it would start an
+// empty store of its own, its name holding the password. Anything else is
+// a bbolt file's path, and pgURL is "".
 func ParseDB(db string) (pgURL string, err error) {
 	lower := strings.ToLower(db)
 	scheme, rest, isURL := strings.Cut(db, "://")
@@ -339,9 +339,9 @@ where empty serves none; so is a PAYMENTSD_ variable within two edits of a setti
 var env = envflags.Env{Prefix: "PAYMENTSD_", EmptyMeansNone: map[string]bool{"http-listen": true, "metrics-listen": true, "admin-listen": true}}
 
 // SharedDefaults sets those of fs's flags that the server has too from
-// the environment, before the command line, which wins: an operator
-// command finds the server's PAYMENTSD_DB, and is not refused a variable
-// that is the server's alone.
+// the environment. The command line comes after, and wins. An operator
+// command thus finds the server's PAYMENTSD_DB. It is not refused a
+// variable that is the server's alone.
 func SharedDefaults(fs *flag.FlagSet) error {
 	names := map[string]bool{}
 	server := flag.NewFlagSet("", flag.ContinueOnError)

@@ -9,8 +9,8 @@ import (
 )
 
 // Open reports whether the server accepts any bearer token as a principal
-// of its own (dev mode): without --api-keys, unless principals come from
-// client certificates alone.
+// of its own: dev mode. It does without --api-keys, unless principals come
+// from client certificates alone.
 func (c *Config) Open() bool {
 	source, _ := auth.ParseSource(c.PrincipalFrom)
 	return c.APIKeysPath == "" && source != auth.FromCert
@@ -58,9 +58,9 @@ func IsLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// checkExposure refuses what would serve anyone on a network without
-// their asking by name: dev mode off loopback without --dev, and the
-// console's operators' tokens in plaintext off loopback.
+// checkExposure refuses to serve anyone on a network unless asked by name.
+// It refuses dev mode off loopback without --dev. It refuses the console's
+// operators' tokens in plaintext off loopback.
 func (c *Config) checkExposure() error {
 	switch {
 	case c.Dev && !c.Open():

@@ -7,10 +7,10 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 )
 
-// apart refuses operators' keys that are customers' keys: the two files
-// one file, however linked (a symbolic link, a hard link, one Secret
-// mounted twice), or a token listed in both, a copy's or a single line's.
-// A customer's token must never open the console.
+// apart refuses operators' keys that are customers' keys. The two files
+// may be one file, however linked: a symbolic link, a hard link, one
+// Secret mounted twice. Or a token is listed in both, by a copy or a
+// single line. A customer's token must never open the console.
 func apart(apiPath, adminPath string, api, admin *auth.Keys) error {
 	a, errA := os.Stat(apiPath)
 	o, errO := os.Stat(adminPath)

@@ -1,8 +1,7 @@
-// Package credfiles loads paymentsd's credential files, the API keys, the
-// operators' keys and the TLS certificate, key and client CAs, and reads
-// them again when they
-// change on disk or on a signal, keeping the last good ones in use when
-// new ones do not load.
+// Package credfiles loads paymentsd's credential files: the API keys, the
+// operators' keys, the TLS certificate, key and client CAs. It reads them
+// again when they change on disk or on a signal. When new ones do not
+// load, the last good ones stay in use.
 package credfiles
 
 import (
@@ -36,8 +35,8 @@ type Config struct {
 	MetricsToken  string // --metrics-token-file; empty: /metrics asks for none
 }
 
-// ConfigError is a credential file that cannot be used at start: a bad
-// configuration, which paymentsd exits 2 for, as for a bad flag.
+// ConfigError is a credential file that cannot be used at start. It is a
+// bad configuration: paymentsd exits 2 for it, as for a bad flag.
 type ConfigError struct{ Err error }
 
 func (e *ConfigError) Error() string { return e.Err.Error() }
@@ -57,13 +56,13 @@ type Credentials struct {
 	logger                        *slog.Logger
 	keysFile, tlsFiles, adminFile *filewatch.Watcher // nil when not configured
 	metricsFile                   *filewatch.Watcher
-	// reloading serialises reloads: a watcher's and a signal's, each
-	// reading then storing, could otherwise store the older file last.
+	// reloading serialises reloads. A watcher's and a signal's each read
+	// then store, and could otherwise store the older file last.
 	reloading sync.Mutex
 }
 
 // Load reads the files for the first time. Their watchers take their first
-// look before, so that a change while the server starts is acted on once
+// look before it. A change while the server starts is then acted on once
 // Watch runs, neither missed nor fatal.
 func Load(c Config, logger *slog.Logger) (*Credentials, error) {
 	cr := &Credentials{config: c, logger: logger}
@@ -117,9 +116,9 @@ func Load(c Config, logger *slog.Logger) (*Credentials, error) {
 	return cr, nil
 }
 
-// Operators are the console's operators' keys in use (nil without
-// Config.AdminKeys): read on every request, so that a reload takes effect
-// at the next.
+// Operators are the console's operators' keys in use, nil without
+// Config.AdminKeys. They are read on every request, so a reload takes
+// effect at the next.
 func (cr *Credentials) Operators() *auth.Keys { return cr.operators.Load() }
 
 func (cr *Credentials) tlsFilesConfig() tlsreload.Files {
@@ -155,12 +154,12 @@ func (cr *Credentials) logCertificate(msg string, leaf *x509.Certificate, attrs 
 		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "client_ca", cr.config.TLSClientCA != "")...)
 }
 
-// Watch reads the files again, in goroutines of wg until ctx ends, when
-// they change on disk (written in place, renamed over, or a symbolic link
-// moved) and when hup receives (SIGHUP). Each reload is reported to
-// reloaded ("api_keys", "admin_keys", "tls" or "metrics_token", and its
-// error); what does
-// not load is logged, and the previous keys or certificate stay in use.
+// Watch reads the files again, in goroutines of wg until ctx ends. It
+// reads them when they change on disk, and when hup receives (SIGHUP). A
+// change is a write in place, a rename over, or a symbolic link moved.
+// Each reload is reported to reloaded with its error. The names are
+// "api_keys", "admin_keys", "tls" and "metrics_token". What does not load
+// is logged, and the previous keys or certificate stay in use.
 func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan os.Signal, reloaded func(file string, err error)) {
 	if cr.keysFile != nil {
 		wg.Go(func() { cr.keysFile.Run(ctx, Poll, func() { cr.reloadKeys("file changed", reloaded, cr.apiKeys()) }) })
@@ -204,8 +203,8 @@ func (cr *Credentials) Watch(ctx context.Context, wg *sync.WaitGroup, hup <-chan
 	})
 }
 
-// keyFile is a file of keys, in the --api-keys format, that is read again
-// when it changes: the API keys', or the operators'.
+// keyFile is a file of keys in the --api-keys format, read again when it
+// changes: the API keys', or the operators'.
 type keyFile struct {
 	label   string // as reloads are reported: api_keys, admin_keys
 	subject string // as the log names them: api keys, operator keys
@@ -233,8 +232,8 @@ func (cr *Credentials) operatorKeys() keyFile {
 	return f
 }
 
-// reloadKeys reads f again; a key removed is refused from the next
-// request on (for operators, the sessions it logged in too).
+// reloadKeys reads f again. A key removed is refused from the next
+// request on; for operators, so are the sessions it logged in.
 func (cr *Credentials) reloadKeys(why string, reloaded func(string, error), f keyFile) {
 	cr.reloading.Lock()
 	defer cr.reloading.Unlock()
@@ -251,8 +250,8 @@ func (cr *Credentials) reloadKeys(why string, reloaded func(string, error), f ke
 	cr.logger.Info(f.subject+" reloaded", "trigger", why, "file", f.path, f.count, keys.Principals())
 }
 
-// reloadTLS reads the TLS files again: new connections get the new
-// certificate (and client CAs), connections made keep theirs.
+// reloadTLS reads the TLS files again. New connections get the new
+// certificate and client CAs; connections made keep theirs.
 func (cr *Credentials) reloadTLS(why string, reloaded func(string, error)) {
 	cr.reloading.Lock()
 	defer cr.reloading.Unlock()

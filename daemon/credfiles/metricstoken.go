@@ -24,9 +24,9 @@ func loadMetricsToken(path string) (*[sha256.Size]byte, error) {
 	return &sum, nil
 }
 
-// MetricsAuthorized reports whether the authorization values of a request
-// to /metrics carry the token of Config.MetricsToken; true when no token
-// is required.
+// MetricsAuthorized reports whether a request to /metrics carries the
+// token of Config.MetricsToken in its authorization values. It is true
+// when no token is required.
 func (cr *Credentials) MetricsAuthorized(authorization []string) bool {
 	want := cr.metricsToken.Load()
 	if want == nil {
@@ -40,8 +40,8 @@ func (cr *Credentials) MetricsAuthorized(authorization []string) bool {
 	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1
 }
 
-// reloadMetricsToken reads the metrics token again; the previous one
-// stays in use when the file does not load.
+// reloadMetricsToken reads the metrics token again. When the file does
+// not load, the previous token stays in use.
 func (cr *Credentials) reloadMetricsToken(why string, reloaded func(string, error)) {
 	cr.reloading.Lock()
 	defer cr.reloading.Unlock()

@@ -72,9 +72,9 @@ type probe struct {
 	timeout                      time.Duration
 }
 
-// ask asks p.addr about p.service and prints the answer. Its exit code is
-// 0 for SERVING and 1 for anything else; an address that grpc-go refuses
-// is a usage error of fs.
+// ask asks p.addr about p.service and prints the answer. It exits 0 for
+// SERVING and 1 for anything else. An address grpc-go refuses is a usage
+// error of fs.
 func (p *probe) ask(ctx context.Context, sio *cli.Stdio, fs *flag.FlagSet) int {
 	creds := insecure.NewCredentials()
 	if p.ca != "" || p.cert != "" {
@@ -105,9 +105,9 @@ func (p *probe) ask(ctx context.Context, sio *cli.Stdio, fs *flag.FlagSet) int {
 	return cli.ExitOK
 }
 
-// clientTLS is the TLS of a client that trusts the CAs in the file ca
-// (the system's when ""), and presents the certificate in cert with the
-// key in key when both are given.
+// clientTLS is the TLS of a client that trusts the CAs in the file ca, or
+// the system's when ca is "". With cert and key given, it presents the
+// certificate in cert with the key in key.
 func clientTLS(ca, cert, key string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if ca != "" {

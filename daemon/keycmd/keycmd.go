@@ -34,9 +34,9 @@ func (q *recordQuery) recordKey(sio *cli.Stdio) (storage.RecordKey, error) {
 	return k, err
 }
 
-// parseRecordArgs parses the arguments of paymentsd record, or of release
-// (name), which asks for a key the same way. It returns nil and the exit
-// code when they ask for nothing: -h, or a usage error.
+// parseRecordArgs parses the arguments of paymentsd record or release,
+// named name. It returns nil and the exit code when they ask for nothing:
+// -h, or a usage error.
 func parseRecordArgs(sio *cli.Stdio, name, about string, args []string) (*recordQuery, int) {
 	fs := cli.NewFlagSet(sio, name, "(--principal P | --token-stdin [--api-keys FILE]) --key K [--db DB] [--json]", about)
 	q := new(recordQuery)

@@ -65,9 +65,9 @@ func Record(ctx context.Context, sio *cli.Stdio, args []string) int {
 	return cli.ExitOK
 }
 
-// noRecord says there is no record of k, with --json as a JSON object on
-// standard output, so that a script piping into jq reads an answer, not
-// nothing; exit 1 either way.
+// noRecord says there is no record of k, and exits 1. With --json it says
+// so as a JSON object on standard output. A script piping into jq then
+// reads an answer, not nothing.
 func noRecord(sio *cli.Stdio, k storage.RecordKey, asJSON bool) int {
 	msg := fmt.Sprintf("no record of key %q for principal %q: never used, or expired and swept (records live --ttl from their first use)", k.Key, k.Scope)
 	if !strings.HasPrefix(k.Scope, "dev:") {

@@ -71,8 +71,8 @@ func Release(ctx context.Context, sio *cli.Stdio, args []string) int {
 	return cli.ExitOK
 }
 
-// operator names who runs the command, for the release's log line: the
-// operating system's user, whom no flag can make someone else.
+// operator names who runs the command, for the release's log line. It is
+// the operating system's user, whom no flag can make someone else.
 func operator() string {
 	if u, err := user.Current(); err == nil {
 		return u.Username

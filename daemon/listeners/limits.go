@@ -93,8 +93,8 @@ func (s *Set) grpcLimits() []grpc.ServerOption {
 	}
 }
 
-// fileReserve is the file descriptors kept beside the listeners' for the
-// data file, the database's connections, logs and the like.
+// fileReserve is the file descriptors kept beside the listeners'. They
+// serve the data file, the database's connections, logs and the like.
 const fileReserve = 256
 
 // checkFileLimit warns when the listeners' limits add up to more file

@@ -1,7 +1,7 @@
-// Package prom is paymentsd's Prometheus registry: the gRPC server's
-// standard metrics (grpc_server_*), the HTTP face's (http_server_*), the
-// idempotency interceptor's, the credential reloads, and Go's and the
-// process's.
+// Package prom is paymentsd's Prometheus registry. It holds the gRPC
+// server's standard metrics (grpc_server_*) and the HTTP face's
+// (http_server_*). The idempotency interceptor's, the credential reloads,
+// Go's and the process's are there too.
 package prom
 
 import (

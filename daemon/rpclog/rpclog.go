@@ -17,14 +17,13 @@ import (
 	"github.com/paymentsd/paymentsd/metrics"
 )
 
-// rpcOutcomeKey holds an *interceptor.Observation in which Observer
-// carries the interceptor's decision out to Interceptor, which sits
-// outside it.
+// rpcOutcomeKey holds an *interceptor.Observation. Observer carries the
+// interceptor's decision in it out to Interceptor, which sits outside.
 type rpcOutcomeKey struct{}
 
-// Observer hands what the interceptor did to the log line and, when
-// Metrics is not nil, the metrics. Give it to the idempotency interceptor
-// with interceptor.WithObserver.
+// Observer hands what the interceptor did to the log line, and to Metrics
+// when set. Give it to the idempotency interceptor with
+// interceptor.WithObserver.
 type Observer struct{ Metrics *metrics.Metrics }
 
 // Claimed counts a claim.
@@ -44,13 +43,13 @@ func (o Observer) Finished(ctx context.Context, obs interceptor.Observation) {
 	}
 }
 
-// Interceptor writes one line per call: method, idempotency outcome and
-// attempt (when Observer saw them), status code, duration, for a storage
-// failure its cause, the x-request-id the call came with if valid (the
-// HTTP face sends its request's), and trace_id and span_id while a span
-// records the call. It logs no other metadata and no principal, so
-// neither a credential nor a key's owner. Put it outside the idempotency
-// interceptor.
+// Interceptor writes one line per call. It holds the method, status code
+// and duration, and the idempotency outcome and attempt when Observer saw
+// them. A storage failure adds its cause. The call's x-request-id is
+// logged when valid; the HTTP face sends its request's. A span recording
+// the call adds trace_id and span_id. It logs no other metadata and no
+// principal, so neither a credential nor a key's owner. Put it outside the
+// idempotency interceptor.
 func Interceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()

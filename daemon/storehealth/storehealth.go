@@ -1,6 +1,5 @@
 // Package storehealth reports a store's health on grpc.health.v1 and over
-// HTTP, so that a load balancer drains an instance whose store cannot
-// serve.
+// HTTP. A load balancer then drains an instance whose store cannot serve.
 package storehealth
 
 import (
@@ -18,10 +17,10 @@ import (
 // a store whose commits failed.
 const Interval = time.Second
 
-// Watch reports check's answer on h, every interval until ctx ends, for
-// every service and the server as a whole: NOT_SERVING while check fails
-// (a damaged data file, failing commits, a database that does not
-// answer), SERVING again once it succeeds. Each change is logged.
+// Watch reports check's answer on h, every interval until ctx ends. Every
+// service and the server as a whole are NOT_SERVING while check fails: a
+// damaged data file, failing commits, a database that does not answer.
+// They are SERVING again once it succeeds. Each change is logged.
 func Watch(ctx context.Context, h *health.Server, check func(context.Context) error, logger *slog.Logger, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -49,9 +48,9 @@ func Watch(ctx context.Context, h *health.Server, check func(context.Context) er
 	}
 }
 
-// Handler answers 200 while h reports the server SERVING and 503 otherwise
-// (its store does not serve, or it shuts down), for probes that speak
-// only HTTP.
+// Handler serves probes that speak only HTTP. It answers 200 while h
+// reports the server SERVING, and 503 otherwise: its store does not serve,
+// or it shuts down.
 func Handler(h *health.Server) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		resp, err := h.Check(r.Context(), &healthpb.HealthCheckRequest{})
