@@ -1,5 +1,5 @@
-// Package bolttest makes and measures bbolt data files, for the tests that
-// damage them.
+// Package bolttest makes and measures bbolt data files. The tests that
+// damage files use it.
 package bolttest
 
 import (
@@ -41,8 +41,8 @@ func Fill(tb testing.TB, db *boltstore.DB, bucket string, mib int) {
 }
 
 // UsedSize is how much of the file at path bbolt uses: its high-water mark.
-// The file is longer, since bbolt grows it ahead of need; cutting only that
-// slack loses nothing.
+// The file is longer, since bbolt grows it ahead of need. Cutting only
+// that slack loses nothing.
 func UsedSize(tb testing.TB, path string) int64 {
 	tb.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
@@ -58,10 +58,10 @@ func UsedSize(tb testing.TB, path string) int64 {
 	return size
 }
 
-// ChangeByte sets the byte at offset of every occurrence of marker in the
-// file at path to b (freed pages may hold old copies), through a file
-// descriptor, as a failing disk would. It returns how many it changed,
-// failing the test when there are none.
+// ChangeByte sets to b the byte at offset of every marker in the file at
+// path. Freed pages may hold old copies, so there may be several. It
+// writes through a file descriptor, as a failing disk would. It returns
+// how many it changed, failing the test when there are none.
 func ChangeByte(tb testing.TB, path string, marker []byte, offset int, b byte) int {
 	tb.Helper()
 	data, err := os.ReadFile(path)

@@ -1,9 +1,10 @@
 // Package faultproxy is a loopback TCP proxy that cuts the connections it
-// carries, for tests of what a client (a paymentsd replica and its
-// PostgreSQL pool, a gRPC client retrying through its interceptor) does
-// when the network drops it mid-conversation: a reset rather than a clean
-// close, at a moment the client does not choose, or right after the target
-// has answered, the answer lost.
+// carries. Tests use it to see what a client does when the network drops
+// it mid-conversation. The client may be a paymentsd replica and its
+// PostgreSQL pool, or a gRPC client retrying through its interceptor. A
+// cut is a reset rather than a clean close, at a moment the client does
+// not choose. It may come right after the target has answered, the answer
+// lost.
 package faultproxy
 
 import (
@@ -18,7 +19,7 @@ import (
 )
 
 // Proxy forwards TCP connections from its own loopback address to a target.
-// Its methods are safe for concurrent use; Close ends all its goroutines.
+// Its methods are safe for concurrent use. Close ends all its goroutines.
 type Proxy struct {
 	target string
 	ln     net.Listener
@@ -80,9 +81,9 @@ func (p *Proxy) accept() {
 	}
 }
 
-// serve dials the target for client and copies both ways until both end or
-// the pair is cut. A target that cannot be reached resets the client, as a
-// network that drops the connection would.
+// serve dials the target for client, and copies both ways until both end
+// or the pair is cut. A target that cannot be reached resets the client,
+// as a network that drops it would.
 func (p *Proxy) serve(client *net.TCPConn) {
 	defer p.wg.Done()
 	var d net.Dialer
@@ -119,9 +120,9 @@ func (p *Proxy) serve(client *net.TCPConn) {
 	pr.server.Close()
 }
 
-// copy forwards src to dst. An EOF is passed on as a half-close, so that a
-// clean shutdown by either end looks the same through the proxy; any other
-// error (a cut, a reset by one end) resets both.
+// copy forwards src to dst. An EOF is passed on as a half-close. A clean
+// shutdown by either end then looks the same through the proxy. Any other
+// error, a cut or a reset by one end, resets both.
 func (pr *pair) copy(wg *sync.WaitGroup, dst halfCloser, src *net.TCPConn) {
 	defer wg.Done()
 	if _, err := io.Copy(dst, src); err != nil {
@@ -136,7 +137,7 @@ type halfCloser interface {
 	CloseWrite() error
 }
 
-// cutter writes what a client sends to its server, and cuts the pair right
+// cutter writes what a client sends to its server. It cuts the pair right
 // after a write that holds the armed pattern (see CutWhenClientSends).
 type cutter struct {
 	conn *net.TCPConn // not embedded: io.Copy must not bypass Write through its ReadFrom
@@ -156,8 +157,8 @@ func (c cutter) Write(b []byte) (int, error) {
 
 func (c cutter) CloseWrite() error { return c.conn.CloseWrite() }
 
-// dropper writes what a server sends to its client, unless DropReplies
-// picks the write: then it cuts the pair instead, the bytes never sent.
+// dropper writes what a server sends to its client. When DropReplies picks
+// a write, it cuts the pair instead, the bytes never sent.
 type dropper struct {
 	conn *net.TCPConn // not embedded, as in cutter
 	p    *Proxy
@@ -183,12 +184,12 @@ func (p *Proxy) dropOnReply(pr *pair, b []byte) bool {
 	return p.cutLiveLocked(pr)
 }
 
-// DropReplies makes the proxy, from now on, swallow what a target sends
-// when one read of it holds at least minLen bytes, with probability chance
-// (1: always), and cut that connection instead of forwarding the bytes: the
-// target has handled the request, its client never gets the answer. (For
+// DropReplies makes the proxy swallow, from now on, reads of a target of
+// at least minLen bytes. It picks each with probability chance (1:
+// always), and cuts that connection instead of forwarding the bytes. The
+// target has handled the request; its client never gets the answer. For
 // gRPC, 100 bytes tells a response from the HTTP/2 settings, pings and
-// window updates, which are smaller.) A chance of 0 stops it.
+// window updates, which are smaller. A chance of 0 stops it.
 func (p *Proxy) DropReplies(minLen int, chance float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -196,9 +197,9 @@ func (p *Proxy) DropReplies(minLen int, chance float64) {
 }
 
 // LimitLifetime makes the proxy cut each connection it accepts from now on
-// after a random lifetime, uniform in [0, limit): no connection lives long,
-// and each dies at a moment its client does not choose. 0 leaves the
-// connections accepted afterwards alone.
+// after a random lifetime, uniform in [0, limit). No connection lives
+// long, and each dies at a moment its client does not choose. A limit of 0
+// leaves the connections accepted afterwards alone.
 func (p *Proxy) LimitLifetime(limit time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -224,8 +225,8 @@ func (p *Proxy) cutAfter(pr *pair, life time.Duration, copies *sync.WaitGroup) {
 	}
 }
 
-// cutLiveLocked cuts pr, and counts it, unless it has ended, been cut
-// already, or the proxy is closing; it reports whether it cut.
+// cutLiveLocked cuts pr and counts it, and reports whether it cut. It
+// leaves a pair that has ended or been cut, and cuts none while closing.
 func (p *Proxy) cutLiveLocked(pr *pair) bool {
 	if _, live := p.conns[pr]; !live || p.closed {
 		return false
@@ -247,16 +248,16 @@ func (p *Proxy) cutOnMatch(pr *pair, b []byte) bool {
 }
 
 // CutWhenClientSends makes the proxy cut the first connection whose client
-// sends pattern, right after forwarding the bytes that hold it: the target
-// gets the request, the client never its answer. It fires once. (A pattern
-// split across two reads is not seen.)
+// sends pattern, right after forwarding the bytes that hold it. The target
+// gets the request, the client never its answer. It fires once. A pattern
+// split across two reads is not seen.
 func (p *Proxy) CutWhenClientSends(pattern []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cutOn = bytes.Clone(pattern)
 }
 
-// reset closes both sides abruptly: SO_LINGER 0 makes Close send RST, so
+// reset closes both sides abruptly. SO_LINGER 0 makes Close send RST, so
 // each end sees "connection reset", not an orderly EOF.
 func (pr *pair) reset() {
 	pr.once.Do(func() {
@@ -271,9 +272,9 @@ func reset(c *net.TCPConn) {
 }
 
 // CutEvery makes the proxy reset a random live connection at random
-// intervals averaging d (exponentially distributed, so cuts come at moments
-// no client can predict); 0 stops cutting. Resets are abrupt (SetLinger(0)
-// then Close) on both sides.
+// intervals averaging d. They are exponentially distributed, so cuts come
+// at moments no client can predict. A d of 0 stops cutting. Resets are
+// abrupt on both sides: SetLinger(0), then Close.
 func (p *Proxy) CutEvery(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -328,8 +329,8 @@ func (p *Proxy) CutAll() {
 	}
 }
 
-// cutLocked resets pr, if any, and counts it. Removing it from conns here
-// (serve's own delete is then a no-op) keeps a pair from being counted twice.
+// cutLocked resets pr, if any, and counts it. It removes pr from conns, so
+// that serve's own delete is a no-op and no pair is counted twice.
 func (p *Proxy) cutLocked(pr *pair) {
 	if pr == nil {
 		return
@@ -346,8 +347,8 @@ func (p *Proxy) Cuts() int {
 	return p.cuts
 }
 
-// Close stops listening, resets every live connection (not counted as
-// cuts) and returns once all the proxy's goroutines have ended.
+// Close stops listening and resets every live connection, not counted as
+// cuts. It returns once all the proxy's goroutines have ended.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	if p.closed {

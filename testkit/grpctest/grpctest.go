@@ -1,6 +1,6 @@
-// Package grpctest is a test kit: it serves a gRPC server on a loopback
-// listener for the length of a test and dials it, so that a package's
-// interceptors, codecs and services are tested over a real connection.
+// Package grpctest is a test kit. It serves a gRPC server on loopback for
+// the length of a test, and dials it. A package's interceptors, codecs and
+// services are then tested over a real connection.
 package grpctest
 
 import (
@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// Serve serves s on a loopback port until the test ends, and returns a
-// plaintext connection to it, made with opts, closed at the end too.
+// Serve serves s on a loopback port until the test ends. It returns a
+// plaintext connection to it made with opts, also closed at the end.
 func Serve(t testing.TB, s *grpc.Server, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

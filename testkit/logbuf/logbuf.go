@@ -1,5 +1,5 @@
-// Package logbuf is a test kit: a log buffer that a server's goroutines
-// write to while a test reads it back, as text or as slog's JSON lines.
+// Package logbuf is a test kit: a log buffer for a server's goroutines to
+// write. A test reads it back meanwhile, as text or as slog's JSON lines.
 package logbuf
 
 import (
@@ -29,8 +29,8 @@ func (b *Buffer) String() string {
 	return b.b.String()
 }
 
-// Lines decodes what has been written so far as JSON lines, failing t on
-// a line that is not a JSON object.
+// Lines decodes what has been written so far as JSON lines. A line that
+// is not a JSON object fails t.
 func (b *Buffer) Lines(t testing.TB) []map[string]any {
 	t.Helper()
 	var out []map[string]any

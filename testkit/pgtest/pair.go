@@ -20,13 +20,13 @@ import (
 type Replication int
 
 const (
-	// Synchronous: a commit returns once the standby has flushed its WAL
-	// (synchronous_standby_names = '*' on the primary, synchronous_commit
-	// = on), so every commit acknowledged is on both servers.
+	// Synchronous: a commit returns once the standby has flushed its WAL.
+	// The primary has synchronous_standby_names = '*' and
+	// synchronous_commit = on. Every commit acknowledged is on both servers.
 	Synchronous Replication = iota + 1
 	// Asynchronous: a commit returns once the primary has flushed its
-	// WAL; the standby follows a moment later, so a failover loses what
-	// was acknowledged in that moment.
+	// WAL. The standby follows a moment later. A failover loses what was
+	// acknowledged in that moment.
 	Asynchronous
 )
 
@@ -40,10 +40,11 @@ func (r Replication) String() string {
 	return fmt.Sprintf("Replication(%d)", int(r))
 }
 
-// Pair is a primary with a standby streaming its WAL, both throwaway
-// clusters like the package's, for tests of a failover: KillPrimary,
-// Promote, and Rebuild to fail over again. Each node keeps its port for
-// the pair's life, so URL, which names both, stays valid throughout.
+// Pair is a primary with a standby streaming its WAL, for tests of a
+// failover. Both are throwaway clusters like the package's. A test calls
+// KillPrimary, Promote, and Rebuild to fail over again. Each node keeps
+// its port for the pair's life. URL, which names both, stays valid
+// throughout.
 type Pair struct {
 	mode Replication
 
@@ -52,10 +53,10 @@ type Pair struct {
 	primary int // index in nodes of the primary (dead once KillPrimary ran)
 }
 
-// StartPair starts a primary and a standby of it, removed when t ends, and
-// returns once the standby streams (in Synchronous mode, once the primary
-// waits for it). If they cannot be started the test is skipped, or fails
-// under CI=true, as with Require.
+// StartPair starts a primary and a standby of it, removed when t ends. It
+// returns once the standby streams; in Synchronous mode, once the primary
+// waits for it. If they cannot be started the test is skipped. Under
+// CI=true it fails, as with Require.
 func StartPair(t testing.TB, mode Replication) *Pair {
 	t.Helper()
 	p := &Pair{mode: mode}
@@ -100,25 +101,26 @@ func (p *Pair) remove() {
 	}
 }
 
-// Primary is the node that is the primary: the one that accepts writes,
-// unless KillPrimary killed it and Promote has not yet run.
+// Primary is the node that is the primary, the one that accepts writes.
+// Between KillPrimary and Promote, it is the dead one.
 func (p *Pair) Primary() *Cluster {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.nodes[p.primary]
 }
 
-// Standby is the other node: a standby, or the killed former primary
-// until Rebuild makes it a standby again.
+// Standby is the other node. It is a standby, or the killed former
+// primary until Rebuild makes it a standby again.
 func (p *Pair) Standby() *Cluster {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.nodes[1-p.primary]
 }
 
-// URL returns the URL of database name (no creation) naming both nodes,
-// with target_session_attrs=read-write: a client connects to whichever
-// accepts writes, trying them in order. It contains the password.
+// URL returns the URL of database name, naming both nodes; it creates
+// nothing. With target_session_attrs=read-write, a client tries them in
+// order, and connects to whichever accepts writes. It contains the
+// password.
 func (p *Pair) URL(name string) string {
 	u := url.URL{
 		Scheme:   "postgres",
@@ -131,7 +133,7 @@ func (p *Pair) URL(name string) string {
 }
 
 // NewDatabase creates database name on the primary, as Cluster.NewDatabase
-// does, and returns its URL naming both nodes (URL).
+// does. It returns its URL naming both nodes.
 func (p *Pair) NewDatabase(t testing.TB, name string) string {
 	t.Helper()
 	p.Primary().NewDatabase(t, name)
@@ -145,9 +147,9 @@ func (p *Pair) KillPrimary(t testing.TB) {
 	p.Primary().Kill(t)
 }
 
-// Promote promotes the standby, which becomes the pair's Primary; the
-// former primary becomes its Standby, dead if KillPrimary killed it (and
-// a second writable primary if not: split brain, for tests of that).
+// Promote promotes the standby, which becomes the pair's Primary. The
+// former primary becomes its Standby, dead if KillPrimary killed it. If
+// not, it is a second writable primary: split brain, for tests of that.
 func (p *Pair) Promote(t testing.TB) {
 	t.Helper()
 	p.Standby().Promote(t)
@@ -157,10 +159,11 @@ func (p *Pair) Promote(t testing.TB) {
 }
 
 // Rebuild makes the standby node, killed as a primary before, a standby
-// of the primary again: its data directory is replaced by a base backup
-// of the primary, as an HA manager reinitializes a failed node, and it
-// starts on its old port. It returns once it streams (and, Synchronous,
-// once the primary waits for it again), ready for the next failover.
+// of the primary again. A base backup of the primary replaces its data
+// directory, as an HA manager reinitializes a failed node. It starts on
+// its old port. Rebuild returns once it streams, ready for the next
+// failover. In Synchronous mode, it also waits until the primary waits
+// for it again.
 func (p *Pair) Rebuild(t testing.TB) {
 	t.Helper()
 	s := p.Standby()
@@ -175,33 +178,33 @@ func (p *Pair) Rebuild(t testing.TB) {
 	}
 }
 
-// follow makes s, stopped, a standby of the primary on s.port: a base
-// backup with -R (which writes primary_conninfo and standby.signal), the
-// node's own settings, a start, and in Synchronous mode the primary told
-// to wait for it.
+// follow makes s, stopped, a standby of the primary on s.port. It takes a
+// base backup with -R, which writes primary_conninfo and standby.signal.
+// It adds the node's own settings and starts it. In Synchronous mode, it
+// tells the primary to wait for it.
 func (p *Pair) follow(s *Cluster) error {
 	primary := p.Primary()
 	name := "standby_" + strconv.Itoa(s.port)
 	if err := os.RemoveAll(s.data); err != nil {
 		return fmt.Errorf("pgtest: %w", err)
 	}
-	// Over TCP with the password, as a standby on another machine would;
+	// Over TCP with the password, as a standby on another machine would.
 	// --no-sync as initdb's: the copy is thrown away with the test.
 	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s application_name=%s", primary.port, User, Password, name)
 	if out, err := s.run("pg_basebackup", "-D", s.data, "-d", conninfo, "-R", "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
 		return fmt.Errorf("pgtest: pg_basebackup from %s: %v\n%s", primary.Addr(), err, out)
 	}
 	// The base backup copies the primary's socket lock files, which name
-	// its postmaster's pid: a copy's own server must not take them for a
+	// its postmaster's pid. The copy's own server must not take them for a
 	// live server's socket.
 	locks, _ := filepath.Glob(filepath.Join(s.data, ".s.PGSQL.*"))
 	for _, l := range locks {
 		os.Remove(l)
 	}
 	// The copy has the primary's settings. Its socket goes in its own
-	// directory, and it waits for no standby of its own: promoted, it
-	// runs alone until Rebuild gives it one (as an HA manager's
-	// non-strict synchronous mode does), rather than hang every commit.
+	// directory, and it waits for no standby of its own. Promoted, it runs
+	// alone until Rebuild gives it one, rather than hang every commit. An
+	// HA manager's non-strict synchronous mode does the same.
 	// postgresql.auto.conf is read last, so these lines win.
 	conf := fmt.Sprintf("\nunix_socket_directories = '%s'\nsynchronous_standby_names = ''\n", s.data)
 	if err := appendFile(filepath.Join(s.data, "postgresql.auto.conf"), conf); err != nil {
@@ -226,7 +229,7 @@ func (p *Pair) follow(s *Cluster) error {
 	if p.mode != Synchronous {
 		return nil
 	}
-	// Only now, with the standby streaming: set before, it would hold
+	// Only now, with the standby streaming. Set before, it would hold
 	// every commit until the standby connects.
 	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'"); err != nil {
 		return fmt.Errorf("pgtest: %w", err)
@@ -258,11 +261,11 @@ func waitReplication(ctx context.Context, conn *pgx.Conn, name, state, syncState
 	}
 }
 
-// Kill kills the server as a crash of its machine would: SIGKILL to the
-// postmaster (the pid in postmaster.pid) and to every process it started,
-// so that none answers a client, finishes a commit or sends WAL after it.
+// Kill kills the server as a crash of its machine would. It sends SIGKILL
+// to the postmaster (the pid in postmaster.pid) and every process it
+// started. None then answers a client, finishes a commit or sends WAL.
 // Its connections are reset and its port refuses new ones, so clients
-// learn at once (Freeze is a server that goes silent instead). It returns
+// learn at once. (Freeze is a server that goes silent instead.) It returns
 // once they are gone. StartAgain would recover it from its WAL; a Pair's
 // Rebuild replaces it instead.
 func (c *Cluster) Kill(t testing.TB) {
@@ -296,11 +299,10 @@ func (c *Cluster) kill() error {
 	return nil
 }
 
-// Freeze stops the server's processes with SIGSTOP, as a hung machine or
-// a network partition would stop its answers: connections stay open and
-// the kernel still accepts new ones, but the server says nothing, and no
-// client learns that it is gone. Kill (or Stop, or the test's end) kills
-// it.
+// Freeze stops the server's processes with SIGSTOP, as a hung machine or a
+// network partition would stop its answers. Connections stay open, and
+// the kernel still accepts new ones. But the server says nothing, and no
+// client learns that it is gone. Kill, Stop or the test's end kills it.
 func (c *Cluster) Freeze(t testing.TB) {
 	t.Helper()
 	c.mu.Lock()
@@ -332,11 +334,11 @@ func (c *Cluster) stopAll() ([]int, error) {
 	return pids, nil
 }
 
-// waitReaped waits a while for the postmaster that postmaster.pid names,
-// if it is a zombie, to be reaped. A zombie answers kill(pid, 0), so a
-// server started on the data directory of a killed one would take the
-// dead postmaster's lock files for a live server's and refuse to start.
-// Init reaps it in a moment; a slower reaper is no reason to fail here.
+// waitReaped waits a while for a zombie postmaster, the one postmaster.pid
+// names, to be reaped. A zombie answers kill(pid, 0). A server started on
+// the data directory of a killed one would take its lock files for a live
+// server's, and refuse to start. Init reaps it in a moment; a slower
+// reaper is no reason to fail here.
 func (c *Cluster) waitReaped() {
 	pid, err := c.postmasterPID()
 	if err != nil {
@@ -379,8 +381,9 @@ func children(pid int) []int {
 	return out
 }
 
-// gone reports whether process pid has exited: no such process, or a
-// zombie that its parent (init, which may reap late) has not yet reaped.
+// gone reports whether process pid has exited. Either there is no such
+// process, or a zombie its parent has not yet reaped. That parent is init,
+// which may reap late.
 func gone(pid int) bool {
 	_, state, ok := procStat(pid)
 	return !ok || state == "Z"
@@ -392,8 +395,8 @@ func procStat(pid int) (ppid int, state string, ok bool) {
 	if err != nil {
 		return 0, "", false
 	}
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses,
-	// so the fields are counted from its last ')'.
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	// So the fields are counted from its last ')'.
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	if len(f) < 2 {
@@ -403,8 +406,8 @@ func procStat(pid int) (ppid int, state string, ok bool) {
 	return ppid, f[0], err == nil
 }
 
-// Promote ends a standby's recovery: it becomes a primary and accepts
-// writes when Promote returns (pg_ctl promote waits for that).
+// Promote ends a standby's recovery. It is a primary that accepts writes
+// when Promote returns; pg_ctl promote waits for that.
 func (c *Cluster) Promote(t testing.TB) {
 	t.Helper()
 	c.mu.Lock()
@@ -414,10 +417,10 @@ func (c *Cluster) Promote(t testing.TB) {
 	}
 }
 
-// PIDs returns the pids of the running server: its postmaster first, then
-// every process it has started (backends, the WAL writer, the
-// checkpointer), for a test that traces them (the robustness suite slows
-// their fsyncs with strace).
+// PIDs returns the pids of the running server, for a test that traces
+// them. The postmaster comes first, then every process it has started:
+// backends, the WAL writer, the checkpointer. The robustness suite slows
+// their fsyncs with strace.
 func (c *Cluster) PIDs() ([]int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,12 +1,13 @@
 // Package pgtest starts a real PostgreSQL for tests and removes it
-// afterwards, so that the PostgreSQL store is tested against the server it
-// runs on in production, crashes included (Restart), not against a fake.
+// afterwards. The PostgreSQL store is then tested against the server it
+// runs on in production, not against a fake. Crashes are tested too
+// (Restart).
 //
-// Each test binary (package) gets its own cluster in a fresh temporary
-// directory on its own loopback port, so `go test ./...` may run packages in
-// parallel. Binaries are found on PATH, else in the newest
+// Each test binary (package) gets its own cluster. It lives in a fresh
+// temporary directory on its own loopback port, so `go test ./...` may run
+// packages in parallel. Binaries are found on PATH, else in the newest
 // /usr/lib/postgresql/*/bin (Debian's place). PostgreSQL refuses to run as
-// root, so when the tests run as root the cluster runs as the postgres user
+// root. When the tests run as root, the cluster runs as the postgres user
 // through runuser.
 //
 // A package's TestMain is usually just:
@@ -18,8 +19,8 @@
 // and each test that needs the server starts with
 // c := pgtest.Require(t, cluster).
 //
-// A test of a failover starts a Pair of its own, a primary with a
-// streaming standby (synchronous or not), and kills and promotes.
+// A test of a failover starts a Pair of its own. That is a primary with a
+// streaming standby, synchronous or not, to kill and promote.
 package pgtest
 
 import (
@@ -49,9 +50,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// User and Password are what the tests connect as. The password is real (host
-// connections use scram-sha-256) so that tests can check it never leaks into
-// logs, errors or metrics.
+// User and Password are what the tests connect as. The password is real:
+// host connections use scram-sha-256. Tests can thus check it never leaks
+// into logs, errors or metrics.
 const (
 	User     = "postgres"
 	Password = "pgtest-secret"
@@ -60,9 +61,9 @@ const (
 // runAs is the account the server runs as when the tests run as root.
 const runAs = "postgres"
 
-// dirPrefix names the cluster directories; the owner's pid follows it so
-// that a later Start can remove the clusters of test binaries that died
-// without stopping theirs (a go test timeout, a kill).
+// dirPrefix names the cluster directories, and the owner's pid follows it.
+// A later Start can then remove the clusters of test binaries that died
+// without stopping theirs: a go test timeout, a kill.
 const dirPrefix = "pgtest-"
 
 // Cluster is a throwaway PostgreSQL server.
@@ -85,10 +86,10 @@ type credential struct{ uid, gid int }
 // skip message.
 var startErr error
 
-// Start starts a cluster for the tests of a package and returns it with a
-// stop func to call after m.Run (from TestMain). If PostgreSQL cannot be
-// started (binaries missing, ...) it returns an error; callers decide (see
-// Require).
+// Start starts a cluster for the tests of a package. It returns it with a
+// stop func for TestMain to call after m.Run. When PostgreSQL cannot be
+// started (binaries missing, ...) it returns an error. Callers decide what
+// to do (see Require).
 func Start() (*Cluster, func(), error) {
 	c, err := newCluster()
 	if err != nil {
@@ -106,8 +107,8 @@ func Start() (*Cluster, func(), error) {
 	return c, stop, nil
 }
 
-// newCluster finds the binaries and the account to run them as, and makes
-// the cluster's root directory; init or a base backup fills it.
+// newCluster finds the binaries and the account to run them as. It makes
+// the cluster's root directory, which init or a base backup fills.
 func newCluster() (*Cluster, error) {
 	bin, err := findBin()
 	if err != nil {
@@ -154,9 +155,9 @@ func (c *Cluster) remove() {
 	os.RemoveAll(c.root)
 }
 
-// startOnFreePort starts the server on a free port. A free port may be
-// taken between our probe and the server's bind (by another package's
-// cluster, say): it tries a few.
+// startOnFreePort starts the server on a free port. Another package's
+// cluster, say, may take a port between our probe and the server's bind.
+// So it tries a few.
 func (c *Cluster) startOnFreePort() error {
 	var err error
 	for try := 0; ; try++ {
@@ -169,15 +170,15 @@ func (c *Cluster) startOnFreePort() error {
 	}
 }
 
-// Main is the TestMain body most packages want: it starts the cluster, runs
-// the tests, stops the cluster, and exits. When the cluster cannot start:
-// under CI (environment variable CI=true) it prints why and exits 1 (a
-// missing PostgreSQL fails the run, never a silent skip); otherwise it
-// prints a clear line and the tests that call Require are skipped.
+// Main is the TestMain body most packages want. It starts the cluster,
+// runs the tests, stops the cluster, and exits. When the cluster cannot
+// start under CI (CI=true), it prints why and exits 1. A missing
+// PostgreSQL then fails the run, never a silent skip. Elsewhere it prints
+// a clear line, and the tests that call Require are skipped.
 func Main(m *testing.M, c **Cluster) { os.Exit(Run(m, c)) }
 
 // Run is Main without the exit, for a TestMain with work of its own after
-// the tests: it returns m.Run's code.
+// the tests. It returns m.Run's code.
 func Run(m *testing.M, c **Cluster) int {
 	cluster, stop, err := Start()
 	if err != nil {
@@ -197,9 +198,10 @@ func Run(m *testing.M, c **Cluster) int {
 	return code
 }
 
-// Connect opens a connection of the test's own to url (a cluster's or a
-// pair's database), for what it checks or holds beside the code under
-// test; it fails t if that takes over 30 s, and is closed when t ends.
+// Connect opens a connection of the test's own to url, a cluster's or a
+// pair's database. The test checks or holds with it what the code under
+// test does not. It fails t if that takes over 30 s. The connection is
+// closed when t ends.
 func Connect(t testing.TB, url string) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -212,9 +214,9 @@ func Connect(t testing.TB, url string) *pgx.Conn {
 	return conn
 }
 
-// Require returns the package's cluster or skips the test (never under CI:
-// there Main has already failed; a nil cluster there is a TestMain that does
-// not call Main, and fails the test).
+// Require returns the package's cluster or skips the test. It never skips
+// under CI, where Main has already failed. A nil cluster there is a
+// TestMain that does not call Main, and fails the test.
 func Require(t testing.TB, c *Cluster) *Cluster {
 	t.Helper()
 	if c != nil {
@@ -234,10 +236,11 @@ func ci() bool { return os.Getenv("CI") == "true" }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_]{1,63}$`)
 
-// NewDatabase creates a database named name (letters, digits, underscore, at
-// most 63; see DatabaseName for arbitrary strings) if it does not exist and
-// returns its URL (which contains the password). Calling it twice with one
-// name returns the same database, so a test can reopen its data.
+// NewDatabase creates a database named name if it does not exist, and
+// returns its URL. The URL contains the password. A name is at most 63
+// letters, digits and underscores; see DatabaseName for arbitrary strings.
+// Calling it twice with one name returns the same database. A test can
+// thus reopen its data.
 func (c *Cluster) NewDatabase(t testing.TB, name string) string {
 	t.Helper()
 	url, err := c.CreateDatabase(name)
@@ -247,14 +250,14 @@ func (c *Cluster) NewDatabase(t testing.TB, name string) string {
 	return url
 }
 
-// CreateDatabase is NewDatabase for code without a testing.TB (a
-// benchmark driver): it returns the error instead of failing a test.
+// CreateDatabase is NewDatabase for code without a testing.TB, such as a
+// benchmark driver. It returns the error instead of failing a test.
 func (c *Cluster) CreateDatabase(name string) (string, error) {
 	if !validName.MatchString(name) {
 		return "", fmt.Errorf("pgtest: database name %q: want 1 to 63 letters, digits or underscores (see DatabaseName)", name)
 	}
-	// One at a time: CREATE DATABASE copies template1 and fails if another
-	// session is in it, and two creates of one name race on the catalog.
+	// One at a time. CREATE DATABASE copies template1, and fails if another
+	// session is in it. Two creates of one name race on the catalog.
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -274,9 +277,9 @@ func (c *Cluster) CreateDatabase(name string) (string, error) {
 	return c.URL(name), nil
 }
 
-// DatabaseName derives a valid database name from any string (a test's
-// name, say): its letters and digits, lowercased and cut short so that it
-// stays readable in logs, then a hash of all of s so that distinct strings
+// DatabaseName derives a valid database name from any string, a test's
+// name say. It keeps s's letters and digits, lowercased and cut short, to
+// stay readable in logs. A hash of all of s follows, so distinct strings
 // get distinct names. The same s always gives the same name.
 func DatabaseName(s string) string {
 	var b strings.Builder
@@ -310,18 +313,19 @@ func (c *Cluster) URL(name string) string {
 // Addr is host:port of the server.
 func (c *Cluster) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)) }
 
-// Restart stops the server with pg_ctl's immediate mode (a crash: in-flight
-// transactions lost, WAL replayed at start) and starts it again on the same
-// port; returns once it accepts connections.
+// Restart stops the server with pg_ctl's immediate mode, and starts it
+// again on the same port. That is a crash: in-flight transactions are
+// lost, and WAL replayed at start. It returns once the server accepts
+// connections.
 func (c *Cluster) Restart(t testing.TB) {
 	t.Helper()
 	c.Stop(t)
 	c.StartAgain(t)
 }
 
-// Stop stops the server (immediate: a crash) without restarting it, for
-// tests of what clients do while the database is down; StartAgain brings it
-// back.
+// Stop stops the server in immediate mode, a crash, without restarting it.
+// Tests see what clients do while the database is down. StartAgain brings
+// it back.
 func (c *Cluster) Stop(t testing.TB) {
 	t.Helper()
 	c.bringDown(t, "Stop", c.stop)
@@ -340,8 +344,8 @@ func (c *Cluster) bringDown(t testing.TB, op string, how func() error) {
 	}
 }
 
-// StartAgain starts a server stopped by Stop, on the same port, and returns
-// once it accepts connections.
+// StartAgain starts a server stopped by Stop, on the same port. It returns
+// once the server accepts connections.
 func (c *Cluster) StartAgain(t testing.TB) {
 	t.Helper()
 	c.mu.Lock()
@@ -355,9 +359,9 @@ func (c *Cluster) StartAgain(t testing.TB) {
 	}
 }
 
-// startRetrying starts the server on its port, which may be held for a
-// moment by someone else (see freePort): it retries for a while rather
-// than fail on a coincidence. The caller holds c.mu or owns c alone.
+// startRetrying starts the server on its port. Someone else may hold the
+// port for a moment (see freePort). It retries for a while rather than
+// fail on a coincidence. The caller holds c.mu or owns c alone.
 func (c *Cluster) startRetrying() error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -370,7 +374,7 @@ func (c *Cluster) startRetrying() error {
 }
 
 // init makes the data directory: trust on the unix socket, scram-sha-256
-// with Password over TCP, so that a password in the URL is really checked.
+// with Password over TCP. A password in the URL is thus really checked.
 func (c *Cluster) init() error {
 	pwfile := filepath.Join(c.root, "pwfile")
 	if err := os.WriteFile(pwfile, []byte(Password+"\n"), 0o600); err != nil {
@@ -382,7 +386,7 @@ func (c *Cluster) init() error {
 		}
 	}
 	// --no-sync: the cluster is thrown away, so its creation need not be
-	// durable; the server itself keeps fsync on.
+	// durable. The server itself keeps fsync on.
 	out, err := c.run("initdb", "-D", c.data, "-U", User, "--pwfile", pwfile,
 		"--auth-local=trust", "--auth-host=scram-sha-256",
 		"--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
@@ -392,8 +396,8 @@ func (c *Cluster) init() error {
 	// Appended settings override initdb's. Connections are TCP on loopback;
 	// the socket lives in the data directory, not /var/run/postgresql.
 	// After a Restart (a crash), the server syncs its data directory
-	// before recovery: with syncfs, in one call, rather than a fsync of
-	// every file, which on a loaded machine took longer than a minute.
+	// before recovery. It does so with syncfs, in one call. A fsync of
+	// every file took longer than a minute on a loaded machine.
 	conf := fmt.Sprintf(`
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '%s'
@@ -428,8 +432,8 @@ func (c *Cluster) start() error {
 	return nil
 }
 
-// stop stops the server in immediate mode: no checkpoint, no waiting for
-// clients, like a crash. The caller holds c.mu.
+// stop stops the server in immediate mode, like a crash. It takes no
+// checkpoint and waits for no client. The caller holds c.mu.
 func (c *Cluster) stop() error {
 	if c.frozen {
 		return c.kill() // pg_ctl's signal would wait for it in vain
@@ -455,9 +459,9 @@ func runIn(dir string, asPostgres bool, path string, args ...string) ([]byte, er
 		path = "runuser"
 	}
 	cmd := exec.Command(path, args...)
-	// A directory the server's user can enter (the test's is not always),
-	// and a bound on the wait for output pipes should pg_ctl's server ever
-	// keep them open.
+	// A directory the server's user can enter; the test's is not always
+	// one. The wait for output pipes is bounded, should pg_ctl's server
+	// ever keep them open.
 	cmd.Dir = dir
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
@@ -512,9 +516,9 @@ func complete(dir string) bool {
 }
 
 // freePort picks a loopback port that is free now. It prefers ports below
-// the kernel's ephemeral range, because a port from that range may be taken
-// by any client's outgoing connection while the server is down in Restart;
-// a probe with :0 is the fallback.
+// the kernel's ephemeral range. Any client's outgoing connection may take
+// a port from that range while the server is down in Restart. A probe
+// with :0 is the fallback.
 func freePort() (int, error) {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
@@ -542,7 +546,7 @@ func freePort() (int, error) {
 }
 
 // traversable reports whether every directory from dir up to / lets others
-// through, as the postgres user needs to reach a data directory there.
+// through. The postgres user needs that to reach a data directory there.
 func traversable(dir string) bool {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -562,8 +566,8 @@ func traversable(dir string) bool {
 }
 
 // sweep stops and removes the clusters left in base by test binaries that
-// died without stopping them (their pid, in the directory's name, is gone),
-// so that killed runs do not pile up servers.
+// died without stopping them. Their pid, in the directory's name, is gone.
+// Killed runs thus do not pile up servers.
 func sweep(base string) {
 	entries, _ := os.ReadDir(base)
 	for _, e := range entries {
@@ -596,7 +600,7 @@ func fileSize(path string) int64 {
 }
 
 // logTail is the server log written since offset from, at most its last 4
-// KiB: why a start failed.
+// KiB. It says why a start failed.
 func logTail(path string, from int64) string {
 	b, err := os.ReadFile(path)
 	if err != nil {

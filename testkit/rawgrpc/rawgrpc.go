@@ -1,9 +1,10 @@
 // Package rawgrpc is a test kit: a gRPC client small enough to send any
 // bytes in its header fields. It speaks HTTP/2 itself with x/net/http2's
-// Framer and hpack encoder, sends the fields in the order given, repeated
-// names and all, with no validation, and reports what the server answered,
-// down to a refused stream (RST_STREAM) or connection (GOAWAY). A gRPC
-// client library would check or canonicalize the fields before sending.
+// Framer and hpack encoder. It sends the fields in the order given,
+// repeated names and all, with no validation. It reports what the server
+// answered, down to a refused stream (RST_STREAM) or connection (GOAWAY).
+// A gRPC client library would check or canonicalize the fields before
+// sending.
 package rawgrpc
 
 import (
@@ -27,8 +28,8 @@ import (
 // Field is one header field, sent as it is.
 type Field struct{ Name, Value string }
 
-// Fields returns the fields of a plain unary gRPC call to path (as
-// "/package.Service/Method") on authority, followed by extra.
+// Fields returns the fields of a plain unary gRPC call to path on
+// authority, followed by extra. A path reads "/package.Service/Method".
 func Fields(authority, path string, extra ...Field) []Field {
 	return append([]Field{
 		{":method", "POST"},
@@ -50,12 +51,12 @@ type Response struct {
 	Body    []byte // the response message, without its length prefix
 }
 
-// Call sends one unary call: fields as the request's HEADERS, then message
-// as one length-prefixed gRPC message that ends the stream. It connects to
-// addr over TCP, with TLS (ALPN h2) when tlsConfig is not nil, or else with
-// plaintext HTTP/2 by prior knowledge. A stream the server resets comes
-// back as an http2.StreamError, a connection it closes with GOAWAY as a
-// GoAwayError; ctx bounds the whole exchange.
+// Call sends one unary call. Fields go as the request's HEADERS, then
+// message as one length-prefixed gRPC message that ends the stream. It
+// connects to addr over TCP, with TLS (ALPN h2) when tlsConfig is set.
+// Otherwise it speaks plaintext HTTP/2 by prior knowledge. A stream the
+// server resets comes back as an http2.StreamError. A connection it closes
+// with GOAWAY comes back as a GoAwayError. ctx bounds the whole exchange.
 func Call(ctx context.Context, addr string, tlsConfig *tls.Config, fields []Field, message []byte) (*Response, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -107,8 +108,8 @@ func Call(ctx context.Context, addr string, tlsConfig *tls.Config, fields []Fiel
 	return readResponse(fr, stream)
 }
 
-// readResponse reads frames until the stream ends, answering what the
-// connection needs on the way (SETTINGS acks, PINGs, flow control).
+// readResponse reads frames until the stream ends. On the way it answers
+// what the connection needs: SETTINGS acks, PINGs, flow control.
 func readResponse(fr *http2.Framer, stream uint32) (*Response, error) {
 	rd := &streamReader{fr: fr, stream: stream, r: &Response{}}
 	for {
@@ -126,8 +127,7 @@ func readResponse(fr *http2.Framer, stream uint32) (*Response, error) {
 	}
 }
 
-// streamReader gathers the answer on one stream from the frames read,
-// one frame at a time.
+// streamReader gathers the answer on one stream, one frame read at a time.
 type streamReader struct {
 	fr          *http2.Framer
 	stream      uint32
@@ -136,9 +136,9 @@ type streamReader struct {
 	headersSeen bool
 }
 
-// frame takes in f, a frame of any stream: it answers the connection's
-// frames, turns a refusal of the stream or the connection into an error,
-// and keeps the stream's headers and data. ended says the stream ended.
+// frame takes in f, a frame of any stream. It answers the connection's
+// frames, and keeps the stream's headers and data. A refusal of the stream
+// or the connection becomes an error. ended says the stream ended.
 func (rd *streamReader) frame(f http2.Frame) (ended bool, err error) {
 	switch f := f.(type) {
 	case *http2.SettingsFrame:
@@ -171,8 +171,8 @@ func (rd *streamReader) frame(f http2.Frame) (ended bool, err error) {
 	return false, nil
 }
 
-// headers keeps the fields of a HEADERS frame of the stream: the first
-// are the response's headers (and its :status), any later its trailers.
+// headers keeps the fields of a HEADERS frame of the stream. The first
+// frame holds the response's headers and :status, any later its trailers.
 func (rd *streamReader) headers(f *http2.MetaHeadersFrame) {
 	fs := make([]Field, 0, len(f.Fields))
 	for _, hf := range f.Fields {
@@ -187,9 +187,9 @@ func (rd *streamReader) headers(f *http2.MetaHeadersFrame) {
 	}
 }
 
-// data keeps a DATA frame's bytes and gives their flow-control window
-// back to the server at once, on the connection and the stream, so that
-// a response of any length arrives.
+// data keeps a DATA frame's bytes. It gives their flow-control window back
+// at once, on the connection and the stream. A response of any length then
+// arrives.
 func (rd *streamReader) data(f *http2.DataFrame) {
 	rd.body = append(rd.body, f.Data()...)
 	if n := uint32(len(f.Data())); n > 0 {
@@ -199,10 +199,10 @@ func (rd *streamReader) data(f *http2.DataFrame) {
 }
 
 // GoAwayError is Call's error when the server closed the connection with
-// a GOAWAY frame before answering the call (its stream is past
-// LastStreamID, or ErrCode is not NO_ERROR). It is the kit's own: x/net's
-// http2.GoAwayError, with the same fields, is deprecated with its
-// Transport, and this kit uses only the Framer.
+// a GOAWAY frame before answering. Either the call's stream is past
+// LastStreamID, or ErrCode is not NO_ERROR. It is the kit's own. x/net's
+// http2.GoAwayError has the same fields, but is deprecated with its
+// Transport; this kit uses only the Framer.
 type GoAwayError struct {
 	LastStreamID uint32
 	ErrCode      http2.ErrCode
@@ -214,8 +214,8 @@ func (e GoAwayError) Error() string {
 		e.LastStreamID, e.ErrCode, e.DebugData)
 }
 
-// finish fills in the gRPC status from the trailers (or, for a
-// trailers-only answer, the headers) and the message from body.
+// finish fills in the gRPC status from the trailers, and the message from
+// body. A trailers-only answer has its status in the headers.
 func (r *Response) finish(body []byte) (*Response, error) {
 	trailer := r.Trailer
 	if trailer == nil {
@@ -252,8 +252,8 @@ func (r *Response) finish(body []byte) (*Response, error) {
 	return r, nil
 }
 
-// Get returns the value of the first of fields named name, and whether
-// there is one.
+// Get returns the value of the first field named name, and whether there
+// is one.
 func Get(fields []Field, name string) (string, bool) {
 	for _, f := range fields {
 		if f.Name == name {

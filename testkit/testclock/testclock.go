@@ -1,5 +1,5 @@
-// Package testclock is a clock that tests move by hand, so that leases,
-// expiry and record lifetimes are tested without sleeping.
+// Package testclock is a clock that tests move by hand. Leases, expiry and
+// record lifetimes are then tested without sleeping.
 package testclock
 
 import (
