@@ -32,8 +32,8 @@ func (m *Main) serveConsole() {
 }
 
 // shutdownConsole starts the console's shutdown, beside gRPC's within
-// the same grace, so that a lookup or release in progress finishes before
-// the store closes under it. The returned func waits for it.
+// the same grace. A lookup or release in progress then finishes before the
+// store closes under it. The returned func waits for it.
 func (m *Main) shutdownConsole() (wait func()) {
 	if m.console == nil {
 		return func() {}

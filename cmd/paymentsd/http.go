@@ -9,10 +9,10 @@ import (
 )
 
 // serveHTTP serves the HTTP/JSON API, if bound. Its calls reach m.grpc
-// through an in-memory connection, and so pass through every interceptor
-// of a gRPC call: no rule is implemented twice. Each request is logged,
-// counted and traced before it reaches them, so that the face's own
-// refusals are seen too.
+// through an in-memory connection. They pass through every interceptor of
+// a gRPC call, so no rule is implemented twice. Each request is logged,
+// counted and traced before it reaches them. The face's own refusals are
+// thus seen too.
 func (m *Main) serveHTTP() {
 	if m.lis.API == nil {
 		return

@@ -65,8 +65,9 @@ func main() {
 
 	m := NewMain(os.Stderr)
 	grpcslog.Install(m.Logger) // before any gRPC use: grpc-go's lines as JSON too
-	// SIGHUP reads the credential files again; caught from the start, one
-	// sent while the server starts is read once it serves, never fatal.
+	// SIGHUP reads the credential files again. It is caught from the
+	// start: one sent while the server starts is read once it serves,
+	// never fatal.
 	m.hup = make(chan os.Signal, 1)
 	signal.Notify(m.hup, syscall.SIGHUP)
 	if err := m.ParseFlags(os.Args[1:]); err != nil {
@@ -181,9 +182,9 @@ func (m *Main) abort() {
 // paymentsService is the service paymentsd serves.
 var paymentsService = protoreflect.FullName(paymentsv1.PaymentIntentService_ServiceDesc.ServiceName)
 
-// newGRPC makes the gRPC server: its interceptors (the call limit's, the
-// metrics', the log's, the codec's, authentication, idempotency, in that
-// order), tracing, and its services.
+// newGRPC makes the gRPC server with its interceptors, tracing and
+// services. The interceptors run in this order: the call limit's, the
+// metrics', the log's, the codec's, authentication, idempotency.
 func (m *Main) newGRPC(ctx context.Context) (err error) {
 	var interceptors []grpc.UnaryServerInterceptor
 	calls := m.lis.Limits.Calls // nil without limits
@@ -291,8 +292,8 @@ func (m *Main) networkCredentials() credentials.TransportCredentials {
 }
 
 // serveMetrics serves /metrics on lis, behind --metrics-token-file's token
-// if one is set, and /healthz, open to probes: 200 while the store serves,
-// 503 otherwise, as grpc.health.v1 reports it.
+// if one is set. It serves /healthz too, open to probes. That answers 200
+// while the store serves and 503 otherwise, as grpc.health.v1 reports it.
 func (m *Main) serveMetrics(lis net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.metricsAuth(m.prom.Handler()))
@@ -325,9 +326,9 @@ func (m *Main) swept(n int, err error) {
 
 // Close stops accepting calls, waits up to ShutdownGrace for those in
 // progress, and closes the data file. Calls still running after the grace
-// are cut off: their callers get UNAVAILABLE, a transactional call's claim
-// is dropped with its writes, another's is left to the orphan rule. Close
-// then returns within the grace plus the commit in progress, if any.
+// are cut off, and their callers get UNAVAILABLE. A transactional call's
+// claim is dropped with its writes; another's is left to the orphan rule.
+// Close then returns within the grace plus the commit in progress, if any.
 func (m *Main) Close() error {
 	if m.grpc == nil {
 		return nil
