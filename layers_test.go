@@ -48,7 +48,7 @@ var floors = [][]string{
 		"daemon/config", "daemon/credfiles", "daemon/prom", "daemon/rpclog", "daemon/storehealth"},
 	// What stands on the daemon's parts: the operator console, which shows
 	// records as recordview does. In daemon/: the listeners, bound from the
-	// configuration, and the operator subcommands.
+	// configuration, and the health, record and release subcommands.
 	{"console", "daemon/listeners", "daemon/healthcmd", "daemon/keycmd"},
 	// Programs.
 	{"cmd/paymentsd", "bench", "deploy", "robustness"},
