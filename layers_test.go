@@ -20,35 +20,39 @@ var floors = [][]string{
 	{""},
 	// Which build this is, from VERSION and the go command's stamp.
 	{"internal/version"},
-	// The ground: no idempotency, no payments.
+	// The ground: no idempotency, no payments. The test kits of testkit/
+	// stand here too.
 	{"bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
 		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
-		"internal/grpcreflect", "internal/requestid", "internal/storehealth", "internal/cli", "internal/openapitidy",
+		"internal/grpcreflect", "internal/requestid", "internal/cli", "internal/openapitidy",
 		"internal/traceexport", "internal/connlimit", "internal/grpcslog", "server/strictcodec",
-		"internal/testkit/testclock", "internal/testkit/faultproxy", "internal/testkit/rawgrpc",
-		"internal/testkit/grpctest", "internal/testkit/logbuf"},
+		"testkit/testclock", "testkit/faultproxy", "testkit/rawgrpc", "testkit/grpctest", "testkit/logbuf",
+		"testkit/pgtest"},
 	// Contracts: the idempotency wire and store contracts, credentials,
 	// TLS files.
-	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload", "internal/testkit/pgtest"},
+	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload"},
 	// What a process knows of its records beyond its store, shared by the
 	// stores.
 	{"interceptor/storage/ledger"},
 	// The rules of exactly-once with no transport: fingerprint, claim, run,
 	// store, replay.
 	{"once"},
-	// The interceptor, the stores, the payments domain, the credential
-	// files in use.
-	{"interceptor", "interceptor/retry", "memstore", "boltstore", "pgstore", "server", "internal/credfiles"},
+	// The interceptor, the stores, the payments domain.
+	{"interceptor", "interceptor/retry", "memstore", "boltstore", "pgstore", "server"},
 	// Adapters: what the daemon needs of a database, observers, a running
 	// bbolt store's admin socket, the HTTP face, the conformance suites and
 	// the kits that open real stores.
-	{"backend", "interceptor/tracing", "metrics", "internal/config", "boltstore/boltadmin", "httpapi",
-		"interceptor/storage/storagetest", "intenttest", "internal/testkit/bolttest"},
-	// The daemon's parts: its databases (intents beside their records), its
-	// metrics and log, what operators are shown of a record.
-	{"boltintents", "pgintents", "internal/prom", "internal/rpclog", "recordview"},
-	// The operator console, which shows records as recordview does.
-	{"console"},
+	{"backend", "interceptor/tracing", "metrics", "boltstore/boltadmin", "httpapi",
+		"interceptor/storage/storagetest", "intenttest", "boltstore/bolttest"},
+	// The daemon's parts: its databases (intents beside their records) and
+	// what operators are shown of a record. In daemon/: its configuration,
+	// credential files, metrics, log and store health.
+	{"boltintents", "pgintents", "recordview",
+		"daemon/config", "daemon/credfiles", "daemon/prom", "daemon/rpclog", "daemon/storehealth"},
+	// What stands on the daemon's parts: the operator console, which shows
+	// records as recordview does. In daemon/: the listeners, bound from the
+	// configuration, and the health, record and release subcommands.
+	{"console", "daemon/listeners", "daemon/healthcmd", "daemon/keycmd"},
 	// Programs.
 	{"cmd/paymentsd", "bench", "deploy", "robustness"},
 }

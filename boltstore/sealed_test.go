@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/boltstore/bolttest"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
 
 // A stored answer whose bytes changed on disk (100000000 become 900000000)

@@ -27,7 +27,7 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/internal/testkit/logbuf"
+	"github.com/paymentsd/paymentsd/testkit/logbuf"
 )
 
 const (

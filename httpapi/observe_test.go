@@ -20,7 +20,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/httpapi"
-	"github.com/paymentsd/paymentsd/internal/testkit/logbuf"
+	"github.com/paymentsd/paymentsd/testkit/logbuf"
 )
 
 // observedAPI serves the API as Face does, observed, and returns its log,

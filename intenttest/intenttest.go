@@ -35,8 +35,8 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/testkit/testclock"
 )
 
 // Backend is what the suite tests. It holds the intents and the

@@ -20,7 +20,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/retry"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
-	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
+	"github.com/paymentsd/paymentsd/testkit/testclock"
 )
 
 // testService is grpc.testing.TestService whose UnaryCall runs a test's

@@ -17,9 +17,9 @@ import (
 	"github.com/paymentsd/paymentsd/intenttest"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 var cluster *pgtest.Cluster

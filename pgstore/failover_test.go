@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // probeTimeout is what paymentsd gives each probe (pgintents.Timeout).

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // countingTracer counts the queries of the connections it traces.

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
-	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/testkit/faultproxy"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // The fault kinds, each for the backends it applies to.

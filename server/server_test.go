@@ -19,8 +19,8 @@ import (
 	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/testkit/testclock"
 )
 
 func newServer(t *testing.T) (*server.Server, *testclock.Clock) {

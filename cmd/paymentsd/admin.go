@@ -5,10 +5,10 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
 )
 
-// serveAdmin serves the admin socket of m's bbolt file, through which
-// paymentsd record, backup and check reach it while it is held. It returns
-// nil for PostgreSQL, or when the socket cannot be made: that is logged,
-// and the server serves payments without it.
+// serveAdmin serves the admin socket of m's bbolt file. Through it,
+// paymentsd record, backup and check reach the file while it is held. It
+// returns nil for PostgreSQL, or when the socket cannot be made. That is
+// logged, and the server serves payments without it.
 func (m *Main) serveAdmin() *boltadmin.Server {
 	db, ok := m.db.Records().(*boltstore.DB)
 	if !ok {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/backend"
 	"github.com/paymentsd/paymentsd/boltintents"
-	"github.com/paymentsd/paymentsd/internal/config"
+	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/pgintents"
 	"github.com/paymentsd/paymentsd/pgstore"
 )

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
+	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/internal/config"
 )
 
 const backupAbout = `Writes a consistent copy of the bbolt data file to FILE (mode 0600), from

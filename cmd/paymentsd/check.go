@@ -7,8 +7,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
+	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/internal/config"
 )
 
 const checkAbout = `Checks the bbolt data file's structure (page links, freelist, key order),

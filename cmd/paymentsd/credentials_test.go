@@ -3,7 +3,7 @@ package main
 // The same authorization bytes must be the same credential, or the same
 // refusal, on both faces. Neither side goes through a client library that
 // would trim or validate: HTTP is written by hand on a TCP connection, gRPC
-// through internal/testkit/rawgrpc.
+// through testkit/rawgrpc.
 
 import (
 	"bufio"
@@ -26,7 +26,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
-	"github.com/paymentsd/paymentsd/internal/testkit/rawgrpc"
+	"github.com/paymentsd/paymentsd/testkit/rawgrpc"
 )
 
 // How one face answered a create.

@@ -39,7 +39,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
-	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
+	"github.com/paymentsd/paymentsd/testkit/faultproxy"
 )
 
 func TestE2E_SeedDemo_FreshReplayMismatch(t *testing.T) {
@@ -447,7 +447,7 @@ func TestE2E_SweeperRemovesExpiredRecords(t *testing.T) {
 }
 
 // TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach creates intents
-// through a fault proxy (internal/testkit/faultproxy) that loses responses
+// through a fault proxy (testkit/faultproxy) that loses responses
 // after the server handled them, or resets connections, with the client
 // interceptor retrying: every caller gets its intent, and no create ran
 // twice.

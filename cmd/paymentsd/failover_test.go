@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // failoverRounds is the number of failovers of the failover tests:

@@ -36,10 +36,10 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/boltstore/bolttest"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
-	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
-	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // ---- Starting the binary ----

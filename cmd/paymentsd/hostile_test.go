@@ -24,10 +24,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/paymentsd/paymentsd/boltstore/bolttest"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
-	"github.com/paymentsd/paymentsd/internal/testkit/bolttest"
 )
 
 // changeWithDD sets the byte at offset of every occurrence of marker in the

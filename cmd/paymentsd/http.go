@@ -9,15 +9,15 @@ import (
 )
 
 // serveHTTP serves the HTTP/JSON API, if bound. Its calls reach m.grpc
-// through an in-memory connection, and so pass through every interceptor
-// of a gRPC call: no rule is implemented twice. Each request is logged,
-// counted and traced before it reaches them, so that the face's own
-// refusals are seen too.
+// through an in-memory connection. They pass through every interceptor of
+// a gRPC call, so no rule is implemented twice. Each request is logged,
+// counted and traced before it reaches them. The face's own refusals are
+// thus seen too.
 func (m *Main) serveHTTP() {
-	if m.api == nil {
+	if m.lis.API == nil {
 		return
 	}
-	m.Logger.Info("http listening", "addr", m.api.Addr().String(), "tls", m.creds.TLS != nil)
+	m.Logger.Info("http listening", "addr", m.lis.API.Addr().String(), "tls", m.creds.TLS != nil)
 	var tlsConfig *tls.Config
 	if m.creds.TLS != nil {
 		tlsConfig = m.creds.TLS.Config(m.creds.ClientAuth(), "h2", "http/1.1")
@@ -26,8 +26,8 @@ func (m *Main) serveHTTP() {
 	if m.prom != nil {
 		observe.Metrics = m.prom.HTTP
 	}
-	m.api.Observe(observe)
-	serve := m.api.Start(m.grpc, m.creds.Authn, tlsConfig, m.Logger)
+	m.lis.API.Observe(observe)
+	serve := m.lis.API.Start(m.grpc, m.creds.Authn, tlsConfig, m.Logger)
 	m.wg.Go(func() {
 		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("serve http", "err", err)
@@ -38,13 +38,13 @@ func (m *Main) serveHTTP() {
 // shutdownHTTP starts the HTTP server's shutdown, which runs beside gRPC's
 // within the same grace. The returned func waits for it.
 func (m *Main) shutdownHTTP() (wait func()) {
-	if m.api == nil {
+	if m.lis.API == nil {
 		return func() {}
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		m.api.Shutdown(m.Config.ShutdownGrace)
+		m.lis.API.Shutdown(m.Config.ShutdownGrace)
 	}()
 	return func() { <-done }
 }

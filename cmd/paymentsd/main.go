@@ -36,20 +36,19 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/backend"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
+	"github.com/paymentsd/paymentsd/daemon/config"
+	"github.com/paymentsd/paymentsd/daemon/credfiles"
+	"github.com/paymentsd/paymentsd/daemon/listeners"
+	"github.com/paymentsd/paymentsd/daemon/prom"
+	"github.com/paymentsd/paymentsd/daemon/rpclog"
+	"github.com/paymentsd/paymentsd/daemon/storehealth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/httpapi"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/tracing"
 	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/internal/config"
-	"github.com/paymentsd/paymentsd/internal/connlimit"
-	"github.com/paymentsd/paymentsd/internal/credfiles"
 	"github.com/paymentsd/paymentsd/internal/grpcreflect"
 	"github.com/paymentsd/paymentsd/internal/grpcslog"
-	"github.com/paymentsd/paymentsd/internal/prom"
-	"github.com/paymentsd/paymentsd/internal/rpclog"
-	"github.com/paymentsd/paymentsd/internal/storehealth"
 	"github.com/paymentsd/paymentsd/internal/traceexport"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/server"
@@ -66,8 +65,9 @@ func main() {
 
 	m := NewMain(os.Stderr)
 	grpcslog.Install(m.Logger) // before any gRPC use: grpc-go's lines as JSON too
-	// SIGHUP reads the credential files again; caught from the start, one
-	// sent while the server starts is read once it serves, never fatal.
+	// SIGHUP reads the credential files again. It is caught from the
+	// start: one sent while the server starts is read once it serves,
+	// never fatal.
 	m.hup = make(chan os.Signal, 1)
 	signal.Notify(m.hup, syscall.SIGHUP)
 	if err := m.ParseFlags(os.Args[1:]); err != nil {
@@ -99,24 +99,20 @@ type Main struct {
 	Config config.Config
 	Logger *slog.Logger
 
-	db              backend.Backend
-	grpc            *grpc.Server
-	listener        net.Listener
-	metricsListener net.Listener // nil without --metrics-listen
-	health          *health.Server
-	prom            *prom.Prom       // nil without --metrics-listen
-	metrics         *metrics.Metrics // the interceptor's, in prom
-	http            *http.Server     // serves the metrics
-	stop            context.CancelFunc
-	wg              sync.WaitGroup
-	api             *httpapi.Face          // the HTTP/JSON API; nil without --http-listen
-	tracing         *traceexport.Exporter  // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
-	creds           *credfiles.Credentials // the API keys and the TLS files in use
-	hup             chan os.Signal         // SIGHUP: read the credential files again
-	admin           *boltadmin.Server      // the admin socket; nil for PostgreSQL
-	consoleListener net.Listener           // nil without --admin-listen
-	console         *http.Server           // the operator console; nil without --admin-listen
-	limits          limits                 // what clients may hold on each listener
+	db      backend.Backend
+	grpc    *grpc.Server
+	lis     *listeners.Set // every address bound, behind its limits
+	health  *health.Server
+	prom    *prom.Prom       // nil without --metrics-listen
+	metrics *metrics.Metrics // the interceptor's, in prom
+	http    *http.Server     // serves the metrics
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	tracing *traceexport.Exporter  // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+	creds   *credfiles.Credentials // the API keys and the TLS files in use
+	hup     chan os.Signal         // SIGHUP: read the credential files again
+	admin   *boltadmin.Server      // the admin socket; nil for PostgreSQL
+	console *http.Server           // the operator console; nil without --admin-listen
 }
 
 // NewMain returns a Main with the default configuration, logging to w.
@@ -141,7 +137,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			m.abort()
 		}
 	}()
-	if err := m.listen(); err != nil {
+	if m.lis, err = listeners.Bind(m.Config, m.Logger); err != nil {
 		return err
 	}
 	if m.db, err = openBackend(ctx, m.Config, m.Logger); err != nil {
@@ -172,38 +168,11 @@ func (m *Main) loadCredentials() (err error) {
 	return err
 }
 
-// listen binds the gRPC, metrics, HTTP and console addresses.
-func (m *Main) listen() (err error) {
-	if m.listener, err = net.Listen("tcp", m.Config.Listen); err != nil {
-		return err
-	}
-	if m.Config.MetricsListen != "" {
-		if m.metricsListener, err = net.Listen("tcp", m.Config.MetricsListen); err != nil {
-			return fmt.Errorf("metrics: %w", err)
-		}
-	}
-	if m.Config.HTTPListen != "" {
-		if m.api, err = httpapi.Listen(m.Config.HTTPListen); err != nil {
-			return err
-		}
-	}
-	if err := m.listenConsole(); err != nil {
-		return err
-	}
-	m.limitListeners()
-	return nil
-}
-
 // abort undoes what a Run that failed did.
 func (m *Main) abort() {
 	signal.Stop(m.hup)
-	for _, lis := range []net.Listener{m.listener, m.metricsListener, m.consoleListener} {
-		if lis != nil {
-			lis.Close()
-		}
-	}
-	if m.api != nil {
-		m.api.Close()
+	if m.lis != nil {
+		m.lis.Close()
 	}
 	if m.db != nil {
 		m.db.Close()
@@ -213,13 +182,14 @@ func (m *Main) abort() {
 // paymentsService is the service paymentsd serves.
 var paymentsService = protoreflect.FullName(paymentsv1.PaymentIntentService_ServiceDesc.ServiceName)
 
-// newGRPC makes the gRPC server: its interceptors (the call limit's, the
-// metrics', the log's, the codec's, authentication, idempotency, in that
-// order), tracing, and its services.
+// newGRPC makes the gRPC server with its interceptors, tracing and
+// services. The interceptors run in this order: the call limit's, the
+// metrics', the log's, the codec's, authentication, idempotency.
 func (m *Main) newGRPC(ctx context.Context) (err error) {
 	var interceptors []grpc.UnaryServerInterceptor
-	if m.limits.calls != nil {
-		interceptors = append(interceptors, m.limits.calls.UnaryServerInterceptor)
+	calls := m.lis.Limits.Calls // nil without limits
+	if calls != nil {
+		interceptors = append(interceptors, calls.UnaryServerInterceptor)
 	}
 	if m.Config.MetricsListen != "" {
 		if m.prom, err = prom.New(m.db.CountRecords); err != nil {
@@ -229,8 +199,8 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		if m.creds.TLS != nil {
 			m.prom.WatchCertificate(m.creds.TLS)
 		}
-		if m.limits.calls != nil {
-			m.prom.WatchLimits(m.limits.listeners, slices.Collect(maps.Values(m.limits.refusals)), m.limits.calls)
+		if calls != nil {
+			m.prom.WatchLimits(m.lis.Limits.Listeners, slices.Collect(maps.Values(m.lis.Limits.Refusals)), calls)
 		}
 		interceptors = append(interceptors, m.prom.GRPC.UnaryServerInterceptor())
 	}
@@ -242,7 +212,7 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 	if m.tracing, err = traceexport.Start(ctx, m.Logger); err != nil {
 		return err
 	}
-	m.grpc = grpc.NewServer(append(m.grpcLimits(), grpc.Creds(m.grpcCredentials()), grpc.ConnectionTimeout(handshakeTimeout),
+	m.grpc = grpc.NewServer(append(m.lis.GRPCOptions(m.networkCredentials()),
 		grpc.ForceServerCodecV2(strictcodec.New(paymentsService)),
 		grpc.ChainUnaryInterceptor(interceptors...), m.tracing.ServerOption())...)
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.Intents(), nil))
@@ -287,19 +257,19 @@ func (m *Main) idempotency() grpc.UnaryServerInterceptor {
 func (m *Main) serve(ctx context.Context) {
 	if m.prom != nil {
 		m.prom.GRPC.InitializeMetrics(m.grpc)
-		m.serveMetrics(m.metricsListener)
+		m.serveMetrics(m.lis.Metrics)
 	}
 	m.creds.Log()
 	if m.Config.Dev {
 		m.Logger.Warn("--dev: any bearer token is served as a principal of its own, on every address listed; never in production",
 			"exposed", m.Config.Exposed())
 	}
-	m.Logger.Info("paymentsd listening", "addr", m.listener.Addr().String(), "db", m.db.String(),
+	m.Logger.Info("paymentsd listening", "addr", m.lis.GRPC.Addr().String(), "db", m.db.String(),
 		"lease", m.Config.Lease.String(), "ttl", m.Config.TTL.String(), "tls", m.creds.TLS != nil)
 
 	ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
 	m.wg.Go(func() {
-		if err := m.grpc.Serve(m.listener); err != nil {
+		if err := m.grpc.Serve(m.lis.GRPC); err != nil {
 			m.Logger.Error("serve", "err", err)
 		}
 	})
@@ -312,35 +282,23 @@ func (m *Main) serve(ctx context.Context) {
 	m.serveConsole()
 }
 
-// grpcCredentials are the gRPC server's: TLS with ALPN h2 when
-// --tls-cert is set, plaintext otherwise, and the HTTP face's in-memory
-// connection let in either way. Failed handshakes are counted, and header
-// blocks timed.
-func (m *Main) grpcCredentials() credentials.TransportCredentials {
-	var network credentials.TransportCredentials
-	if m.creds.TLS != nil {
-		network = credentials.NewTLS(m.creds.TLS.Config(m.creds.ClientAuth(), "h2"))
+// networkCredentials are the gRPC server's on the network: TLS with ALPN
+// h2 when --tls-cert is set, nil for plaintext otherwise.
+func (m *Main) networkCredentials() credentials.TransportCredentials {
+	if m.creds.TLS == nil {
+		return nil
 	}
-	if m.Config.WithoutLimits {
-		return httpapi.ServerCredentials(network)
-	}
-	return connlimit.Credentials(httpapi.ServerCredentials(network), m.Config.Limits.HeaderTimeout, m.limits.refusals["grpc"])
+	return credentials.NewTLS(m.creds.TLS.Config(m.creds.ClientAuth(), "h2"))
 }
 
-// handshakeTimeout bounds a new gRPC connection's handshake (TLS and the
-// HTTP/2 preface), as ReadHeaderTimeout bounds the HTTP face's: a client
-// that connects and says nothing holds nothing for long.
-const handshakeTimeout = 10 * time.Second
-
 // serveMetrics serves /metrics on lis, behind --metrics-token-file's token
-// if one is set, and /healthz, open to probes: 200 while the store serves,
-// 503 otherwise, as grpc.health.v1 reports it.
+// if one is set. It serves /healthz too, open to probes. That answers 200
+// while the store serves and 503 otherwise, as grpc.health.v1 reports it.
 func (m *Main) serveMetrics(lis net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.metricsAuth(m.prom.Handler()))
 	mux.HandleFunc("/healthz", storehealth.Handler(m.health))
-	m.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: 64 << 10, ConnState: m.connState("metrics"), ErrorLog: m.errorLog("metrics")}
+	m.http = m.lis.HTTPServer("metrics", mux)
 	m.Logger.Info("metrics listening", "addr", lis.Addr().String(), "tls", m.creds.TLS != nil)
 	if m.creds.TLS != nil {
 		// Scrapers are not asked for a client certificate.
@@ -368,9 +326,9 @@ func (m *Main) swept(n int, err error) {
 
 // Close stops accepting calls, waits up to ShutdownGrace for those in
 // progress, and closes the data file. Calls still running after the grace
-// are cut off: their callers get UNAVAILABLE, a transactional call's claim
-// is dropped with its writes, another's is left to the orphan rule. Close
-// then returns within the grace plus the commit in progress, if any.
+// are cut off, and their callers get UNAVAILABLE. A transactional call's
+// claim is dropped with its writes; another's is left to the orphan rule.
+// Close then returns within the grace plus the commit in progress, if any.
 func (m *Main) Close() error {
 	if m.grpc == nil {
 		return nil

@@ -14,7 +14,7 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
-	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // Two replicas on one database answer as one: a create on either is

@@ -35,8 +35,8 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
-	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/testkit/testclock"
 )
 
 const createMethod = paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName

@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 
+	"github.com/paymentsd/paymentsd/daemon/config"
+	"github.com/paymentsd/paymentsd/daemon/healthcmd"
+	"github.com/paymentsd/paymentsd/daemon/keycmd"
 	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/internal/config"
 )
 
 // program is paymentsd's operator subcommands, listed by paymentsd help in
@@ -16,11 +18,11 @@ var program = cli.Program{
 	Name: "paymentsd",
 	Main: "serve payments.v1.PaymentIntentService; the flags are below",
 	Commands: []cli.Command{
-		{Name: "record", Args: "--principal P --key K [--db DB] [--json]", Summary: "what happened to an idempotency key: state, attempt, fingerprint, result", Run: runRecord},
-		{Name: "release", Args: "--principal P --key K [--db DB] [--json]", Summary: "release a key whose stored result is a transactional method's error, so that it runs fresh; refuses any other", Run: runRelease},
+		{Name: "record", Args: "--principal P --key K [--db DB] [--json]", Summary: "what happened to an idempotency key: state, attempt, fingerprint, result", Run: keycmd.Record},
+		{Name: "release", Args: "--principal P --key K [--db DB] [--json]", Summary: "release a key whose stored result is a transactional method's error, so that it runs fresh; refuses any other", Run: keycmd.Release},
 		{Name: "backup", Args: "FILE [--db DB]", Summary: "a consistent copy of the bbolt data file, while the server runs or not", Run: runBackup},
 		{Name: "check", Args: "[--db DB]", Summary: "check the bbolt data file's structure: exit 0 when sound, 1 with the findings", Run: runCheck},
-		{Name: "health", Args: "[--addr A] [--tls-ca F] [--tls-cert F --tls-key F] [--service NAME] [--timeout D]", Summary: "ask a running server's grpc.health.v1: exit 0 when it answers SERVING, 1 otherwise; for container health checks and exec probes", Run: runHealth},
+		{Name: "health", Args: "[--addr A] [--tls-ca F] [--tls-cert F --tls-key F] [--service NAME] [--timeout D]", Summary: "ask a running server's grpc.health.v1: exit 0 when it answers SERVING, 1 otherwise; for container health checks and exec probes", Run: healthcmd.Run},
 		{Name: "hash-token", Args: "PRINCIPAL < token", Summary: `print the --api-keys line "PRINCIPAL sha256:<hex>" of the token on standard input`, Run: runHashToken},
 		{Name: "dev-certs", Args: "DIR", Summary: "write a development CA, server and client certificates into DIR to try TLS and mutual TLS (never for production)", Run: runDevCerts},
 		{Name: "version", Summary: "the release, the revision and the Go version it was built from (also --version)", Run: cli.Version("paymentsd")},

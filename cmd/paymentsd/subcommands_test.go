@@ -27,7 +27,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // recordJSON is paymentsd record --json's output.

@@ -5,7 +5,7 @@ package main
 import paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 
 // transactionalMethods are the methods whose only effect is the intent they
-// write through the store: their claim commits with those writes
+// write through the store. Their claim commits with those writes
 // (interceptor.WithTransactional), so it needs no lease. Every build but
 // the robustness suite's test build (transactional_durable.go) has this
 // list.

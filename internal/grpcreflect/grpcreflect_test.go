@@ -15,7 +15,7 @@ import (
 	embedded "github.com/paymentsd/paymentsd"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/internal/grpcreflect"
-	"github.com/paymentsd/paymentsd/internal/testkit/grpctest"
+	"github.com/paymentsd/paymentsd/testkit/grpctest"
 )
 
 type payments struct {

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/paymentsd/paymentsd/internal/testkit/grpctest"
 	"github.com/paymentsd/paymentsd/internal/traceexport"
+	"github.com/paymentsd/paymentsd/testkit/grpctest"
 )
 
 func TestEnabled(t *testing.T) {

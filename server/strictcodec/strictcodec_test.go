@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/internal/testkit/grpctest"
 	"github.com/paymentsd/paymentsd/server/strictcodec"
+	"github.com/paymentsd/paymentsd/testkit/grpctest"
 )
 
 // payments answers GetPaymentIntent with the id asked for, counting calls.

@@ -1,0 +1,82 @@
+// Package prom is paymentsd's Prometheus registry. It holds the gRPC
+// server's standard metrics (grpc_server_*) and the HTTP face's
+// (http_server_*). The idempotency interceptor's, the credential reloads,
+// Go's and the process's are there too.
+package prom
+
+import (
+	"net/http"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/paymentsd/paymentsd/httpapi"
+	"github.com/paymentsd/paymentsd/metrics"
+	"github.com/paymentsd/paymentsd/tlsreload"
+)
+
+// Prom is the registry and the metrics paymentsd feeds.
+type Prom struct {
+	registry *prometheus.Registry
+	// GRPC are the gRPC server's: install its interceptor, and initialize
+	// it with the server once its services are registered.
+	GRPC *grpcprom.ServerMetrics
+	// Idem are the idempotency interceptor's.
+	Idem *metrics.Metrics
+	// HTTP are the HTTP face's: give them to httpapi.Face.Observe.
+	HTTP    *httpapi.Metrics
+	reloads *prometheus.CounterVec
+}
+
+// New registers the metrics; countRecords counts the idempotency records
+// stored, read at each scrape.
+func New(countRecords func() (float64, error)) (*Prom, error) {
+	p := &Prom{
+		registry: prometheus.NewRegistry(),
+		GRPC:     grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
+	}
+	p.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "paymentsd_credential_reloads_total",
+		Help: "Credential files read again after a change or SIGHUP, by file (api_keys, admin_keys, tls, metrics_token) and result (ok, error: the previous ones stay in use).",
+	}, []string{"file", "result"})
+	for _, file := range []string{"api_keys", "admin_keys", "tls", "metrics_token"} {
+		for _, result := range []string{"ok", "error"} {
+			p.reloads.WithLabelValues(file, result) // at 0 from the start, so that rate() sees the first error
+		}
+	}
+	p.registry.MustRegister(p.GRPC, p.reloads,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
+	if p.HTTP, err = httpapi.NewMetrics(p.registry); err != nil {
+		return nil, err
+	}
+	p.Idem, err = metrics.New(p.registry, metrics.WithLiveRecords(countRecords))
+	return p, err
+}
+
+// Reloaded counts a reload of file ("api_keys", "admin_keys", "tls" or
+// "metrics_token"); p may be nil (no metrics served).
+func (p *Prom) Reloaded(file string, err error) {
+	if p == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	p.reloads.WithLabelValues(file, result).Inc()
+}
+
+// WatchCertificate exports when the certificate served now expires, for
+// an alert well before it does.
+func (p *Prom) WatchCertificate(s *tlsreload.Server) {
+	p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "paymentsd_tls_certificate_not_after_seconds",
+		Help: "When the TLS certificate served now expires, in seconds since the Unix epoch.",
+	}, func() float64 { return float64(s.Leaf().NotAfter.Unix()) }))
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (p *Prom) Handler() http.Handler { return promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{}) }

@@ -1,0 +1,128 @@
+package rpclog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/paymentsd/paymentsd/daemon/rpclog"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/memstore"
+	"github.com/paymentsd/paymentsd/testkit/grpctest"
+	"github.com/paymentsd/paymentsd/testkit/logbuf"
+)
+
+// payments answers GetPaymentIntent: the error wanted for the id "fail",
+// the intent otherwise.
+type payments struct {
+	paymentsv1.UnimplementedPaymentIntentServiceServer
+	fail error
+}
+
+func (p payments) GetPaymentIntent(_ context.Context, req *paymentsv1.GetPaymentIntentRequest) (*paymentsv1.GetPaymentIntentResponse, error) {
+	if req.Id == "fail" {
+		return nil, p.fail
+	}
+	return &paymentsv1.GetPaymentIntentResponse{PaymentIntent: &paymentsv1.PaymentIntent{Id: req.Id}}, nil
+}
+
+// serve runs the service behind Interceptor and the idempotency
+// interceptor, which takes a key of GetPaymentIntent here, and
+// returns a client of it and its log.
+func serve(t *testing.T, p payments) (paymentsv1.PaymentIntentServiceClient, *logbuf.Buffer) {
+	t.Helper()
+	log := &logbuf.Buffer{}
+	idem := interceptor.MustUnaryServerInterceptor(memstore.New(),
+		interceptor.WithScope(func(context.Context) (string, error) { return "merchant", nil }),
+		interceptor.WithKeyPolicy(paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName, interceptor.KeyOptional),
+		interceptor.WithObserver(rpclog.Observer{}),
+	)
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(rpclog.Interceptor(slog.New(slog.NewJSONHandler(log, nil))), idem))
+	paymentsv1.RegisterPaymentIntentServiceServer(s, p)
+	return paymentsv1.NewPaymentIntentServiceClient(grpctest.Serve(t, s)), log
+}
+
+func get(c paymentsv1.PaymentIntentServiceClient, key, id string) error {
+	ctx := context.Background()
+	if key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.KeyHeader, key)
+	}
+	_, err := c.GetPaymentIntent(ctx, &paymentsv1.GetPaymentIntentRequest{Id: id})
+	return err
+}
+
+// Each call logs one line with the interceptor's decision, if it made one.
+func TestInterceptor_LogsTheOutcome(t *testing.T) {
+	c, log := serve(t, payments{})
+	for range 2 {
+		if err := get(c, "k-1", "pi_1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := get(c, "", "pi_1"); err != nil {
+		t.Fatal(err)
+	}
+	lines := log.Lines(t)
+	want := []string{"fresh 1 OK", "replay 1 OK", "<nil> <nil> OK"}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d: %v", len(lines), len(want), lines)
+	}
+	for i, l := range lines {
+		if got := fmt.Sprint(l["idempotency"], " ", l["attempt"], " ", l["code"]); got != want[i] {
+			t.Errorf("line %d: got %q, want %q (%v)", i, got, want[i], l)
+		}
+		if l["msg"] != "rpc" || l["method"] != paymentsv1.PaymentIntentService_GetPaymentIntent_FullMethodName || l["duration_ms"] == nil {
+			t.Errorf("line %d: %v, want msg rpc, the method and a duration", i, l)
+		}
+		if l["err"] != nil {
+			t.Errorf("line %d: err %v, want none", i, l["err"])
+		}
+	}
+}
+
+// A wrapped error's cause is logged, which its caller does not see; a
+// plain status is not repeated.
+func TestInterceptor_LogsAWrappedCause(t *testing.T) {
+	cause := fmt.Errorf("disk full: %w", errors.New("ENOSPC"))
+	for _, c := range []struct {
+		err     error
+		wantErr any
+	}{
+		{cause, "disk full: ENOSPC"},
+		{status.Error(codes.NotFound, "no such intent"), nil},
+	} {
+		client, log := serve(t, payments{fail: c.err})
+		get(client, "", "fail") // no key: the handler's error reaches the log as it is
+		if lines := log.Lines(t); len(lines) != 1 || lines[0]["err"] != c.wantErr {
+			t.Errorf("%v: got %v, want one line with err %v", c.err, lines, c.wantErr)
+		}
+	}
+}
+
+// A call's valid x-request-id is logged, so that an HTTP request's line
+// and its call's are found together; an invalid one is not.
+func TestInterceptor_LogsTheRequestID(t *testing.T) {
+	c, log := serve(t, payments{})
+	for _, id := range []string{"req-1", "bad id"} {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", id)
+		if _, err := c.GetPaymentIntent(ctx, &paymentsv1.GetPaymentIntentRequest{Id: "pi_1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := log.Lines(t)
+	if len(lines) != 2 || lines[0]["request_id"] != "req-1" || lines[1]["request_id"] != nil {
+		t.Errorf("lines %v, want request_id req-1, then none", lines)
+	}
+	if lines[0]["trace_id"] != nil {
+		t.Errorf("trace_id %v without a span", lines[0]["trace_id"])
+	}
+}

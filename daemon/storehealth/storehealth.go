@@ -1,0 +1,63 @@
+// Package storehealth reports a store's health on grpc.health.v1 and over
+// HTTP. A load balancer then drains an instance whose store cannot serve.
+package storehealth
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Interval is how often paymentsd looks at its store's health, and probes
+// a store whose commits failed.
+const Interval = time.Second
+
+// Watch reports check's answer on h, every interval until ctx ends. Every
+// service and the server as a whole are NOT_SERVING while check fails: a
+// damaged data file, failing commits, a database that does not answer.
+// They are SERVING again once it succeeds. Each change is logged.
+func Watch(ctx context.Context, h *health.Server, check func(context.Context) error, logger *slog.Logger, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var last error
+	for {
+		err := check(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if (err == nil) != (last == nil) {
+			if err != nil {
+				logger.Error("store unhealthy: reporting NOT_SERVING", "err", err)
+				h.Shutdown() // every service NOT_SERVING
+			} else {
+				logger.Info("store healthy again: reporting SERVING")
+				h.Resume()
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Handler serves probes that speak only HTTP. It answers 200 while h
+// reports the server SERVING, and 503 otherwise: its store does not serve,
+// or it shuts down.
+func Handler(h *health.Server) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		resp, err := h.Check(r.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+			http.Error(w, "NOT_SERVING", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "SERVING\n")
+	}
+}
