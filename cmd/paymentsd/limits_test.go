@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 )
@@ -441,4 +442,44 @@ func TestLimits_AcceptFailures_CountedAndLogged(t *testing.T) {
 	if got == 0 || logged == 0 || float64(logged) > got {
 		t.Errorf("accept failures: %v counted, %d logged", got, logged)
 	}
+}
+
+// A busy HTTP connection, one whose request is still arriving, is never
+// closed to make room for a new one: the idle one is.
+func TestLimits_HTTPConnectionWithARequestInProgress_NotEvicted(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--http-listen", "127.0.0.1:0", "--max-connections", "2")
+	addr := d.logAddr(t, "http listening")
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	body, err := protojson.Marshal(seedRequest("100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := dial()
+	fmt.Fprintf(busy, "POST /v1/payment_intents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key: busy\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:10])
+	time.Sleep(200 * time.Millisecond) // the server has read the headers: the connection is active
+	idle := dial()
+	time.Sleep(100 * time.Millisecond)
+	dial() // the third: one of the two must go
+	time.Sleep(200 * time.Millisecond)
+
+	if _, err := busy.Write(body[10:]); err != nil {
+		t.Fatalf("the rest of the busy request: %v", err)
+	}
+	busy.SetReadDeadline(time.Now().Add(5 * time.Second))
+	status, err := bufio.NewReader(busy).ReadString('\n')
+	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 201") {
+		t.Fatalf("the busy connection's answer: %q, %v; want 201, not a closed connection", status, err)
+	}
+	idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := idle.Read(make([]byte, 1)); err == nil {
+		t.Errorf("the idle connection read %d bytes, want it closed for the newer one", n)
+	}
+	t.Logf("busy answered %q; the idle one was closed", strings.TrimSpace(status))
 }

@@ -40,7 +40,11 @@ func (s *Set) limit() {
 		s.Console = limit("console", s.Console, smallListenerConnections)
 	}
 	if s.API != nil {
-		s.API.Limit(func(lis net.Listener) net.Listener { return limit("http", lis, max) }, s.connState("http"))
+		// The hook reads the listener when a connection changes state,
+		// after Limit has made it.
+		var limited *connlimit.Listener
+		s.API.Limit(func(lis net.Listener) net.Listener { limited = limit("http", lis, max); return limited },
+			func(c net.Conn, state http.ConnState) { limited.ConnState(c, state) })
 	}
 	s.checkFileLimit()
 }
