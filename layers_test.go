@@ -50,7 +50,7 @@ var floors = [][]string{
 	// The operator console, which shows records as recordview does.
 	{"console"},
 	// Programs.
-	{"cmd/paymentsd", "bench", "deploy", "robustness"},
+	{"cmd/paymentsd", "bench", "deploy", "robustness", "examples/jetstream"},
 }
 
 const module = "github.com/paymentsd/paymentsd"
