@@ -116,7 +116,8 @@ func freePort(t testing.TB) int {
 // connect connects as user, for the length of the test.
 func (b *broker) connect(t testing.TB, user string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(b.url, nats.UserInfo(user, password), nats.Name("test-"+user))
+	nc, err := nats.Connect(b.url, nats.UserInfo(user, password), nats.Name("test-"+user),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // a refusal a test expects
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,4 +158,34 @@ func setUp(t testing.TB, js jetstream.JetStream, durable string) jetstream.Consu
 		t.Fatal(err)
 	}
 	return cons
+}
+
+// The broker binds a command's subject to its publisher: alice's command
+// for bob is refused, and never reaches the stream.
+func TestBroker_BindsTheSubjectToItsPublisher(t *testing.T) {
+	b := startBroker(t)
+	_, admin := b.connect(t, adminUser)
+	setUp(t, admin, "creator")
+	_, alice := b.connect(t, "alice")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancelShort()
+	if _, err := alice.Publish(short, createPrefix+"bob", body(1)); err == nil {
+		t.Error("alice published a command as bob")
+	}
+	if _, err := alice.Publish(ctx, createPrefix+"alice", body(1)); err != nil {
+		t.Fatalf("alice's own command: %v", err)
+	}
+	s, err := admin.Stream(ctx, commandStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("the stream holds %d commands; want alice's one", info.State.Msgs)
+	}
 }
