@@ -21,8 +21,8 @@ func TestPrincipalOf(t *testing.T) {
 	}
 }
 
-// A command without one valid key, or with a body that does not decode, is
-// refused for good with the reason a gRPC caller would get.
+// A command without one valid key is refused for good, as over gRPC. So
+// is a body that does not decode.
 func TestParseCommand_Refusals(t *testing.T) {
 	good := body(1)
 	for name, tc := range map[string]struct {
