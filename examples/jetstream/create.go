@@ -23,6 +23,7 @@ type outcome struct {
 	status   *spb.Status
 	replayed bool          // an earlier delivery stored this result
 	retry    time.Duration // when positive, nothing is final: redeliver after it
+	why      string        // why it is not final, for the log
 }
 
 // creator creates intents, through the core unless plain.
@@ -54,10 +55,10 @@ func (c *creator) create(ctx context.Context, principal string, cmd command) out
 	}
 	var e *once.Error
 	if !errors.As(err, &e) {
-		return outcome{retry: c.retry} // not an answer of the core: keep the command
+		return outcome{retry: c.retry, why: err.Error()} // not an answer of the core: keep the command
 	}
 	if d, again := c.retryable(ctx, e); again {
-		return outcome{retry: d}
+		return outcome{retry: d, why: e.Error()}
 	}
 	// A refusal of the rules carries a reason; a stored error never does.
 	return outcome{status: e.Status, replayed: !ran && e.Reason() == ""}
@@ -102,7 +103,7 @@ func (c *creator) plainOutcome(resp *paymentsv1.CreatePaymentIntentResponse, err
 	}
 	st := status.Convert(err).Proto()
 	if code.Code(st.Code) == code.Code_UNAVAILABLE {
-		return outcome{retry: c.retry}
+		return outcome{retry: c.retry, why: st.Message}
 	}
 	return outcome{status: st}
 }

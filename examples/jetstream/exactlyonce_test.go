@@ -29,6 +29,8 @@ type scenario struct {
 	store []string // the consumer's flags naming its store
 	env   []string // and its environment
 	open  func(t *testing.T) backend.Backend
+	// outage, when set, takes the store down for a while mid-stream.
+	outage func(t *testing.T)
 }
 
 // On bbolt, one consumer killed three times mid-stream and restarted
@@ -45,7 +47,7 @@ func TestExactlyOnce_Bolt(t *testing.T) {
 }
 
 // On PostgreSQL, two consumers share the durable consumer, each killed in
-// turn, and the same holds.
+// turn, and the same holds. The database also crashes once mid-stream.
 func TestExactlyOnce_Postgres(t *testing.T) {
 	c := pgtest.Require(t, cluster)
 	url := c.NewDatabase(t, pgtest.DatabaseName(t.Name()))
@@ -56,6 +58,11 @@ func TestExactlyOnce_Postgres(t *testing.T) {
 				t.Fatal(err)
 			}
 			return db
+		},
+		outage: func(t *testing.T) {
+			c.Stop(t)
+			time.Sleep(time.Second)
+			c.StartAgain(t)
 		}})
 }
 
@@ -85,6 +92,11 @@ func runScenario(t *testing.T, sc scenario) {
 	for k := range kills {
 		waitFor(t, ctx, "replies for the kill", func() bool { return got.count() >= (k+1)*(originals+duplicates)/(kills+1) }, procs)
 		procs[k%len(procs)].kill()
+		if k == 1 && sc.outage != nil {
+			// A consumer that cannot open its store exits: first let it open.
+			waitFor(t, ctx, "the consumer's restart", procs[k%len(procs)].ready, procs)
+			sc.outage(t)
+		}
 	}
 	select {
 	case err := <-published:
@@ -116,10 +128,13 @@ func runScenario(t *testing.T, sc scenario) {
 			t.Errorf("a consumer logged the database password")
 		}
 	}
-	t.Logf("%d consumer(s), %d commands (%d originals, %d duplicates, %d reuses; %d more dropped by the broker's dedup), %d kills: "+
+	t.Logf("%d consumer(s), %d commands (%d originals, %d duplicates, %d reuses, %d malformed; %d more dropped by the broker's dedup), %d kills: "+
 		"%d intents, %d replies (%d replayed), %d deliveries (%d nak'ed), in %v",
-		sc.procs, w.total(), originals, duplicates, reuses, w.brokerDedups, kills,
+		sc.procs, w.total(), originals, duplicates, reuses, malformedCommands, w.brokerDedups, kills,
 		f.intents, got.count(), f.replayed, info.Delivered.Consumer, asked, time.Since(start).Round(time.Millisecond))
+	if sc.outage != nil && asked == 0 {
+		t.Error("the store's outage had no command nak'ed")
+	}
 	if w.brokerDedups != w.probes {
 		t.Errorf("the broker dropped %d of %d commands republished in its window with the same id", w.brokerDedups, w.probes)
 	}

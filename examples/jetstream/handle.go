@@ -27,7 +27,7 @@ func (h *handler) handle(ctx context.Context, msg jetstream.Msg) {
 	principal, ok := principalOf(msg.Subject())
 	if !ok {
 		log.Error("a command whose subject names no principal is dropped")
-		h.settle(log, msg.TermWithReason("subject names no principal"))
+		h.settle(log, msg.Term()) // with no reason: older servers take none
 		return
 	}
 	cmd, refused := parseCommand(msg.Headers(), msg.Data())
@@ -37,7 +37,7 @@ func (h *handler) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	log = log.With("key", cmd.key)
 	if o.retry > 0 {
-		log.Warn("not final; redelivery asked", "after", o.retry.String())
+		log.Warn("not final; redelivery asked", "after", o.retry.String(), "why", o.why)
 		h.settle(log, msg.NakWithDelay(o.retry))
 		return
 	}

@@ -22,8 +22,9 @@ type consumerProc struct {
 	env  []string
 	log  string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	starts int
 }
 
 // startConsumer starts the example with args, logging to a file in dir.
@@ -57,7 +58,16 @@ func (p *consumerProc) start() {
 	}
 	p.mu.Lock()
 	p.cmd = cmd
+	p.starts++
 	p.mu.Unlock()
+}
+
+// ready reports whether the latest start has bound its consumer.
+func (p *consumerProc) ready() bool {
+	p.mu.Lock()
+	starts := p.starts
+	p.mu.Unlock()
+	return p.count(`"msg":"consuming"`) >= starts
 }
 
 // kill kills the process with SIGKILL and starts it again.

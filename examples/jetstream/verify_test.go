@@ -40,8 +40,14 @@ func verify(t *testing.T, w *workload, got *replies, db backend.Backend) figures
 			if r.replayed {
 				f.replayed++
 			}
-			if c.kind == reuse {
+			switch c.kind {
+			case reuse:
 				checkReused(t, c, r)
+				continue
+			case malformed:
+				if r.code != "INVALID_ARGUMENT" || r.replayed {
+					t.Errorf("malformed command %d of %v: %s %s", c.seq, c.ownedKey, r.code, r.body)
+				}
 				continue
 			}
 			checkSame(t, c, r, first)

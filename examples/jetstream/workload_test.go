@@ -26,7 +26,11 @@ const (
 	original  kind = iota
 	duplicate      // the same command again, under another Nats-Msg-Id
 	reuse          // the same key with another body
+	malformed      // no key, or a body that does not decode
 )
+
+// malformedCommands is how many malformed commands a workload sends.
+const malformedCommands = 2
 
 // ownedKey is a key in its scope.
 type ownedKey struct{ principal, key string }
@@ -102,6 +106,9 @@ func (w *workload) publishAll(ctx context.Context, rng *rand.Rand) error {
 		plan = append(plan, event{at: float64(i+1+rng.IntN(200)) + 0.5, i: i, kd: duplicate})
 	}
 	slices.SortFunc(plan, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+	if err := w.publishMalformed(ctx); err != nil {
+		return err
+	}
 	for n, e := range plan {
 		k, id := keyOf(e.i), keyOf(e.i).key
 		if e.kd == duplicate {
@@ -124,6 +131,28 @@ func (w *workload) publishAll(ctx context.Context, rng *rand.Rand) error {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	return nil
+}
+
+// publishMalformed publishes a command without a key, and one whose body
+// does not decode. Both are refused for good.
+func (w *workload) publishMalformed(ctx context.Context) error {
+	k := ownedKey{principal: "alice"}
+	m := nats.NewMsg(createPrefix + k.principal)
+	m.Data = body(1)
+	ack, err := w.pubs[k.principal].PublishMsg(ctx, m, jetstream.WithMsgID("no-key"))
+	if err != nil {
+		return err
+	}
+	w.record(k, malformed, ack)
+	k.key = "bad-body"
+	m = nats.NewMsg(createPrefix + k.principal)
+	m.Header.Set(keyHeader, k.key)
+	m.Data = []byte(`{"amount":`)
+	if ack, err = w.pubs[k.principal].PublishMsg(ctx, m, jetstream.WithMsgID(k.key)); err != nil {
+		return err
+	}
+	w.record(k, malformed, ack)
 	return nil
 }
 
@@ -156,7 +185,7 @@ func (w *workload) commands() []sentCommand {
 }
 
 // total is how many commands the broker stores in all.
-func (w *workload) total() int { return w.originals + w.duplicates + w.reuses }
+func (w *workload) total() int { return w.originals + w.duplicates + w.reuses + malformedCommands }
 
 // run publishes everything in the background. Its error arrives on the
 // channel when done.
