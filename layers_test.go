@@ -54,7 +54,7 @@ var floors = [][]string{
 	// configuration, and the health, record and release subcommands.
 	{"console", "daemon/listeners", "daemon/healthcmd", "daemon/keycmd"},
 	// Programs.
-	{"cmd/paymentsd", "bench", "deploy", "robustness"},
+	{"cmd/paymentsd", "bench", "deploy", "robustness", "examples/jetstream"},
 }
 
 const module = "github.com/paymentsd/paymentsd"

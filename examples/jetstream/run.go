@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/paymentsd/paymentsd/once"
+	"github.com/paymentsd/paymentsd/server"
+)
+
+// run opens the store, connects, and consumes until ctx ends.
+func run(ctx context.Context, c config, log *slog.Logger) error {
+	db, err := openStore(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err := db.Close()
+		log.LogAttrs(ctx, slog.LevelInfo, "store closed", append(db.ClosedAttrs(), slog.Any("err", err))...)
+	}()
+	guard, err := once.New(db.Records(), once.Options{InFlightWait: c.wait, NotStored: notStored, Logger: log})
+	if err != nil {
+		return err
+	}
+	nc, err := connect(c, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		nc.Flush() // the last replies and acks
+		nc.Close()
+	}()
+	cons, err := bind(ctx, nc, c)
+	if err != nil {
+		return err
+	}
+	h := &handler{nc: nc, log: log,
+		creator: &creator{guard: guard, server: server.New(db.Intents(), nil), plain: c.plain, retry: c.retry, log: log}}
+	log.Info("consuming", "stream", c.stream, "durable", c.durable, "db", db.String(), "plain", c.plain, "workers", c.workers)
+	err = consume(ctx, cons, h, c.workers, c.fetch, log)
+	log.Info("stopped consuming", "err", err)
+	return err
+}
