@@ -132,10 +132,6 @@ func New(store storage.Store, opts Options) (*Guard, error) {
 	return g, nil
 }
 
-// Scheme is the fingerprint scheme of g's records: FingerprintScheme,
-// with the excluded fields if any.
-func (g *Guard) Scheme() string { return g.scheme }
-
 // Request names one operation to run at most once.
 type Request struct {
 	// Scope owns the key. It must come from an authenticated identity,
