@@ -30,6 +30,7 @@ func TestUnaryServerInterceptor_BadOptions_AreErrors(t *testing.T) {
 		{"transactional method with a space", interceptor.WithTransactional("/shop.v1.Orders/Place Order"), "Place Order"},
 		{"lease not under ttl", interceptor.WithLease(48 * time.Hour), "lease"},
 		{"no handler limit", interceptor.WithHandlerTimeout(0), "WithHandlerTimeout"},
+		{"no result size", interceptor.WithMaxResultSize(0), "WithMaxResultSize"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i, err := interceptor.UnaryServerInterceptor(memstore.New(), tc.opt)

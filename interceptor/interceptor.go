@@ -58,7 +58,11 @@ type idempotency struct {
 
 func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	obs := &Observation{FullMethod: info.FullMethod}
+	var c *grpcCall
 	defer func() {
+		if c != nil { // also after a handler's panic
+			obs.Runs, obs.Handler, obs.Store, obs.Err = c.core.Runs, c.core.Handler, c.core.Store, c.core.Err
+		}
 		obs.Code = status.Code(err)
 		if obs.Err != nil { // the caller knows only the code; the operator needs the cause
 			i.opts.logger.LogAttrs(ctx, slog.LevelError, "idempotency: store failed",
@@ -73,12 +77,11 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	if !dedup {
 		return handler(ctx, req)
 	}
-	c := &grpcCall{i: i, obs: obs, handler: handler, req: req}
+	c = &grpcCall{i: i, obs: obs, handler: handler, req: req}
 	a, err := i.guard.Run(ctx, once.Request{
 		Scope: rk.Scope, Key: rk.Key, Operation: info.FullMethod, Message: msg,
 		Transactional: i.opts.transactional[info.FullMethod], OnClaim: c.claimed,
 	}, &c.core, c.run)
-	obs.Runs, obs.Handler, obs.Store, obs.Err = c.core.Runs, c.core.Handler, c.core.Store, c.core.Err
 	return c.answer(ctx, a, err)
 }
 
@@ -94,13 +97,21 @@ type grpcCall struct {
 	expires metadata.MD // the header that says when the record is forgotten
 }
 
-// claimed tells the observer of the claim, and notes when the record is
+// claimed tells the observer of the claim, and says when the record is
 // forgotten. Until then a retry with this key is safe. The time is
-// truncated to the second, so it is never late.
+// truncated to the second, so it is never late. A replay sends it with
+// its stored header; every other answer gets it now, before the handler
+// runs. A caller that has gone gets no header; its claim still runs.
 func (c *grpcCall) claimed(ctx context.Context, outcome storage.Outcome, rec *storage.Record) error {
-	c.obs.Outcome, c.obs.Attempt = outcome, rec.Attempt
+	c.obs.Outcome, c.obs.Attempt, c.obs.Store = outcome, rec.Attempt, c.core.Store
 	c.i.opts.observer.Claimed(ctx, *c.obs)
 	c.expires = metadata.MD{wire.ExpiresAtHeader: []string{rec.Expiry.UTC().Format(time.RFC3339)}}
+	if once.Replays(outcome, rec) {
+		return nil // the replay sends it with the stored header
+	}
+	if err := grpc.SetHeader(ctx, c.expires); err != nil && ctx.Err() == nil {
+		return status.Errorf(codes.Internal, "idempotency: set header: %v", err)
+	}
 	return nil
 }
 
@@ -121,17 +132,9 @@ func (c *grpcCall) run(ctx context.Context) (*storage.Result, error) {
 
 // answer turns the guard's answer into the call's: the stored result
 // replayed, the handler's own response with its metadata, or a status.
-// Every answer about a record says when it is forgotten: a replay with
-// its stored header, any other first. A caller that has gone gets no
-// header.
 func (c *grpcCall) answer(ctx context.Context, a once.Answer, err error) (any, error) {
 	if err == nil && a.Replayed {
 		return replay(ctx, a.Result, c.expires)
-	}
-	if c.expires != nil {
-		if err := grpc.SetHeader(ctx, c.expires); err != nil && ctx.Err() == nil {
-			return nil, status.Errorf(codes.Internal, "idempotency: set header: %v", err)
-		}
 	}
 	var refused *once.Error
 	switch {

@@ -252,12 +252,16 @@ func WithObserver(o Observer) Option {
 }
 
 // check reports options that cannot work. A lease must be positive and
-// shorter than the TTL, and a handler timeout positive. A method name must
-// be of the form "/package.Service/Method". A typo there would silently
-// leave the method without its policy. WithoutStoring(OK) is refused.
+// shorter than the TTL, and a handler timeout and a result size positive. A
+// method name must be of the form "/package.Service/Method". A typo there
+// would silently leave the method without its policy. WithoutStoring(OK)
+// is refused.
 func (o *options) check() error {
 	if o.lease <= 0 || o.ttl <= o.lease {
 		return fmt.Errorf("interceptor: need 0 < lease < ttl, got lease %v, ttl %v", o.lease, o.ttl)
+	}
+	if o.maxResult <= 0 {
+		return fmt.Errorf("interceptor: WithMaxResultSize(%d): need a positive limit", o.maxResult)
 	}
 	if o.handlerTimeout <= 0 {
 		return fmt.Errorf("interceptor: WithHandlerTimeout(%v): need a positive limit", o.handlerTimeout)

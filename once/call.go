@@ -77,15 +77,26 @@ func (c *call) answer(ctx context.Context, fn Func, again bool) (Answer, error) 
 		}
 	}
 	switch {
-	case outcome == storage.OutcomeReplay || replayMismatch && outcome == storage.OutcomeMismatch && rec.Result != nil:
+	case Replays(outcome, rec):
 		return Answer{Result: rec.Result, Replayed: true}, nil
 	case outcome == storage.OutcomeInFlight:
 		return Answer{}, errInFlight(c.key.Key, c.g.handlerTimes.retryDelay(c.req.Operation, rec.LeaseExpiry.Sub(now)))
 	case outcome == storage.OutcomeMismatch:
 		return Answer{}, errMismatch(c.key.Key, rec, c.fp, c.g.scheme)
 	}
+	if c.g.txStore != nil && c.tx == nil {
+		// A TxStore that claimed without a Tx broke its contract: run nothing.
+		c.obs.Err = errors.New("the store claimed without a Tx")
+		return Answer{}, plain(code.Code_UNAVAILABLE, "idempotency store unavailable, the request was not run; retry with the same key")
+	}
 	c.claim = rec
 	return c.run(ctx, fn)
+}
+
+// Replays reports whether a claim's decision is answered with the stored
+// result, as Run does: a replay of the same request.
+func Replays(outcome storage.Outcome, rec *storage.Record) bool {
+	return outcome == storage.OutcomeReplay || replayMismatch && outcome == storage.OutcomeMismatch && rec.Result != nil
 }
 
 // claimKey claims the key, through ClaimTx when the store is a TxStore,

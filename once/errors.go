@@ -31,6 +31,9 @@ func Errorf(c code.Code, format string, args ...any) *Error {
 }
 
 func (e *Error) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("%v: %s", code.Code(e.Status.GetCode()), e.Status.GetMessage())
 }
 
@@ -64,7 +67,7 @@ func (e *Error) RetryDelay() time.Duration {
 func statusOf(err error) *spb.Status {
 	var e *Error
 	switch {
-	case errors.As(err, &e):
+	case errors.As(err, &e) && e != nil && e.Status != nil:
 		return e.Status
 	case errors.Is(err, context.DeadlineExceeded):
 		return &spb.Status{Code: int32(code.Code_DEADLINE_EXCEEDED), Message: err.Error()}

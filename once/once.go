@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -90,6 +91,9 @@ func (o Options) check() error {
 	if o.Lease <= 0 || o.TTL <= o.Lease {
 		return fmt.Errorf("need 0 < lease < ttl, got lease %v, ttl %v", o.Lease, o.TTL)
 	}
+	if o.MaxResultSize < 0 {
+		return fmt.Errorf("max result size %d: need a positive limit", o.MaxResultSize)
+	}
 	if o.HandlerTimeout <= 0 {
 		return fmt.Errorf("handler timeout %v: need a positive limit", o.HandlerTimeout)
 	}
@@ -135,7 +139,8 @@ func New(store storage.Store, opts Options) (*Guard, error) {
 // Request names one operation to run at most once.
 type Request struct {
 	// Scope owns the key. It must come from an authenticated identity,
-	// never from the payload: a key is unique within its scope only.
+	// never from the payload: a key is unique within its scope only. The
+	// empty scope is one like any other, shared by whoever uses it.
 	Scope string
 	// Key is the idempotency key: 1 to 255 printable ASCII characters (see
 	// wire.ValidateKey).
@@ -199,8 +204,8 @@ func (g *Guard) Run(ctx context.Context, req Request, obs *Observation, fn Func)
 	if err := wire.ValidateKey(req.Key); err != nil {
 		return Answer{}, refusal(code.Code_INVALID_ARGUMENT, wire.ReasonKeyInvalid, "invalid idempotency key: "+err.Error(), nil)
 	}
-	if req.Scope == "" || req.Message == nil {
-		return Answer{}, plain(code.Code_INTERNAL, "idempotency: a request needs a scope and a message")
+	if req.Message == nil {
+		return Answer{}, plain(code.Code_INTERNAL, "idempotency: a request needs a message")
 	}
 	fp, err := g.fingerprinter.fingerprint(req.Operation, req.Message)
 	if err != nil {
@@ -221,7 +226,9 @@ func (g *Guard) Run(ctx context.Context, req Request, obs *Observation, fn Func)
 // Do runs fn at most once for req, as Run does, and returns its response:
 // fn's own the first time, the stored one after. An error fn returns is
 // stored as its status: an *Error's own, a context's error as CANCELLED or
-// DEADLINE_EXCEEDED, any other as UNKNOWN. Every later call gets it back
+// DEADLINE_EXCEEDED, any other as UNKNOWN. So return an *Error for a code
+// of your own: a gRPC status error is UNKNOWN here. A typed nil response
+// is stored, and answered, as an empty message. Every later call gets it back
 // as an *Error.
 func Do[T proto.Message](ctx context.Context, g *Guard, req Request, fn func(ctx context.Context) (T, error)) (T, error) {
 	var resp T
@@ -230,6 +237,12 @@ func Do[T proto.Message](ctx context.Context, g *Guard, req Request, fn func(ctx
 		resp, ferr = fn(ctx)
 		if ferr != nil {
 			return &storage.Result{Status: statusOf(ferr)}, nil
+		}
+		if any(resp) == nil {
+			return nil, plain(code.Code_INTERNAL, "idempotency: the function returned neither a response nor an error")
+		}
+		if !resp.ProtoReflect().IsValid() { // a typed nil: answer what is stored, an empty message
+			resp = resp.ProtoReflect().Type().New().Interface().(T)
 		}
 		any, err := anypb.New(resp)
 		if err != nil {
@@ -242,7 +255,7 @@ func Do[T proto.Message](ctx context.Context, g *Guard, req Request, fn func(ctx
 	case err != nil:
 		return zero, err
 	case a.Result.Status != nil:
-		return zero, &Error{Status: a.Result.Status}
+		return zero, &Error{Status: proto.Clone(a.Result.Status).(*spb.Status)} // the stored one stays as it is
 	case !a.Replayed:
 		return resp, nil
 	}

@@ -193,7 +193,7 @@ func (db *DB) lookWithoutLock(ctx context.Context, req storage.ClaimRequest, s l
 // writes its claim, commits and unlocks at once.
 func (db *DB) take(ctx context.Context, l look, outcome storage.Outcome, rec *storage.Record, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	t := l.tx
-	t.claim, t.prior, t.lease, t.claimedAt, t.durable = rec, l.stored, l.req.Lease, l.at, d == storage.Durable
+	t.claim, t.prior, t.lease, t.claimedAt, t.durable = rec, l.stored, l.req.Lease, l.at, d != storage.Transactional // any other value fails safe, as Durable
 	if !t.durable {
 		db.ledger.Hold(t.key, rec)
 		return outcome, rec, t, nil

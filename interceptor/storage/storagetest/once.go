@@ -191,7 +191,7 @@ func testOnceTransactional(t *testing.T, open Opener) {
 	}
 }
 
-// testOnceBadRequest: an invalid key or a request without a scope is
+// testOnceBadRequest: an invalid key or a request without a message is
 // refused before anything is claimed or run.
 func testOnceBadRequest(t *testing.T, open Opener) {
 	s := newStore(t, open)
@@ -199,10 +199,10 @@ func testOnceBadRequest(t *testing.T, open Opener) {
 	var runs atomic.Int32
 	_, err := once.Do(context.Background(), g, onceRequest(" padded", "pay 10"), counted(&runs, "paid", nil))
 	refusedAs(t, err, code.Code_INVALID_ARGUMENT, wire.ReasonKeyInvalid)
-	noScope := onceRequest("k", "pay 10")
-	noScope.Scope = ""
-	if _, err := once.Do(context.Background(), g, noScope, counted(&runs, "paid", nil)); err == nil {
-		t.Error("Do without a scope = nil error, want a refusal")
+	noMessage := onceRequest("k", "pay 10")
+	noMessage.Message = nil
+	if _, err := once.Do(context.Background(), g, noMessage, counted(&runs, "paid", nil)); err == nil {
+		t.Error("Do without a message = nil error, want a refusal")
 	}
 	if runs.Load() != 0 {
 		t.Errorf("the function ran %d times, want 0", runs.Load())

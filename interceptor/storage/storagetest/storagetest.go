@@ -124,7 +124,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"Once_Do_WhileRunning_InFlightOrWaits", testOnceInFlight},
 		{"Once_Do_AfterLease_TakenOverAsNextAttempt", testOnceTakeover},
 		{"Once_Do_Transactional_ClaimCommitsWithTheResult", testOnceTransactional},
-		{"Once_Do_BadKeyOrNoScope_RefusedBeforeAClaim", testOnceBadRequest},
+		{"Once_Do_BadKeyOrNoMessage_RefusedBeforeAClaim", testOnceBadRequest},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
