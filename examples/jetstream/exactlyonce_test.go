@@ -10,8 +10,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/backend"
 	"github.com/paymentsd/paymentsd/boltintents"
-	"github.com/paymentsd/paymentsd/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgintents"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // The acceptance figures: 1,000 commands, 30% of them published again,
