@@ -314,12 +314,14 @@ func (p *msgConsumer) kill() {
 }
 
 // pause stops the process with SIGSTOP for d, past AckWait, so that the
-// broker redelivers what it held; then SIGCONT.
-func (p *msgConsumer) pause(d time.Duration) {
+// broker redelivers what it held; then SIGCONT. stopped runs once it is
+// stopped.
+func (p *msgConsumer) pause(d time.Duration, stopped func()) {
 	p.mu.Lock()
 	cmd := p.cmd
 	p.mu.Unlock()
 	cmd.Process.Signal(syscall.SIGSTOP)
+	stopped()
 	time.Sleep(d)
 	cmd.Process.Signal(syscall.SIGCONT)
 }

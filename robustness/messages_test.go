@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,6 +65,23 @@ func TestRobustness_Messages_Postgres(t *testing.T) {
 	}, natsBin)
 }
 
+// The checks must see a consumer that creates without the exactly-once
+// core (the example's --plain): one short run on bbolt.
+func TestRobustness_Messages_PlainIsReported(t *testing.T) {
+	natsBin := natsServer(t)
+	s := readSettings(t)
+	f, _ := msgRun(t, natsBin, exampleBinary(t), s.seed, 4*time.Second, func(dir string, seed uint64) msgStore {
+		path := filepath.Join(dir, "payments.db")
+		return msgStore{procs: 1, args: []string{"--db", path, "--plain"}, open: func() (backend.Backend, error) {
+			return boltintents.Open(context.Background(), path)
+		}}
+	})
+	if len(f.violations) == 0 {
+		t.Fatalf("seed %d: a consumer without the core made %d intents for %d messages, and the checks saw no violation", s.seed, f.intents, f.messages)
+	}
+	t.Logf("without the core: %d violations, the first: %s", len(f.violations), f.violations[0])
+}
+
 // msgStore is where a message run's consumers keep records and intents.
 type msgStore struct {
 	procs int      // consumer processes on the one durable consumer
@@ -109,6 +127,11 @@ func msgSuite(t *testing.T, s settings, backend string, mk func(dir string, seed
 		t.Logf("messages %s run %d (seed %d): %d messages (%d duplicates, %d reuses), %d kills, %d pauses, %d broker restarts, %d redeliveries, %d replies (%d replayed), %d intents, 0 orphans, 0 violations (%v)",
 			backend, i, seed, f.messages, f.duplicates, f.reuses, f.kills, f.pauses, f.restarts, f.redelivered, f.replies, f.replayed, f.intents, time.Since(start).Round(time.Millisecond))
 		all.add(f)
+	}
+	// Redeliveries need a consumer stopped with commands in its hands:
+	// the long suite must show some, or that path is no longer tested.
+	if s.long && all.redelivered == 0 {
+		t.Errorf("robustness messages %s: %d runs and no redelivery", backend, s.runs)
 	}
 	t.Logf("robustness messages %s: %d runs, %d messages, duplicates %d, reuses %d, kills %d, pauses %d, broker restarts %d, redeliveries %d, intents %d, orphans 0, violations 0",
 		backend, s.runs, all.messages, all.duplicates, all.reuses, all.kills, all.pauses, all.restarts, all.redelivered, all.intents)
@@ -281,6 +304,9 @@ func (r *msgReplies) unanswered(sent []msgCommand) int {
 	return n
 }
 
+// msgBurst is how many commands a burst publishes at once.
+const msgBurst = 60
+
 // msgFault is one fault of a run's schedule.
 type msgFault struct {
 	at   time.Duration
@@ -336,18 +362,26 @@ func msgRun(t *testing.T, natsBin, bin string, seed uint64, d time.Duration, mk 
 		return strings.Join(s, "\n")
 	}
 
-	// The publisher, until stop: a command every 5 to 15ms.
+	// The publisher, until stop: a command every 5 to 15ms, and bursts of
+	// msgBurst with no pause, which the faults ask for.
 	var f msgFigures
+	var burst atomic.Int64
 	stop := make(chan struct{})
 	pubErr := make(chan error, 1)
 	go func() {
 		prng := rand.New(rand.NewPCG(seed, 8))
 		for n := 0; ; n++ {
+			wait := time.Duration(5+prng.IntN(11)) * time.Millisecond
+			if burst.Add(-1) >= 0 {
+				wait = 0
+			} else {
+				burst.Store(0)
+			}
 			select {
 			case <-stop:
 				pubErr <- nil
 				return
-			case <-time.After(time.Duration(5+prng.IntN(11)) * time.Millisecond):
+			case <-time.After(wait):
 			}
 			if err := pub.step(prng, n); err != nil {
 				pubErr <- err
@@ -361,11 +395,13 @@ func msgRun(t *testing.T, natsBin, bin string, seed uint64, d time.Duration, mk 
 	for _, fault := range msgSchedule(rng, st.procs, d) {
 		time.Sleep(time.Until(start.Add(fault.at)))
 		switch fault.kind {
-		case "kill":
+		case "kill": // with commands in its hands
+			burst.Store(msgBurst)
+			time.Sleep(30 * time.Millisecond)
 			procs[fault.proc].kill()
 			f.kills++
-		case "pause":
-			procs[fault.proc].pause(msgAckWait + time.Second)
+		case "pause": // and a burst, some of it delivered to the paused one
+			procs[fault.proc].pause(msgAckWait+time.Second, func() { burst.Store(msgBurst) })
 			f.pauses++
 		case "restart":
 			pub.gate.Lock()
@@ -463,7 +499,8 @@ func checkMessages(f *msgFigures, pub *msgPublisher, got *msgReplies, db backend
 			if r.first == nil {
 				r.first = resp.PaymentIntent
 			} else if !proto.Equal(r.first, resp.PaymentIntent) {
-				bad("%s/%s answered %v, then %v", c.key.principal, c.key.name(), r.first, resp.PaymentIntent)
+				bad("%s/%s answered %s of %s, then %s of %s", c.key.principal, c.key.name(),
+					r.first.Id, r.first.Amount, resp.PaymentIntent.Id, resp.PaymentIntent.Amount)
 			}
 		}
 	}
