@@ -78,8 +78,9 @@ type msgBroker struct {
 	log  string
 	url  string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	closers []func() // the run's connections and consumers of the broker
 }
 
 func startMsgBroker(t *testing.T, bin, dir string) *msgBroker {
@@ -95,7 +96,7 @@ func startMsgBroker(t *testing.T, bin, dir string) *msgBroker {
 	if err := os.WriteFile(b.conf, fmt.Appendf(nil, msgBrokerConfig, port, filepath.Join(dir, "js"), msgPassword), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.stop(syscall.SIGKILL) })
+	t.Cleanup(b.close)
 	b.start()
 	return b
 }
@@ -168,6 +169,19 @@ func (b *msgBroker) stop(sig syscall.Signal) {
 	}
 }
 
+// close closes the run's connections, then stops the broker, so that a
+// suite's runs leave nothing behind them.
+func (b *msgBroker) close() {
+	b.mu.Lock()
+	closers := b.closers
+	b.closers = nil
+	b.mu.Unlock()
+	for i := len(closers) - 1; i >= 0; i-- {
+		closers[i]()
+	}
+	b.stop(syscall.SIGKILL)
+}
+
 // restart stops the broker with SIGTERM and starts it on the same port and
 // store directory.
 func (b *msgBroker) restart() {
@@ -184,7 +198,9 @@ func (b *msgBroker) connect(user string) (*nats.Conn, jetstream.JetStream) {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	b.t.Cleanup(nc.Close)
+	b.mu.Lock()
+	b.closers = append(b.closers, nc.Close)
+	b.mu.Unlock()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.t.Fatal(err)

@@ -267,7 +267,7 @@ type msgReplies struct {
 	bySeq map[uint64][]msgReply
 }
 
-func collectMsgReplies(t *testing.T, js jetstream.JetStream) *msgReplies {
+func collectMsgReplies(t *testing.T, b *msgBroker, js jetstream.JetStream) *msgReplies {
 	t.Helper()
 	r := &msgReplies{bySeq: map[uint64][]msgReply{}}
 	cons, err := js.OrderedConsumer(context.Background(), msgReplyStream, jetstream.OrderedConsumerConfig{})
@@ -287,7 +287,9 @@ func collectMsgReplies(t *testing.T, js jetstream.JetStream) *msgReplies {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cc.Stop)
+	b.mu.Lock()
+	b.closers = append(b.closers, cc.Stop)
+	b.mu.Unlock()
 	return r
 }
 
@@ -342,7 +344,8 @@ func msgRun(t *testing.T, natsBin, bin string, seed uint64, d time.Duration, mk 
 	b := startMsgBroker(t, natsBin, dir)
 	_, admin := b.connect("admin")
 	cons := b.setUp(admin)
-	got := collectMsgReplies(t, admin)
+	defer b.close()
+	got := collectMsgReplies(t, b, admin)
 	_, alice := b.connect("alice")
 	_, bob := b.connect("bob")
 	pub := &msgPublisher{t: t, pubs: map[string]jetstream.JetStream{"alice": alice, "bob": bob}, bodies: map[msgKey]int{}}
