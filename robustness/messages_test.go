@@ -403,6 +403,13 @@ func msgRun(t *testing.T, natsBin, bin string, seed uint64, d time.Duration, mk 
 			time.Sleep(30 * time.Millisecond)
 			procs[fault.proc].kill()
 			f.kills++
+			// As a supervisor would, the next fault waits for the restart:
+			// the example exits when its first connection finds no broker.
+			for deadline := time.Now().Add(30 * time.Second); !procs[fault.proc].ready(); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("seed %d: consumer %d not consuming 30s after its restart\n%s", seed, fault.proc, logs())
+				}
+			}
 		case "pause": // and a burst, some of it delivered to the paused one
 			procs[fault.proc].pause(msgAckWait+time.Second, func() { burst.Store(msgBurst) })
 			f.pauses++
@@ -506,6 +513,13 @@ func checkMessages(f *msgFigures, pub *msgPublisher, got *msgReplies, db backend
 					r.first.Id, r.first.Amount, resp.PaymentIntent.Id, resp.PaymentIntent.Amount)
 			}
 		}
+	}
+	known := 0
+	for _, c := range pub.sent {
+		known += len(got.bySeq[c.seq])
+	}
+	if known != got.n {
+		bad("%d replies name a command that was never published", got.n-known)
 	}
 	want := map[string]string{} // intent id to its amount
 	for k, r := range results {
