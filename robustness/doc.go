@@ -23,13 +23,14 @@
 // real nats-server. Alice and bob publish random create commands. About
 // 30% are sent again under a new Nats-Msg-Id, past the broker's dedup.
 // Some reuse a key with another body. A seeded schedule kills a consumer
-// with SIGKILL and restarts it. It pauses one past the 2s AckWait, so the
-// broker redelivers. It restarts nats-server on the same port and store.
-// On PostgreSQL two consumer processes share the durable consumer; on
-// bbolt, one. At the end nothing is pending or unacked. Each key has one
-// intent and one winning body, whose replies all carry that intent. Every
-// other body is refused as IDEMPOTENCY_KEY_REUSED. No record is in flight.
-// Without nats-server the run is skipped, and under CI=true it fails.
+// with SIGKILL and restarts it; the next fault waits until it consumes
+// again. It pauses one past the 2s AckWait, so the broker redelivers. It
+// restarts nats-server on the same port and store. On PostgreSQL two
+// consumer processes share the durable consumer; on bbolt, one. At the
+// end nothing is pending or unacked. Each key has one intent and one
+// winning body, whose replies all carry that intent. Every other body is
+// refused as IDEMPOTENCY_KEY_REUSED. No record is in flight. Without
+// nats-server the run is skipped, and under CI=true it fails.
 //
 // On success each backend logs one line. It gives runs (and those with
 // durable claims), operations, faults by kind, takeovers and superseded
