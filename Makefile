@@ -50,10 +50,12 @@ test:
 crashtest:
 	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 go test -count=1 -timeout 30m -v -run '^TestCrash' ./cmd/paymentsd
 
-## robustness: the robustness suite for about 10 minutes: 20 runs on bbolt
+## robustness: the robustness suite for about 20 minutes: 20 runs on bbolt
 ## and 20 on three PostgreSQL replicas, random operations under a seeded
 ## schedule of faults (each kind in turn), every history checked with
-## porcupine; make test runs one short run of each. A failure names its
+## porcupine; then 20 message runs of examples/jetstream on each backend,
+## with duplicates, reuses, SIGKILLs, pauses past AckWait and nats-server
+## restarts; make test runs one short run of each. A failure names its
 ## seed (PAYMENTSD_ROBUSTNESS_SEED=... PAYMENTSD_ROBUSTNESS_RUNS=1 replays
 ## its schedule) and where its report went (PAYMENTSD_ROBUSTNESS_OUT)
 robustness:

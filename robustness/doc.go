@@ -19,13 +19,26 @@
 // PostgreSQL replica keeps that record in memory for up to a second
 // (model_test.go, markStale).
 //
+// The message run (messages_test.go) drives examples/jetstream through a
+// real nats-server. Alice and bob publish random create commands. About
+// 30% are sent again under a new Nats-Msg-Id, past the broker's dedup.
+// Some reuse a key with another body. A seeded schedule kills a consumer
+// with SIGKILL and restarts it; the next fault waits until it consumes
+// again. It pauses one past the 2s AckWait, so the broker redelivers. It
+// restarts nats-server on the same port and store. On PostgreSQL two
+// consumer processes share the durable consumer; on bbolt, one. At the
+// end nothing is pending or unacked. Each key has one intent and one
+// winning body, whose replies all carry that intent. Every other body is
+// refused as IDEMPOTENCY_KEY_REUSED. No record is in flight. Without
+// nats-server the run is skipped, and under CI=true it fails.
+//
 // On success each backend logs one line. It gives runs (and those with
 // durable claims), operations, faults by kind, takeovers and superseded
 // answers. It also gives releases (and those that released a key), intents
 // stored, orphans and violations.
 //
-// go test runs a short version (make test); make robustness runs about ten
-// minutes. PAYMENTSD_ROBUSTNESS_SEED replays a failing run's schedule.
+// go test runs a short version (make test); make robustness runs about
+// twenty minutes. PAYMENTSD_ROBUSTNESS_SEED replays a failing run's schedule.
 // PAYMENTSD_ROBUSTNESS_RUNS and PAYMENTSD_ROBUSTNESS_DURATION size it.
 // PAYMENTSD_ROBUSTNESS_OUT says where a failure's report goes.
 package robustness
