@@ -244,11 +244,11 @@ func Do[T proto.Message](ctx context.Context, g *Guard, req Request, fn func(ctx
 		if !resp.ProtoReflect().IsValid() { // a typed nil: answer what is stored, an empty message
 			resp = resp.ProtoReflect().Type().New().Interface().(T)
 		}
-		any, err := anypb.New(resp)
+		packed, err := anypb.New(resp)
 		if err != nil {
 			return nil, plain(code.Code_INTERNAL, "idempotency: encode response: %v", err)
 		}
-		return &storage.Result{Response: any}, nil
+		return &storage.Result{Response: packed}, nil
 	})
 	var zero T
 	switch {
