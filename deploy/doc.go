@@ -1,5 +1,6 @@
 // Package deploy holds no code. Its directories are the files a deployment
-// of paymentsd starts from (kubernetes/, systemd/). Its tests hold them,
-// and the Containerfile's image, to what they promise. So the libraries
+// of paymentsd starts from (kubernetes/, systemd/), and the Prometheus
+// rules that watch it (prometheus/). Its tests hold them, and the
+// Containerfile's image, to what they promise. So the libraries
 // that read manifests are the tests' alone, never paymentsd's.
 package deploy
