@@ -14,6 +14,11 @@ STAMP := -buildvcs=auto
 # The image's name and build context (make image).
 IMAGE ?= paymentsd:$(strip $(file < VERSION))
 IMAGE_CONTEXT ?= bin/image
+# The image's OCI labels: the release, the commit (+dirty when the tree has
+# changes, as paymentsd version says) and when it was built, in UTC.
+IMAGE_REVISION = $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(if $(shell git status --porcelain 2>/dev/null),+dirty)
+IMAGE_ARGS = --build-arg VERSION=$(strip $(file < VERSION)) --build-arg REVISION=$(IMAGE_REVISION) \
+	--build-arg CREATED=$(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 
 .PHONY: run test lint generate crashtest robustness bench certs image image-context
 
@@ -99,9 +104,9 @@ generate:
 ## $(IMAGE_CONTEXT)/, on scratch; no base image is pulled
 image: image-context
 	if command -v podman >/dev/null; then \
-	  podman build --format docker -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
+	  podman build --format docker $(IMAGE_ARGS) -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
 	elif command -v buildah >/dev/null; then \
-	  buildah bud --format docker -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
+	  buildah bud --format docker $(IMAGE_ARGS) -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
 	else \
 	  echo 'make image: needs podman or buildah (apt-get install podman)'; exit 1; \
 	fi

@@ -22,19 +22,21 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestImage builds the image with make image, as a user would, and checks
 // it from the image itself. Containers cannot run on every machine that
 // builds images (on this project's, crun may not set its limits), so the
 // test does not run one: it saves the image as a docker archive, reads its
-// config (user, health check, ports, volume, entrypoint) and its layers'
-// files with their owners, and runs the binary it extracts from them. The
-// image must hold no shell, which no container run could show better
-// than its file list.
+// config (user, health check, ports, volume, entrypoint, OCI labels) and
+// its layers' files with their owners, and runs the binary it extracts
+// from them. The image must hold no shell, which no container run could
+// show better than its file list.
 func TestImage(t *testing.T) {
 	tool := imageTool(t)
 	tag := "localhost/paymentsd-imagetest:" + randomHex()
+	started := time.Now().Truncate(time.Second)
 	context := t.TempDir()
 	cmd := exec.Command("make", "-C", "..", "image", "IMAGE="+tag, "IMAGE_CONTEXT="+context)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -127,6 +129,37 @@ func TestImage(t *testing.T) {
 		t.Errorf("the image's paymentsd --version: %q, want it to match %s", first, want)
 	}
 	checkClosedByDefault(t, bin, c.Env)
+	checkLabels(t, c.Labels, strings.TrimSpace(string(version)), started)
+}
+
+// checkLabels checks the image's OCI labels: the release of VERSION, the
+// checkout's commit, its source and license, and a build time in UTC.
+func checkLabels(t *testing.T, labels map[string]string, version string, started time.Time) {
+	t.Helper()
+	const oci = "org.opencontainers.image."
+	for name, want := range map[string]string{
+		"version":  version,
+		"source":   "https://github.com/paymentsd/paymentsd",
+		"licenses": "Apache-2.0",
+	} {
+		if got := labels[oci+name]; got != want {
+			t.Errorf("label %s%s = %q, want %q", oci, name, got, want)
+		}
+	}
+	rev := labels[oci+"revision"]
+	if !regexp.MustCompile(`^[0-9a-f]{40}(\+dirty)?$`).MatchString(rev) {
+		t.Errorf("label %srevision = %q, want a commit, maybe +dirty", oci, rev)
+	} else if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil && !strings.HasPrefix(rev, strings.TrimSpace(string(head))) {
+		t.Errorf("label %srevision = %q, want the checkout's %s", oci, rev, head)
+	}
+	created := labels[oci+"created"]
+	at, err := time.Parse(time.RFC3339, created)
+	switch {
+	case err != nil || !strings.HasSuffix(created, "Z"):
+		t.Errorf("label %screated = %q, want an RFC 3339 time in UTC (%v)", oci, created, err)
+	case at.Before(started) || at.After(time.Now()):
+		t.Errorf("label %screated = %s, want a time while the test built it (from %s)", oci, created, started.UTC().Format(time.RFC3339))
+	}
 }
 
 // checkClosedByDefault runs the image's binary in the image's environment:
@@ -237,6 +270,7 @@ type image struct {
 			ExposedPorts map[string]struct{}
 			Volumes      map[string]struct{}
 			Healthcheck  *struct{ Test []string }
+			Labels       map[string]string
 		} `json:"config"`
 	}
 	files    map[string]*tar.Header // by path, without a leading / or ./

@@ -50,14 +50,34 @@ func TestHealth_TLSAndMutualTLS(t *testing.T) {
 	certs := devCertSet(t)
 	d := startTLSDaemon(t, certs, "")
 	paymentsd(t, "", "health", "--addr", d.addr, "--tls-ca", certs.caFile).want(t, 0, "SERVING\n")
-	paymentsd(t, "", "health", "--addr", d.addr).want(t, 1) // plaintext to a TLS server
+	// Plaintext to a TLS server: said so, with the fix.
+	if r := paymentsd(t, "", "health", "--addr", d.addr); r.code != 1 || !strings.Contains(r.stderr, "the server speaks TLS: pass --tls-ca") {
+		t.Errorf("plaintext to a TLS server: exit %d, stderr %q; want 1 saying it speaks TLS", r.code, r.stderr)
+	}
 	other := newCertSet(t, "another CA")
 	paymentsd(t, "", "health", "--addr", d.addr, "--tls-ca", other.caFile).want(t, 1) // a server this CA did not sign
 
 	client := certs.clients["client-a"]
 	m := startTLSDaemon(t, certs, "client-a", "--tls-client-ca", certs.caFile)
 	paymentsd(t, "", "health", "--addr", m.addr, "--tls-ca", certs.caFile, "--tls-cert", client.cert, "--tls-key", client.key).want(t, 0, "SERVING\n")
-	paymentsd(t, "", "health", "--addr", m.addr, "--tls-ca", certs.caFile).want(t, 1) // no client certificate
+	// No client certificate: said so, with the fix, TLS or not.
+	const noCert = "the server requires a client certificate: pass --tls-cert and --tls-key"
+	if r := paymentsd(t, "", "health", "--addr", m.addr, "--tls-ca", certs.caFile); r.code != 1 || !strings.Contains(r.stderr, noCert) {
+		t.Errorf("no client certificate: exit %d, stderr %q; want 1 and %q", r.code, r.stderr, noCert)
+	}
+	const plainToMTLS = "the server speaks TLS and requires a client certificate: pass --tls-ca FILE, the CA of its certificate, with --tls-cert and --tls-key"
+	if r := paymentsd(t, "", "health", "--addr", m.addr); r.code != 1 || !strings.Contains(r.stderr, plainToMTLS) {
+		t.Errorf("plaintext to a mutual TLS server: exit %d, stderr %q; want 1 and %q", r.code, r.stderr, plainToMTLS)
+	}
+	// A server this CA did not sign is not taken for a missing certificate.
+	if r := paymentsd(t, "", "health", "--addr", m.addr, "--tls-ca", other.caFile); r.code != 1 || strings.Contains(r.stderr, "client certificate") {
+		t.Errorf("a server of another CA: exit %d, stderr %q; want 1, not blaming the client certificate", r.code, r.stderr)
+	}
+	// Nor is a plaintext server taken for a TLS one.
+	p := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	if r := paymentsd(t, "", "health", "--addr", p.addr, "--tls-ca", certs.caFile); r.code != 1 || strings.Contains(r.stderr, "client certificate") || strings.Contains(r.stderr, "speaks TLS") {
+		t.Errorf("TLS to a plaintext server: exit %d, stderr %q; want 1, no TLS advice", r.code, r.stderr)
+	}
 }
 
 func TestHealth_BadCommandLineExits2(t *testing.T) {

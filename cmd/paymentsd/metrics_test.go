@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -52,5 +53,30 @@ func TestE2E_Metrics_CountOutcomes(t *testing.T) {
 	}
 	if strings.Contains(d.stderr(), "Bearer") || strings.Contains(d.stderr(), "dev:") {
 		t.Errorf("the log holds a credential or a principal:\n%s", d.stderr())
+	}
+}
+
+// TestMetrics_BuildInfo: /metrics names the build as paymentsd version
+// does, in one paymentsd_build_info series of value 1.
+func TestMetrics_BuildInfo(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
+	// "paymentsd v0.4.0 (rev abc1234, go1.26.8)"
+	first, _, _ := strings.Cut(paymentsd(t, "", "version").stdout, "\n")
+	m := regexp.MustCompile(`^paymentsd (\S+) \(rev (\S+), (\S+)\)$`).FindStringSubmatch(first)
+	if m == nil {
+		t.Fatalf("paymentsd version: %q", first)
+	}
+	want := `paymentsd_build_info{goversion="` + m[3] + `",revision="` + m[2] + `",version="` + m[1] + `"}`
+	var found []string
+	for series, v := range scrape(t, d.metricsAddr(t)) {
+		if strings.HasPrefix(series, "paymentsd_build_info") {
+			found = append(found, series)
+			if series != want || v != 1 {
+				t.Errorf("%s = %v, want %s = 1", series, v, want)
+			}
+		}
+	}
+	if len(found) != 1 {
+		t.Errorf("paymentsd_build_info series: %q, want one, %s", found, want)
 	}
 }

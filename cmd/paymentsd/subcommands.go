@@ -28,7 +28,8 @@ var program = cli.Program{
 		{Name: "version", Summary: "the release, the revision and the Go version it was built from (also --version)", Run: cli.Version("paymentsd")},
 	},
 	Help: "this list, and the server's flags (also -h)",
-	Notes: config.EnvHelp + "\n\nRun paymentsd SUBCOMMAND -h for its usage. Exit codes: 0 done; 1 the answer is no (no record\n" +
+	// The environment's paragraph ends the server's flags, printed last.
+	Notes: "Run paymentsd SUBCOMMAND -h for its usage. Exit codes: 0 done; 1 the answer is no (no record\n" +
 		"for the key, a release refused, a damaged file, a server not serving); 2 bad command line; 3 the\n" +
 		"command failed, saying why.",
 	Flags: printServerFlags,

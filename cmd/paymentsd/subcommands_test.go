@@ -25,6 +25,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/daemon/config"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
@@ -461,5 +462,16 @@ func TestHelp_ListsEveryFlagOfEverySubcommand(t *testing.T) {
 	}
 	if !strings.Contains(help.stdout, "Flags of the server") || !strings.Contains(help.stdout, "-tls-client-ca") {
 		t.Errorf("help lost the server's flags:\n%s", help.stdout)
+	}
+}
+
+// TestHelp_EnvironmentOnce: help says once how the environment sets flags.
+func TestHelp_EnvironmentOnce(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}} {
+		r := paymentsd(t, "", args...)
+		r.want(t, 0)
+		if n := strings.Count(r.stdout, config.EnvHelp); n != 1 {
+			t.Errorf("paymentsd %q prints the environment's paragraph %d times, want 1:\n%s", args, n, r.stdout)
+		}
 	}
 }

@@ -7,11 +7,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -77,13 +80,14 @@ type probe struct {
 // error of fs.
 func (p *probe) ask(ctx context.Context, sio *cli.Stdio, fs *flag.FlagSet) int {
 	creds := insecure.NewCredentials()
+	var cfg *tls.Config // nil for plaintext
 	if p.ca != "" || p.cert != "" {
-		cfg, err := clientTLS(p.ca, p.cert, p.key)
-		if err != nil {
+		var err error
+		if cfg, err = clientTLS(p.ca, p.cert, p.key); err != nil {
 			fmt.Fprintf(sio.Err, "%s: %v\n", name, err)
 			return cli.ExitNo
 		}
-		creds = credentials.NewTLS(cfg)
+		creds = credentials.NewTLS(cfg.Clone())
 	}
 	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
@@ -95,6 +99,12 @@ func (p *probe) ask(ctx context.Context, sio *cli.Stdio, fs *flag.FlagSet) int {
 	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: p.service})
 	if err != nil {
 		s := status.Convert(err)
+		if s.Code() == codes.Unavailable {
+			if why := p.diagnose(ctx, cfg); why != "" {
+				fmt.Fprintf(sio.Err, "%s: %s: %s (%s: %s)\n", name, p.addr, why, s.Code(), s.Message())
+				return cli.ExitNo
+			}
+		}
 		fmt.Fprintf(sio.Err, "%s: %s: %s: %s\n", name, p.addr, s.Code(), s.Message())
 		return cli.ExitNo
 	}
@@ -103,6 +113,57 @@ func (p *probe) ask(ctx context.Context, sio *cli.Stdio, fs *flag.FlagSet) int {
 		return cli.ExitNo
 	}
 	return cli.ExitOK
+}
+
+// diagnose says what is wrong, and the fix, when a call failed for want
+// of TLS or of a client certificate. It handshakes again to find out.
+// cfg is the client's TLS, nil for plaintext. It returns "" when unsure.
+func (p *probe) diagnose(ctx context.Context, cfg *tls.Config) string {
+	if cfg != nil && p.cert != "" {
+		return "" // a certificate was sent: the handshake's error says why
+	}
+	host, _, err := net.SplitHostPort(p.addr)
+	if err != nil {
+		return "" // a target grpc-go resolves, such as dns:///host:port
+	}
+	if cfg == nil {
+		// Whom a TLS server is does not matter to know that it speaks TLS.
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true}
+	}
+	cfg = cfg.Clone()
+	cfg.ServerName, cfg.NextProtos = host, []string{"h2"}
+	asked := false
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		asked = true
+		return &tls.Certificate{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: cfg}
+	conn, err := d.DialContext(ctx, "tcp", p.addr)
+	if verr := (*tls.CertificateVerificationError)(nil); errors.As(err, &verr) {
+		return "" // the server's certificate is the trouble, said as is
+	}
+	speaksTLS, required := err == nil || asked, asked && err != nil
+	if err == nil {
+		// Under TLS 1.3 a server refuses a missing certificate after the
+		// client's side of the handshake: it closes where gRPC would write.
+		deadline, _ := ctx.Deadline()
+		conn.SetReadDeadline(deadline)
+		_, rerr := conn.Read(make([]byte, 1))
+		var nerr net.Error
+		required = asked && rerr != nil && !(errors.As(rerr, &nerr) && nerr.Timeout())
+		conn.Close()
+	}
+	switch {
+	case p.ca == "" && p.cert == "" && speaksTLS && required:
+		return "the server speaks TLS and requires a client certificate: pass --tls-ca FILE, the CA of its certificate, with --tls-cert and --tls-key"
+	case p.ca == "" && p.cert == "" && speaksTLS:
+		return "the server speaks TLS: pass --tls-ca FILE, the CA of its certificate"
+	case required:
+		return "the server requires a client certificate: pass --tls-cert and --tls-key"
+	}
+	return ""
 }
 
 // clientTLS is the TLS of a client that trusts the CAs in the file ca, or

@@ -1,11 +1,12 @@
 // Package prom is paymentsd's Prometheus registry. It holds the gRPC
 // server's standard metrics (grpc_server_*) and the HTTP face's
 // (http_server_*). The idempotency interceptor's, the credential reloads,
-// Go's and the process's are there too.
+// the build's, Go's and the process's are there too.
 package prom
 
 import (
 	"net/http"
+	"runtime"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/paymentsd/paymentsd/httpapi"
+	"github.com/paymentsd/paymentsd/internal/version"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
@@ -46,7 +48,7 @@ func New(countRecords func() (float64, error)) (*Prom, error) {
 			p.reloads.WithLabelValues(file, result) // at 0 from the start, so that rate() sees the first error
 		}
 	}
-	p.registry.MustRegister(p.GRPC, p.reloads,
+	p.registry.MustRegister(p.GRPC, p.reloads, buildInfo(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
 	if p.HTTP, err = httpapi.NewMetrics(p.registry); err != nil {
@@ -54,6 +56,22 @@ func New(countRecords func() (float64, error)) (*Prom, error) {
 	}
 	p.Idem, err = metrics.New(p.registry, metrics.WithLiveRecords(countRecords))
 	return p, err
+}
+
+// buildInfo is a gauge of 1 whose labels name the build, for joins and
+// for seeing a rollout through.
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "paymentsd_build_info",
+		Help: "Always 1; the labels name the build: the release, the revision and the Go version.",
+		ConstLabels: prometheus.Labels{
+			"version":   version.Version,
+			"revision":  version.Revision(),
+			"goversion": runtime.Version(),
+		},
+	})
+	g.Set(1)
+	return g
 }
 
 // Reloaded counts a reload of file ("api_keys", "admin_keys", "tls" or

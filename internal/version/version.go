@@ -13,7 +13,8 @@ import (
 	"github.com/paymentsd/paymentsd"
 )
 
-// Version is the release, "v0.4.0": the VERSION file's first line.
+// Version is the VERSION file's first line: a release, "v0.4.0", or
+// between releases a pre-release of the next, "v0.5.0-dev".
 var Version = strings.TrimSpace(paymentsd.VersionFile)
 
 // String returns the build in one line: "v0.4.0 (rev abc1234, go1.26.8)".

@@ -26,9 +26,9 @@ func TestRevision(t *testing.T) {
 }
 
 // TestString: the test binary has a revision or none, as go test stamped
-// it, and the release is the VERSION file's.
+// it. The release is the VERSION file's, maybe a pre-release such as -dev.
 func TestString(t *testing.T) {
-	re := regexp.MustCompile(`^v\d+\.\d+\.\d+\S* \(rev (unknown|[0-9a-f]{7}(\+dirty)?), ` + regexp.QuoteMeta(runtime.Version()) + `\)$`)
+	re := regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)? \(rev (unknown|[0-9a-f]{7}(\+dirty)?), ` + regexp.QuoteMeta(runtime.Version()) + `\)$`)
 	if s := String(); !re.MatchString(s) || s[:len(Version)] != Version {
 		t.Errorf("String() = %q, want it to match %s", s, re)
 	}
