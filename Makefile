@@ -92,11 +92,13 @@ lint:
 ## drops the OpenAPI definitions nothing uses, makes the cancel's empty
 ## body optional, declares the echoed Idempotency-Key on every answer of
 ## create and cancel, and sets info.version to VERSION's release, which
-## protoc-gen-openapiv2 has no option for
+## protoc-gen-openapiv2 has no option for. Then the Grafana dashboard,
+## deploy/grafana/paymentsd.json, from its Go source (deploy/grafana/gen)
 generate:
 	$(BUF) generate
 	go run ./internal/openapitidy -version "$$(cat VERSION)" gen/payments/v1/payments.swagger.json
 	$(BUF) build --exclude-imports -o gen/descriptors.binpb
+	go run ./deploy/grafana/gen deploy/grafana/paymentsd.json
 
 ## image: the container image $(IMAGE) (Containerfile) with Podman, or
 ## Buildah when Podman is missing (apt-get install podman): the static

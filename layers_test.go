@@ -53,8 +53,8 @@ var floors = [][]string{
 	// records as recordview does. In daemon/: the listeners, bound from the
 	// configuration, and the health, record and release subcommands.
 	{"console", "daemon/listeners", "daemon/healthcmd", "daemon/keycmd"},
-	// Programs.
-	{"cmd/paymentsd", "bench", "deploy", "robustness", "examples/jetstream"},
+	// Programs, and the generator of the Grafana dashboard.
+	{"cmd/paymentsd", "bench", "deploy", "deploy/grafana/gen", "robustness", "examples/jetstream"},
 }
 
 const module = "github.com/paymentsd/paymentsd"

@@ -208,13 +208,16 @@ func TestRules_MetricSelectorsReadsPromQL(t *testing.T) {
 }
 
 // TestRules_UseOnlyWhatTheBinaryExports scrapes the real binary and wants
-// every metric the rules select to be a family it exports, with the labels
-// the rules match on. The binary serves TLS, so that the certificate's
-// gauge is there. It makes creates until the store fails, under a file size
-// limit, so that the store's error counter is there too. A name with a
-// colon must be a recording rule of the file; up is Prometheus's own.
+// every metric the rules and the Grafana dashboard's queries select to be a
+// family it exports, with the labels they match on. The binary serves TLS,
+// so that the certificate's gauge is there. It makes creates until the
+// store fails, under a file size limit, so that the store's error counter
+// is there too. A name with a colon must be a recording rule of the file;
+// up is Prometheus's own. The dashboard's queries also group and name
+// their legends only by labels of the families they select.
 func TestRules_UseOnlyWhatTheBinaryExports(t *testing.T) {
 	rules := promRules(t)
+	queries := dashboardQueries(t)
 	families := scrapeFamilies(t)
 
 	recorded := map[string]bool{}
@@ -223,9 +226,11 @@ func TestRules_UseOnlyWhatTheBinaryExports(t *testing.T) {
 			recorded[r.Record] = true
 		}
 	}
-	for _, r := range rules {
-		name := r.Alert + r.Record
-		for metric, labels := range metricSelectors(r.Expr) {
+	// selected checks what expr selects, and returns the labels its
+	// families carry, job and instance among them.
+	selected := func(name, expr string) map[string]bool {
+		labels := map[string]bool{"job": true, "instance": true}
+		for metric, matched := range metricSelectors(expr) {
 			switch {
 			case metric == "up":
 			case strings.Contains(metric, ":"):
@@ -235,11 +240,40 @@ func TestRules_UseOnlyWhatTheBinaryExports(t *testing.T) {
 			case families[metric] == nil:
 				t.Errorf("%s: the binary exports no %s", name, metric)
 			default:
-				for _, l := range labels {
-					if l != "job" && l != "instance" && !families[metric][l] {
+				for _, l := range matched {
+					if !labels[l] && !families[metric][l] {
 						t.Errorf("%s: %s has no label %s in the binary's /metrics", name, metric, l)
 					}
 				}
+				for l := range families[metric] {
+					labels[l] = true
+				}
+			}
+		}
+		return labels
+	}
+	for _, r := range rules {
+		selected(r.Alert+r.Record, r.Expr)
+	}
+	for _, q := range queries {
+		labels := selected(q.where, q.Expr)
+		for _, l := range groupingLabels(q.Expr) {
+			if !labels[l] {
+				t.Errorf("%s: groups by %s, which no family it selects has", q.where, l)
+			}
+		}
+		// A legend names labels the query keeps: those it groups by,
+		// or, when it groups by none, those of its families.
+		kept := labels
+		if g := groupingLabels(q.Expr); len(g) > 0 {
+			kept = map[string]bool{}
+			for _, l := range g {
+				kept[l] = true
+			}
+		}
+		for _, m := range regexp.MustCompile(`\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`).FindAllStringSubmatch(q.LegendFormat, -1) {
+			if !kept[m[1]] {
+				t.Errorf("%s: its legend names %s, which the query does not keep", q.where, m[1])
 			}
 		}
 	}
