@@ -7,6 +7,8 @@ import (
 	"html/template"
 	"net/http"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
+
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/recordview"
 )
@@ -28,8 +30,13 @@ type pageData struct {
 	Lookup         *lookup
 	Response       string // the stored response, indented
 	Text           string // the record as paymentsd record prints it
-	Released       *recordview.View
-	Refusal        string
+	// Releasable shows the record's release button: the rules allow its
+	// release (storage.CheckRelease).
+	Releasable bool
+	// Confirm asks to confirm the release of what it names.
+	Confirm  *confirmation
+	Released *recordview.View
+	Refusal  string
 	// InFlight asks for the table of keys in flight, Claims. NextPage is
 	// the URL of its next page, if any.
 	InFlight bool
@@ -59,6 +66,7 @@ func (s *Console) page(w http.ResponseWriter, r *http.Request, op operator) {
 		return
 	}
 	d.Lookup = l
+	d.Releasable = l.releasable
 	if id := l.Record; id != nil && id.IntentID != nil {
 		d.IntentLink = intentLink(k.Scope, *id.IntentID)
 	}
@@ -77,7 +85,41 @@ func (s *Console) page(w http.ResponseWriter, r *http.Request, op operator) {
 	s.render(w, status, d)
 }
 
-// pageRelease answers the page's release button, POST /release. It shows
+// confirmation is what a release would delete, shown for the operator
+// to confirm.
+type confirmation struct {
+	Principal, Key string
+	Code, Message  string // the stored error's
+	Attempt        uint64
+}
+
+// pageConfirmRelease answers the page's release button, GET
+// /release?principal=P&key=K. It shows what the release would delete and
+// a form to confirm it. It changes nothing. When the rules refuse the
+// release, it shows why instead, with 409.
+func (s *Console) pageConfirmRelease(w http.ResponseWriter, r *http.Request, op operator) {
+	d, k, ok := s.pageKey(w, r, op)
+	if !ok {
+		return
+	}
+	rec, err := s.c.Store.Get(r.Context(), k)
+	if err != nil {
+		s.c.Log.ErrorContext(r.Context(), "console release confirmation failed", "operator", op.name, "err", err)
+		d.Error = "the lookup failed; the server's log says why"
+		s.render(w, http.StatusInternalServerError, d)
+		return
+	}
+	if err := storage.CheckRelease(rec, s.c.Now()); err != nil {
+		d.Refusal, _ = recordview.RefusalText(err)
+		s.render(w, http.StatusConflict, d)
+		return
+	}
+	st := rec.Result.Status // CheckRelease allows a stored error alone
+	d.Confirm = &confirmation{Principal: k.Scope, Key: k.Key, Code: code.Code(st.Code).String(), Message: st.Message, Attempt: rec.Attempt}
+	s.render(w, http.StatusOK, d)
+}
+
+// pageRelease answers the confirmation's form, POST /release. It shows
 // the record released, or the refusal saying why not.
 func (s *Console) pageRelease(w http.ResponseWriter, r *http.Request, op operator) {
 	d, k, ok := s.pageKey(w, r, op)

@@ -29,6 +29,9 @@ type lookup struct {
 	// It is for a GET with the customer's own credential.
 	IntentPath *string `json:"intent_path"`
 	Message    string  `json:"message,omitempty"`
+	// releasable says storage.CheckRelease allows the record's release
+	// now. The page shows its release button only then.
+	releasable bool
 }
 
 // apiError is the JSON API's error body.
@@ -85,7 +88,8 @@ func (s *Console) find(r *http.Request, op operator, k storage.RecordKey) (*look
 
 // view is what is shown of rec, stored for k.
 func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
-	l := &lookup{Found: true, Record: recordview.New(k, rec, s.c.Now())}
+	now := s.c.Now()
+	l := &lookup{Found: true, Record: recordview.New(k, rec, now), releasable: storage.CheckRelease(rec, now) == nil}
 	if rec.Result != nil && rec.Result.Response != nil {
 		if b, err := protojson.Marshal(rec.Result.Response); err == nil {
 			l.Response = b
