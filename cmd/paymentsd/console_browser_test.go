@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,6 +18,12 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 )
+
+// updateScreenshots has TestConsole_InABrowser write the screenshots that
+// docs/console.md shows, as go test -run TestConsole_InABrowser
+// ./cmd/paymentsd -update-screenshots. Without it they are taken, not
+// written.
+var updateScreenshots = flag.Bool("update-screenshots", false, "write the console's screenshots in docs/")
 
 // browser is a headless Chromium driven through the DevTools protocol.
 type browser struct{ ctx context.Context }
@@ -69,6 +77,40 @@ func (b *browser) text(t *testing.T, sel string) string {
 	return s
 }
 
+// has reports whether the page has an element matching the CSS selector
+// sel.
+func (b *browser) has(t *testing.T, sel string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserStep)
+	defer cancel()
+	q, _ := json.Marshal(sel)
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+string(q)+`).length`))
+	if err != nil {
+		t.Fatalf("look for %s: %v", sel, err)
+	}
+	return n > 0
+}
+
+// screenshot takes a PNG of the whole page. With -update-screenshots, it
+// writes it to docs/name.
+func (b *browser) screenshot(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserStep)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(900, 600)); err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if *updateScreenshots {
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // lookUp submits the page's lookup form for principal and key, and
 // returns the status of the page that answers.
 func (b *browser) lookUp(t *testing.T, principal, key string) int64 {
@@ -82,9 +124,10 @@ func (b *browser) lookUp(t *testing.T, principal, key string) int64 {
 
 // The console in a real browser: an operator logs in with the form (a
 // wrong key is answered 401), looks up a create made over gRPC and sees
-// its state and intent, and follows the link to the intent; the release button is refused for that success
-// and releases a stored validation error, after which the key runs fresh
-// with a corrected body.
+// its state and intent, and follows the link to the intent. The success
+// offers no release. A stored validation error does: its release button
+// opens a confirmation naming what will be deleted, confirming releases
+// it, and the key then runs fresh with a corrected body.
 func TestConsole_InABrowser(t *testing.T) {
 	b := newBrowser(t)
 	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
@@ -130,19 +173,31 @@ func TestConsole_InABrowser(t *testing.T) {
 		t.Errorf("the intent's page shows:\n%s", text)
 	}
 	b.load(t, "open the record again", chromedp.Navigate(base+"/?"+url.Values{"principal": {principal}, "key": {"order-ok"}}.Encode()))
-	release := chromedp.Click(chromedp.CSS(`form[action="/release"] button`))
-	got = b.load(t, "release the success", release)
-	if why := b.text(t, "#refusal"); got != 409 || !strings.Contains(why, "success") {
-		t.Errorf("release of the success: %d %q, want 409 saying it is a success", got, why)
+	if b.has(t, `form[action="/release"]`) {
+		t.Errorf("the success's page offers a release, which the rules always refuse")
 	}
 
 	b.lookUp(t, principal, "order-bad")
 	if rec := b.text(t, "#record"); !strings.Contains(rec, "INVALID_ARGUMENT") {
 		t.Errorf("lookup of the stored error:\n%s", rec)
 	}
-	got = b.load(t, "release the stored error", release)
+	got = b.load(t, "release the stored error", chromedp.Click(chromedp.CSS(`form#release button`)))
+	confirm := b.text(t, "#confirm")
+	for _, want := range []string{principal, "order-bad", "INVALID_ARGUMENT", "Attempt\t1"} {
+		if !strings.Contains(confirm, want) {
+			t.Errorf("the confirmation lacks %q: %d\n%s", want, got, confirm)
+		}
+	}
+	if got != 200 {
+		t.Errorf("the confirmation: %d", got)
+	}
+	b.screenshot(t, "console-release.png")
+	got = b.load(t, "confirm the release", chromedp.Click(chromedp.CSS(`form#confirm-release button`)))
 	if released := b.text(t, "#released"); got != 200 || !strings.Contains(released, "order-bad") {
 		t.Errorf("release of the stored error: %d %q", got, released)
+	}
+	if got := b.lookUp(t, principal, "order-bad"); got != 404 || !strings.Contains(b.text(t, "#missing"), "no record of key") {
+		t.Errorf("the key after its release: %d, want 404", got)
 	}
 	fresh := d.create(withCreds("tok-browser", "order-bad"), seedRequest("200000000"))
 	if fresh.err != nil || fresh.replayed() {
