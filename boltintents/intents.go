@@ -101,6 +101,25 @@ func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.Pa
 	return pi, err
 }
 
+// FindIntent returns intent id and its owner, whoever that is, or
+// server.ErrNotFound. Ids are unique across owners. It is for operators,
+// who look an intent up by its id alone.
+func (s *Store) FindIntent(ctx context.Context, id string) (owner string, pi *paymentsv1.PaymentIntent, err error) {
+	err = s.db.View(ctx, func(tx *bolt.Tx) error {
+		if owner, err = intentOwner(tx, id); err == nil {
+			pi, _, err = getIntent(tx, owner, id)
+		}
+		if errors.Is(err, server.ErrNotFound) {
+			return nil // an answer, not a failure of the storage
+		}
+		return err
+	})
+	if err == nil && pi == nil {
+		err = fmt.Errorf("intent %s: %w", id, server.ErrNotFound)
+	}
+	return owner, pi, serverError(err)
+}
+
 // UpdateIntent applies update to owner's intent id. It stores the intent
 // if update reports a change. The write is a compare-and-set on the stored
 // bytes. A concurrent change makes UpdateIntent read and apply update
@@ -220,6 +239,23 @@ func ownerIndexKey(owner string, pi *paymentsv1.PaymentIntent) []byte {
 func ownerCursor(pi *paymentsv1.PaymentIntent) []byte {
 	c := binary.BigEndian.AppendUint64(nil, uint64(pi.GetCreateTime().AsTime().UnixNano()))
 	return append(c, pi.Id...)
+}
+
+// intentOwner returns the owner of intent id, or server.ErrNotFound.
+func intentOwner(tx *bolt.Tx, id string) (string, error) {
+	v := tx.Bucket(bucketIntents).Get([]byte(id))
+	if v == nil {
+		return "", server.ErrNotFound
+	}
+	b, err := sealed.Open([]byte(id), v)
+	if err != nil {
+		return "", boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
+	}
+	n, w := binary.Uvarint(b)
+	if w <= 0 || uint64(len(b)-w) < n {
+		return "", boltstore.DamagedValue(fmt.Errorf("intent %s: corrupt owner", id))
+	}
+	return string(b[w : w+int(n)]), nil
 }
 
 // getIntent returns owner's intent id and a copy of its stored bytes, or

@@ -23,17 +23,28 @@ type Intents interface {
 	GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error)
 }
 
-// intentAnswer is the JSON API's answer to an intent's lookup.
-type intentAnswer struct {
-	Found   bool            `json:"found"`
-	Intent  json.RawMessage `json:"intent,omitempty"` // as the gRPC and HTTP APIs show it
-	Message string          `json:"message,omitempty"`
+// IntentFinder is Intents that can also find an intent by its id alone,
+// whoever owns it. Ids are unique across owners. boltintents' and
+// pgintents' stores are ones.
+type IntentFinder interface {
+	FindIntent(ctx context.Context, id string) (owner string, pi *paymentsv1.PaymentIntent, err error)
 }
 
-// intentQuery reads the principal and intent id r asks for.
-func intentQuery(r *http.Request) (principal, id string, err error) {
+// intentAnswer is the JSON API's answer to an intent's lookup.
+type intentAnswer struct {
+	Found bool `json:"found"`
+	// Principal owns the intent. It is set when the lookup named none.
+	Principal string          `json:"principal,omitempty"`
+	Intent    json.RawMessage `json:"intent,omitempty"` // as the gRPC and HTTP APIs show it
+	Message   string          `json:"message,omitempty"`
+}
+
+// intentQuery reads the principal and intent id r asks for. With
+// anyOwner, the principal may be absent: the intent is then looked up by
+// its id alone.
+func intentQuery(r *http.Request, anyOwner bool) (principal, id string, err error) {
 	principal, id = r.FormValue("principal"), r.FormValue("id")
-	if err := validPrincipal(principal); err != nil {
+	if err := validPrincipal(principal); err != nil && !(anyOwner && !r.Form.Has("principal")) {
 		return principal, id, err
 	}
 	if !server.ValidIntentID(id) {
@@ -47,12 +58,28 @@ func intentLink(principal, id string) string {
 	return "/intent?" + url.Values{"principal": {principal}, "id": {id}}.Encode()
 }
 
-// findIntent reads the intent r asks for, for op, logging it.
+// findIntent reads the intent r asks for, for op, logging it. An empty
+// principal looks the id up whoever owns it; the answer then names the
+// owner.
 func (s *Console) findIntent(r *http.Request, op operator, principal, id string) (*intentAnswer, error) {
-	pi, err := s.c.Intents.GetIntent(r.Context(), principal, id)
-	attrs := []slog.Attr{slog.String("operator", op.name), slog.String("principal_hash", auth.PrincipalHash(principal)),
-		slog.String("intent_id", id), slog.Bool("found", err == nil)}
+	var (
+		pi    *paymentsv1.PaymentIntent
+		err   error
+		owner = principal
+	)
+	if finder, ok := s.c.Intents.(IntentFinder); ok && principal == "" {
+		owner, pi, err = finder.FindIntent(r.Context(), id)
+	} else {
+		pi, err = s.c.Intents.GetIntent(r.Context(), principal, id)
+	}
+	attrs := []slog.Attr{slog.String("operator", op.name), slog.String("intent_id", id), slog.Bool("found", err == nil)}
+	if err == nil || principal != "" {
+		attrs = append(attrs, slog.String("principal_hash", auth.PrincipalHash(owner)))
+	}
 	switch {
+	case errors.Is(err, server.ErrNotFound) && principal == "":
+		s.c.Log.LogAttrs(r.Context(), slog.LevelInfo, "console intent lookup", attrs...)
+		return &intentAnswer{Message: fmt.Sprintf("no principal has an intent %s", id)}, nil
 	case errors.Is(err, server.ErrNotFound):
 		s.c.Log.LogAttrs(r.Context(), slog.LevelInfo, "console intent lookup", attrs...)
 		return &intentAnswer{Message: fmt.Sprintf("principal %q has no intent %s", principal, id)}, nil
@@ -71,14 +98,21 @@ func (s *Console) findIntent(r *http.Request, op operator, principal, id string)
 	if err := json.Indent(&indented, b, "", "  "); err != nil {
 		return nil, err
 	}
-	return &intentAnswer{Found: true, Intent: indented.Bytes()}, nil
+	a := &intentAnswer{Found: true, Intent: indented.Bytes()}
+	if principal == "" {
+		a.Principal = owner
+	}
+	return a, nil
 }
 
 // apiIntent answers GET /api/v1/intent?principal=P&id=ID with the intent.
 // It answers 404 when the principal has none of that id. It answers 400
-// for a principal or id that names none.
+// for a principal or id that names none. Without principal, it finds the
+// intent whoever owns it, and names the owner, when the store can
+// (IntentFinder).
 func (s *Console) apiIntent(w http.ResponseWriter, r *http.Request, op operator) {
-	principal, id, err := intentQuery(r)
+	_, anyOwner := s.c.Intents.(IntentFinder)
+	principal, id, err := intentQuery(r, anyOwner)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
 		return
@@ -98,7 +132,7 @@ func (s *Console) apiIntent(w http.ResponseWriter, r *http.Request, op operator)
 // APIs show it.
 func (s *Console) pageIntent(w http.ResponseWriter, r *http.Request, op operator) {
 	d := s.pageOf(op)
-	principal, id, err := intentQuery(r)
+	principal, id, err := intentQuery(r, false)
 	d.Principal = principal
 	if err != nil {
 		d.Error = err.Error()

@@ -91,6 +91,27 @@ func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.Pa
 	return pi, err
 }
 
+// FindIntent returns intent id and its owner, whoever that is, or
+// server.ErrNotFound. Ids are unique across owners. It is for operators,
+// who look an intent up by its id alone.
+func (s *Store) FindIntent(ctx context.Context, id string) (owner string, pi *paymentsv1.PaymentIntent, err error) {
+	err = s.db.Read(ctx, func(q pgstore.Querier) error {
+		var raw []byte
+		switch err := q.QueryRow(ctx, `SELECT owner, intent FROM payment_intents WHERE id = $1`, id).Scan(&owner, &raw); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil // a miss is pi == nil: an answer, not a failure of the storage
+		case err != nil:
+			return fmt.Errorf("intent %s: %w", id, err)
+		}
+		pi, err = decodeIntent(id, raw)
+		return err
+	})
+	if err == nil && pi == nil {
+		err = fmt.Errorf("intent %s: %w", id, server.ErrNotFound)
+	}
+	return owner, pi, err
+}
+
 // UpdateIntent applies update to owner's intent id and stores it if update
 // reports a change. It does so in one transaction that locks the row first:
 // the request's, inside a pgstore.Tx. Concurrent updates queue on the lock,

@@ -38,8 +38,9 @@ func consoleRecordURL(base, principal, key string) string {
 // A create over gRPC is found through the console's JSON API with an
 // operator's key, the lookup logged with the operator's name; a wrong key
 // and a customer's token get 401. A stored validation error is released
-// through it, after which the key runs fresh with a corrected body; the
-// release of that success is refused.
+// through it, after which the key runs fresh with a corrected body; its
+// intent is found by its id alone, naming its principal; the release of
+// that success is refused.
 func TestConsole_LooksUpAndReleasesAGRPCCreate(t *testing.T) {
 	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
 	base := "http://" + d.logAddr(t, "console listening")
@@ -56,6 +57,11 @@ func TestConsole_LooksUpAndReleasesAGRPCCreate(t *testing.T) {
 		t.Fatalf("the key after its release: %v, replayed %v", a.err, a.replayed())
 	}
 	id := a.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
+	byID := base + "/api/v1/intent?id=" + id // by its id alone: the answer names its owner
+	if got := httpCall(t, "GET", byID, "", bearerHeader(consoleToken)...); got.status != 200 ||
+		!strings.Contains(string(got.body), `"principal": "`+principal+`"`) || !strings.Contains(string(got.body), `"amount": "100000000"`) {
+		t.Errorf("intent %s by its id alone: %d %s", id, got.status, got.body)
+	}
 	target := consoleRecordURL(base, principal, "order-1")
 	if got := httpCall(t, "GET", target, "", bearerHeader(consoleToken)...); got.status != 200 ||
 		!strings.Contains(string(got.body), `"state": "completed"`) || !strings.Contains(string(got.body), `"intent_id": "`+id+`"`) {
@@ -122,5 +128,24 @@ func TestConsole_AdminKeysReloaded(t *testing.T) {
 	}
 	if got := scrape(t, d.metricsAddr(t))[`paymentsd_credential_reloads_total{file="admin_keys",result="ok"}`]; got != 1 {
 		t.Errorf("admin_keys reloads counted: %v, want 1", got)
+	}
+}
+
+// On PostgreSQL too, the console finds an intent by its id alone and
+// names its principal.
+func TestConsole_Postgres_IntentByIDAlone(t *testing.T) {
+	d := startDaemon(t, postgresURL(t), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
+	base := "http://" + d.logAddr(t, "console listening")
+	a := d.create(withCreds("tok-console", "order-1"), seedRequest("100000000"))
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	id := a.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
+	got := httpCall(t, "GET", base+"/api/v1/intent?id="+id, "", bearerHeader(consoleToken)...)
+	if got.status != 200 || !strings.Contains(string(got.body), `"principal": "`+devPrincipal("tok-console")+`"`) {
+		t.Errorf("intent %s by its id alone: %d %s", id, got.status, got.body)
+	}
+	if got := httpCall(t, "GET", base+"/api/v1/intent?id=pi_ffffffffffffffffffffffff", "", bearerHeader(consoleToken)...); got.status != 404 {
+		t.Errorf("a missing intent by its id alone: %d %s", got.status, got.body)
 	}
 }
