@@ -26,7 +26,7 @@ var floors = [][]string{
 		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
 		"internal/grpcreflect", "internal/requestid", "internal/cli", "internal/openapitidy",
 		"internal/traceexport", "internal/connlimit", "internal/grpcslog", "server/strictcodec",
-		"testkit/testclock", "testkit/faultproxy", "testkit/rawgrpc", "testkit/grpctest", "testkit/logbuf",
+		"testkit/testclock", "testkit/natstest", "testkit/proctest", "testkit/faultproxy", "testkit/rawgrpc", "testkit/grpctest", "testkit/logbuf",
 		"testkit/pgtest"},
 	// Contracts: the idempotency wire and store contracts, credentials,
 	// TLS files.

@@ -27,7 +27,9 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/pgintents"
+	"github.com/paymentsd/paymentsd/testkit/natstest"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/testkit/proctest"
 )
 
 // The message run drives examples/jetstream, the NATS JetStream consumer
@@ -37,19 +39,17 @@ import (
 // open it. It is killed, paused past AckWait, and outlives a broker restart.
 func TestRobustness_Messages_Bolt(t *testing.T) {
 	s := readSettings(t)
-	natsBin := natsServer(t)
 	msgSuite(t, s, "bbolt", func(dir string, seed uint64) msgStore {
 		path := filepath.Join(dir, "payments.db")
 		return msgStore{procs: 1, args: []string{"--db", path}, open: func() (backend.Backend, error) {
 			return boltintents.Open(context.Background(), path)
 		}}
-	}, natsBin)
+	})
 }
 
 // On PostgreSQL two consumer processes share the durable consumer.
 func TestRobustness_Messages_Postgres(t *testing.T) {
 	s := readSettings(t)
-	natsBin := natsServer(t)
 	c, stop, err := pgtest.Start()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -62,15 +62,14 @@ func TestRobustness_Messages_Postgres(t *testing.T) {
 		url := c.NewDatabase(t, pgtest.DatabaseName(fmt.Sprintf("messages %d", seed)))
 		return msgStore{procs: 2, args: []string{"--postgres", "env:ROBUSTNESS_PG_URL"}, env: []string{"ROBUSTNESS_PG_URL=" + url},
 			open: func() (backend.Backend, error) { return pgintents.Open(context.Background(), url, nil) }}
-	}, natsBin)
+	})
 }
 
 // The checks must see a consumer that creates without the exactly-once
 // core (the example's --plain): one short run on bbolt.
 func TestRobustness_Messages_PlainIsReported(t *testing.T) {
-	natsBin := natsServer(t)
 	s := readSettings(t)
-	f, _ := msgRun(t, natsBin, exampleBinary(t), s.seed, 4*time.Second, func(dir string, seed uint64) msgStore {
+	f, _ := msgRun(t, exampleBinary(t), s.seed, 4*time.Second, func(dir string, seed uint64) msgStore {
 		path := filepath.Join(dir, "payments.db")
 		return msgStore{procs: 1, args: []string{"--db", path, "--plain"}, open: func() (backend.Backend, error) {
 			return boltintents.Open(context.Background(), path)
@@ -113,13 +112,13 @@ func (f *msgFigures) add(g msgFigures) {
 
 // msgSuite runs s.runs message runs, fails on the first with a violation,
 // and logs the summary line.
-func msgSuite(t *testing.T, s settings, backend string, mk func(dir string, seed uint64) msgStore, natsBin string) {
+func msgSuite(t *testing.T, s settings, backend string, mk func(dir string, seed uint64) msgStore) {
 	bin := exampleBinary(t)
 	var all msgFigures
 	for i := range s.runs {
 		seed := s.seed + uint64(i)
 		start := time.Now()
-		f, logs := msgRun(t, natsBin, bin, seed, s.duration, mk)
+		f, logs := msgRun(t, bin, seed, s.duration, mk)
 		if len(f.violations) > 0 {
 			t.Fatalf("messages %s run %d: %d violations; replay with PAYMENTSD_ROBUSTNESS_SEED=%d PAYMENTSD_ROBUSTNESS_RUNS=1 (the schedule, not its timing); the first:\n%s\n%s",
 				backend, i, len(f.violations), seed, strings.Join(f.violations[:min(len(f.violations), 10)], "\n"), logs)
@@ -267,10 +266,10 @@ type msgReplies struct {
 	bySeq map[uint64][]msgReply
 }
 
-func collectMsgReplies(t *testing.T, b *msgBroker, js jetstream.JetStream) *msgReplies {
+func collectMsgReplies(t *testing.T, b *natstest.Broker, js jetstream.JetStream) *msgReplies {
 	t.Helper()
 	r := &msgReplies{bySeq: map[uint64][]msgReply{}}
-	cons, err := js.OrderedConsumer(context.Background(), msgReplyStream, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(context.Background(), natstest.ReplyStream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,9 +286,7 @@ func collectMsgReplies(t *testing.T, b *msgBroker, js jetstream.JetStream) *msgR
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.mu.Lock()
-	b.closers = append(b.closers, cc.Stop)
-	b.mu.Unlock()
+	b.Track(cc.Stop)
 	return r
 }
 
@@ -336,31 +333,31 @@ func msgSchedule(rng *rand.Rand, procs int, d time.Duration) []msgFault {
 // msgRun is one run: a broker, the consumers on a fresh store, the
 // publishers and the faults for d, then the wait for every command to be
 // answered and acked, then the checks.
-func msgRun(t *testing.T, natsBin, bin string, seed uint64, d time.Duration, mk func(dir string, seed uint64) msgStore) (msgFigures, string) {
+func msgRun(t *testing.T, bin string, seed uint64, d time.Duration, mk func(dir string, seed uint64) msgStore) (msgFigures, string) {
 	t.Helper()
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	st := mk(dir, seed)
-	b := startMsgBroker(t, natsBin, dir)
-	_, admin := b.connect("admin")
-	cons := b.setUp(admin)
-	defer b.close()
+	b := natstest.Start(t, dir)
+	_, admin := b.Connect(natstest.Admin)
+	cons := b.SetUp(admin, natstest.Creator)
+	defer b.Close()
 	got := collectMsgReplies(t, b, admin)
-	_, alice := b.connect("alice")
-	_, bob := b.connect("bob")
+	_, alice := b.Connect("alice")
+	_, bob := b.Connect("bob")
 	pub := &msgPublisher{t: t, pubs: map[string]jetstream.JetStream{"alice": alice, "bob": bob}, bodies: map[msgKey]int{}}
 
-	args := append([]string{"--nats", b.url, "--user", msgDurable, "--stream", msgStream, "--durable", msgDurable,
+	args := append([]string{"--nats", b.URL, "--user", natstest.Creator, "--stream", natstest.CommandStream, "--durable", natstest.Creator,
 		"--retry-delay", "300ms"}, st.args...)
-	env := append([]string{"NATS_PASSWORD=" + msgPassword}, st.env...)
-	var procs []*msgConsumer
+	env := append([]string{"NATS_PASSWORD=" + natstest.Password}, st.env...)
+	var procs []*proctest.Proc
 	for i := range st.procs {
-		procs = append(procs, startMsgConsumer(t, bin, filepath.Join(dir, fmt.Sprintf("consumer-%d.log", i)), env, args...))
+		procs = append(procs, proctest.Start(t, bin, filepath.Join(dir, fmt.Sprintf("consumer-%d.log", i)), env, args...))
 	}
 	logs := func() string {
 		var s []string
 		for _, p := range procs {
-			s = append(s, p.log+":\n"+tailOf(p.logs(), 15))
+			s = append(s, p.Log+":\n"+p.Tail(15))
 		}
 		return strings.Join(s, "\n")
 	}
@@ -401,21 +398,21 @@ func msgRun(t *testing.T, natsBin, bin string, seed uint64, d time.Duration, mk 
 		case "kill": // with commands in its hands
 			burst.Store(msgBurst)
 			time.Sleep(30 * time.Millisecond)
-			procs[fault.proc].kill()
+			procs[fault.proc].Kill()
 			f.kills++
 			// As a supervisor would, the next fault waits for the restart:
 			// the example exits when its first connection finds no broker.
-			for deadline := time.Now().Add(30 * time.Second); !procs[fault.proc].ready(); time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(30 * time.Second); !procs[fault.proc].Started(`"msg":"consuming"`); time.Sleep(20 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("seed %d: consumer %d not consuming 30s after its restart\n%s", seed, fault.proc, logs())
 				}
 			}
 		case "pause": // and a burst, some of it delivered to the paused one
-			procs[fault.proc].pause(msgAckWait+time.Second, func() { burst.Store(msgBurst) })
+			procs[fault.proc].Pause(natstest.AckWait+time.Second, func() { burst.Store(msgBurst) })
 			f.pauses++
 		case "restart":
 			pub.gate.Lock()
-			b.restart()
+			b.Restart()
 			pub.gate.Unlock()
 			f.restarts++
 		}
@@ -448,7 +445,7 @@ func msgRun(t *testing.T, natsBin, bin string, seed uint64, d time.Duration, mk 
 		}
 	}
 	for _, p := range procs {
-		if err := p.stop(); err != nil {
+		if err := p.Stop(); err != nil {
 			f.violations = append(f.violations, err.Error())
 		}
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/paymentsd/paymentsd/testkit/natstest"
+	"github.com/paymentsd/paymentsd/testkit/proctest"
 )
 
 // TestThroughput measures the example's commands per second, with the core
@@ -29,9 +31,9 @@ func TestThroughput(t *testing.T) {
 	}
 	rounds, _ := strconv.Atoi(os.Getenv("PAYMENTSD_JETSTREAM_BENCH_ROUNDS"))
 	rounds = cmp.Or(rounds, 3)
-	b := startBroker(t)
-	adminNC, admin := b.connect(t, adminUser)
-	setUp(t, admin, "unused")
+	b := natstest.Start(t, t.TempDir())
+	adminNC, admin := b.Connect(natstest.Admin)
+	b.SetUp(admin, "unused")
 	publishBench(t, admin, n)
 
 	var replies atomic.Int64
@@ -52,17 +54,17 @@ func TestThroughput(t *testing.T) {
 	for r := range rounds {
 		for _, plain := range []bool{r%2 == 1, r%2 == 0} { // each goes first in turn
 			name := fmt.Sprintf("bench-%d-%t", r, plain)
-			setUp(t, admin, name)
+			b.SetUp(admin, name)
 			replies.Store(0)
-			args := []string{"--nats", b.url, "--user", creatorUser, "--durable", name, "--db", dir + "/" + name + ".db"}
+			args := []string{"--nats", b.URL, "--user", natstest.Creator, "--durable", name, "--db", dir + "/" + name + ".db"}
 			if plain {
 				args = append(args, "--plain")
 			}
-			p := startConsumer(t, dir, name, []string{"NATS_PASSWORD=" + password}, args...)
+			p := startConsumer(t, dir, name, []string{"NATS_PASSWORD=" + natstest.Password}, args...)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			waitFor(t, ctx, "the run's replies", func() bool { return replies.Load() >= int64(n) }, []*consumerProc{p})
+			waitFor(t, ctx, "the run's replies", func() bool { return replies.Load() >= int64(n) }, []*proctest.Proc{p})
 			cancel()
-			p.stop()
+			stopConsumer(t, p)
 			rate := float64(n-1) / time.Duration(last.Load()-first.Load()).Seconds()
 			rates[plain] = append(rates[plain], rate)
 			t.Logf("round %d, plain %t: %.0f commands/s", r+1, plain, rate)

@@ -11,7 +11,9 @@ import (
 	"github.com/paymentsd/paymentsd/backend"
 	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/pgintents"
+	"github.com/paymentsd/paymentsd/testkit/natstest"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/testkit/proctest"
 )
 
 // The acceptance figures: 1,000 commands, 30% of them published again,
@@ -68,17 +70,17 @@ func TestExactlyOnce_Postgres(t *testing.T) {
 
 func runScenario(t *testing.T, sc scenario) {
 	start := time.Now()
-	b := startBroker(t)
-	_, admin := b.connect(t, adminUser)
-	cons := setUp(t, admin, "creator")
-	_, alice := b.connect(t, "alice")
-	_, bob := b.connect(t, "bob")
+	b := natstest.Start(t, t.TempDir())
+	_, admin := b.Connect(natstest.Admin)
+	cons := b.SetUp(admin, "creator")
+	_, alice := b.Connect("alice")
+	_, bob := b.Connect("bob")
 	got := collectReplies(t, admin)
 
-	args := append([]string{"--nats", b.url, "--user", creatorUser, "--stream", commandStream, "--durable", "creator"}, sc.store...)
-	env := append([]string{"NATS_PASSWORD=" + password}, sc.env...)
+	args := append([]string{"--nats", b.URL, "--user", natstest.Creator, "--stream", natstest.CommandStream, "--durable", "creator"}, sc.store...)
+	env := append([]string{"NATS_PASSWORD=" + natstest.Password}, sc.env...)
 	dir := t.TempDir()
-	var procs []*consumerProc
+	var procs []*proctest.Proc
 	for i := range sc.procs {
 		procs = append(procs, startConsumer(t, dir, "consumer-"+string(rune('a'+i)), env, args...))
 	}
@@ -91,10 +93,11 @@ func runScenario(t *testing.T, sc scenario) {
 	// Kill mid-stream: at a quarter, half and three quarters of the replies.
 	for k := range kills {
 		waitFor(t, ctx, "replies for the kill", func() bool { return got.count() >= (k+1)*(originals+duplicates)/(kills+1) }, procs)
-		procs[k%len(procs)].kill()
+		procs[k%len(procs)].Kill()
 		if k == 1 && sc.outage != nil {
 			// A consumer that cannot open its store exits: first let it open.
-			waitFor(t, ctx, "the consumer's restart", procs[k%len(procs)].ready, procs)
+			restarted := procs[k%len(procs)]
+			waitFor(t, ctx, "the consumer's restart", func() bool { return restarted.Started(`"msg":"consuming"`) }, procs)
 			sc.outage(t)
 		}
 	}
@@ -115,7 +118,7 @@ func runScenario(t *testing.T, sc scenario) {
 			info.NumPending == 0 && info.NumAckPending == 0
 	}, procs)
 	for _, p := range procs {
-		p.stop()
+		stopConsumer(t, p)
 	}
 	db := sc.open(t)
 	defer db.Close()
@@ -123,8 +126,8 @@ func runScenario(t *testing.T, sc scenario) {
 
 	asked := 0
 	for _, p := range procs {
-		asked += p.count("redelivery asked")
-		if strings.Contains(string(p.logs()), pgtest.Password) {
+		asked += strings.Count(p.Logs(), "redelivery asked")
+		if strings.Contains(p.Logs(), pgtest.Password) {
 			t.Errorf("a consumer logged the database password")
 		}
 	}
@@ -142,13 +145,13 @@ func runScenario(t *testing.T, sc scenario) {
 
 // waitFor waits until cond holds, failing with the consumers' logs when ctx
 // ends first.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool, procs []*consumerProc) {
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool, procs []*proctest.Proc) {
 	t.Helper()
 	for !cond() {
 		select {
 		case <-ctx.Done():
 			for _, p := range procs {
-				t.Log(p.tail())
+				t.Logf("last lines of %s:\n%s", p.Log, p.Tail(30))
 			}
 			t.Fatalf("timed out waiting for %s", what)
 		case <-time.After(20 * time.Millisecond):

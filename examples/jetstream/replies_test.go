@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/paymentsd/paymentsd/testkit/natstest"
 )
 
 // gotReply is one reply, as the reply stream kept it.
@@ -31,7 +32,7 @@ type replies struct {
 func collectReplies(t testing.TB, js jetstream.JetStream) *replies {
 	t.Helper()
 	r := &replies{bySeq: map[uint64][]gotReply{}, byKey: map[ownedKey][]gotReply{}}
-	cons, err := js.OrderedConsumer(context.Background(), replyStream, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(context.Background(), natstest.ReplyStream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
