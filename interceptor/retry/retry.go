@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"time"
 
@@ -201,6 +202,11 @@ func (o *options) attempt(ctx context.Context, method string, req, reply any, cc
 func retryable(ctx context.Context, err error, trailer metadata.MD) (time.Duration, bool) {
 	if ctx.Err() != nil || len(trailer.Get(wire.ReplayedHeader)) > 0 {
 		return 0, false // the caller gave up, or this is the stored result
+	}
+	if errors.Is(err, io.EOF) {
+		// grpc-go may end a unary call with a bare io.EOF when its stream
+		// closed before the request was sent: the connection's failure.
+		return 0, true
 	}
 	st := status.Convert(err)
 	switch st.Code() {

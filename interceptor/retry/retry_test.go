@@ -1,10 +1,16 @@
 package retry_test
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // Options that cannot work are refused when the interceptor is built, not
@@ -25,5 +31,28 @@ func TestUnaryClientInterceptor_BadOptions_AreErrors(t *testing.T) {
 				t.Errorf("UnaryClientInterceptor = %v, %v; want an error naming %q", i != nil, err, tc.want)
 			}
 		})
+	}
+}
+
+// A bare io.EOF, which grpc-go can return for a unary call whose stream
+// closed before its request was sent, is the connection's failure: the
+// call is tried again, with the same key.
+func TestUnaryClientInterceptor_BareEOF_RetriedWithTheSameKey(t *testing.T) {
+	const method = "/shop.v1.Orders/Place"
+	i := retry.MustUnaryClientInterceptor(retry.WithMethods(method), retry.WithBackoff(time.Millisecond, time.Millisecond))
+	var keys []string
+	invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+		md, _ := metadata.FromOutgoingContext(ctx)
+		keys = append(keys, md.Get(wire.KeyHeader)...)
+		if len(keys) == 1 {
+			return io.EOF
+		}
+		return nil
+	}
+	if err := i(context.Background(), method, nil, nil, nil, invoker); err != nil {
+		t.Fatalf("call after a bare EOF: %v, want the second attempt's nil", err)
+	}
+	if len(keys) != 2 || keys[0] != keys[1] {
+		t.Fatalf("attempts carried keys %q, want two of one key", keys)
 	}
 }
