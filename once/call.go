@@ -107,31 +107,43 @@ func Replays(outcome storage.Outcome, rec *storage.Record) bool {
 // the store when it is a Watcher. Otherwise, and in case a notice is lost,
 // waiters poll.
 func (c *call) claimKey(ctx context.Context) (storage.Outcome, *storage.Record, time.Time, error) {
+	now := c.g.opts.Now()
+	outcome, rec, err := c.claimOnce(ctx, now)
+	if err != nil || outcome != storage.OutcomeInFlight || c.g.opts.InFlightWait <= 0 {
+		return outcome, rec, now, err
+	}
+	return c.waitAndClaim(ctx, outcome, rec, now)
+}
+
+// waitAndClaim waits for the run in flight that the claim at now found,
+// and claims again once it ends. It is apart from claimKey so that the
+// common call, which does not wait, keeps a small stack.
+func (c *call) waitAndClaim(ctx context.Context, outcome storage.Outcome, rec *storage.Record, now time.Time) (storage.Outcome, *storage.Record, time.Time, error) {
 	opts := c.g.opts
 	w := &inFlightWait{watcher: c.g.watcher, key: c.key, limit: opts.InFlightWait, pollEvery: 10 * time.Millisecond, watchedPollEvery: opts.WatchPoll}
 	defer w.stop()
 	for {
-		now := opts.Now()
-		outcome, rec, err := c.claimOnce(ctx, storage.ClaimRequest{Key: c.key, Fingerprint: c.fp, Scheme: c.g.scheme,
-			Now: now, Lease: opts.Lease, TTL: opts.TTL})
-		if err != nil || outcome != storage.OutcomeInFlight || opts.InFlightWait <= 0 {
-			return outcome, rec, now, err
-		}
 		local := c.g.flights.done(c.key) // nil unless it runs in this process
-		if local == nil && w.watch() {
-			continue // it may have ended before the watch began: look again
+		if local != nil || !w.watch() {  // else it may have ended before the watch began: look again
+			switch timedOut, err := w.wait(ctx, local); {
+			case err != nil:
+				return 0, nil, now, err
+			case timedOut:
+				return outcome, rec, now, nil
+			}
 		}
-		switch timedOut, err := w.wait(ctx, local); {
-		case err != nil:
-			return 0, nil, now, err
-		case timedOut:
-			return outcome, rec, now, nil
+		now = opts.Now()
+		var err error
+		if outcome, rec, err = c.claimOnce(ctx, now); err != nil || outcome != storage.OutcomeInFlight {
+			return outcome, rec, now, err
 		}
 	}
 }
 
-// claimOnce asks the store once, through ClaimTx when it is a TxStore.
-func (c *call) claimOnce(ctx context.Context, req storage.ClaimRequest) (outcome storage.Outcome, rec *storage.Record, err error) {
+// claimOnce asks the store once, at now, through ClaimTx when it is a
+// TxStore.
+func (c *call) claimOnce(ctx context.Context, now time.Time) (outcome storage.Outcome, rec *storage.Record, err error) {
+	req := storage.ClaimRequest{Key: c.key, Fingerprint: c.fp, Scheme: c.g.scheme, Now: now, Lease: c.g.opts.Lease, TTL: c.g.opts.TTL}
 	start := time.Now()
 	if c.g.txStore != nil {
 		outcome, rec, c.tx, err = c.g.txStore.ClaimTx(ctx, req, c.durability)

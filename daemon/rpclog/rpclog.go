@@ -55,33 +55,40 @@ func Interceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 		start := time.Now()
 		slot := &interceptor.Observation{}
 		resp, err := handler(context.WithValue(ctx, rpcOutcomeKey{}, slot), req)
-		attrs := []slog.Attr{
-			slog.String("method", info.FullMethod),
-			slog.String("code", status.Code(err).String()),
-			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-		}
-		if slot.Outcome != 0 {
-			attrs = append(attrs, slog.String("idempotency", slot.Outcome.String()), slog.Uint64("attempt", slot.Attempt))
-			if slot.Runs > 1 {
-				attrs = append(attrs, slog.Int("runs", slot.Runs))
-			}
-		}
-		// The cause of a failure the caller was told of only by its code.
-		var wrapped interface{ Unwrap() error }
-		switch {
-		case slot.Err != nil:
-			attrs = append(attrs, slog.String("err", slot.Err.Error()))
-		case errors.As(err, &wrapped):
-			attrs = append(attrs, slog.String("err", err.Error()))
-		}
-		if id := requestid.FromIncoming(ctx); id != "" {
-			attrs = append(attrs, slog.String("request_id", id))
-		}
-		if span := trace.SpanFromContext(ctx); span.IsRecording() {
-			sc := span.SpanContext()
-			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
-		}
-		logger.LogAttrs(ctx, slog.LevelInfo, "rpc", attrs...)
+		logCall(ctx, logger, info.FullMethod, start, slot, err)
 		return resp, err
 	}
+}
+
+// logCall writes the line of a call that ended with err. It is a function
+// of its own so that its attributes take no room on the stack while the
+// handler runs: a deeper stack is copied to a larger one, at a cost.
+func logCall(ctx context.Context, logger *slog.Logger, method string, start time.Time, slot *interceptor.Observation, err error) {
+	attrs := []slog.Attr{
+		slog.String("method", method),
+		slog.String("code", status.Code(err).String()),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+	}
+	if slot.Outcome != 0 {
+		attrs = append(attrs, slog.String("idempotency", slot.Outcome.String()), slog.Uint64("attempt", slot.Attempt))
+		if slot.Runs > 1 {
+			attrs = append(attrs, slog.Int("runs", slot.Runs))
+		}
+	}
+	// The cause of a failure the caller was told of only by its code.
+	var wrapped interface{ Unwrap() error }
+	switch {
+	case slot.Err != nil:
+		attrs = append(attrs, slog.String("err", slot.Err.Error()))
+	case errors.As(err, &wrapped):
+		attrs = append(attrs, slog.String("err", err.Error()))
+	}
+	if id := requestid.FromIncoming(ctx); id != "" {
+		attrs = append(attrs, slog.String("request_id", id))
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		sc := span.SpanContext()
+		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	logger.LogAttrs(ctx, slog.LevelInfo, "rpc", attrs...)
 }
