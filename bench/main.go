@@ -47,6 +47,9 @@ var (
 	runs      = flag.Int("runs", 5, "runs of each scenario; the table shows medians")
 	scale     = flag.Float64("scale", 1, "multiplies the requests of every run")
 	only      = flag.String("only", "", "run only the scenarios whose names match this regular expression")
+	disk      = flag.String("disk", "", "instead of the load tables, the data file's bytes per create after these counts of fresh creates, such as 6000,100000")
+	previous  = flag.String("previous", "", "with -disk, also a paymentsd of an earlier commit, for a before and after in one run")
+	diskKey   = flag.String("disk-key", "fresh-{{.RequestNumber}}", "with -disk, the ghz template of the idempotency keys, such as {{newUUID}}")
 )
 
 const (
@@ -128,6 +131,15 @@ func main() {
 		keep := func(sc scenario) bool { return !re.MatchString(sc.name) }
 		boltScenarios = slices.DeleteFunc(boltScenarios, keep)
 		pgScenarios = slices.DeleteFunc(pgScenarios, keep)
+	}
+	if *disk != "" {
+		builds := []diskBuild{{"without", baseline}, {"with", paymentsd}}
+		if *previous != "" {
+			builds = append(builds, diskBuild{"previous", previous})
+		}
+		fmt.Printf("## Data file after fresh creates (c=64)\n\n")
+		diskTable(parseCounts(*disk), builds)
+		return
 	}
 	fmt.Printf("Medians of %d runs. Machine: %d CPUs.\n", *runs, runtime.NumCPU())
 	if len(boltScenarios) > 0 {

@@ -98,7 +98,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	// unsynced freelist in goroutines of its own. A damaged page's panic
 	// cannot be recovered there. The freelist is kept in a hash map, as etcd
 	// does. Allocating from a large one then stays cheap.
-	b, err := openBolt(path, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags, FreelistType: bolt.FreelistMapType})
+	b, err := openLatest(path, &bolt.Options{Timeout: lockTimeout, MmapFlags: mmapFlags, FreelistType: bolt.FreelistMapType})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)
 	}
@@ -163,6 +163,32 @@ func create(path string) error {
 	return dirsync.Sync(dir)
 }
 
+// openLatest is openBolt of the file at path once its lock is taken.
+// While it waited for the lock, paymentsd compact may have renamed a new
+// file over path. The lock then taken is the old file's, which no one
+// will read again. So openLatest opens path afresh, a few times at most.
+func openLatest(path string, opts *bolt.Options) (*bolt.DB, error) {
+	for range 3 {
+		var file *os.File
+		opts.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, perm)
+			file = f
+			return f, err
+		}
+		b, err := openBolt(path, opts)
+		if err != nil {
+			return nil, err
+		}
+		held, err1 := file.Stat()
+		now, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, now) {
+			return b, nil
+		}
+		b.Close()
+	}
+	return nil, errReplaced
+}
+
 // openBolt opens path with bbolt and opts. Some damaged files make bbolt
 // panic, such as one with an invalid freelist page. openBolt turns those
 // panics into an ErrDamaged. Meta pages that bbolt rejects are an
@@ -172,8 +198,12 @@ func create(path string) error {
 // if made, stays: bbolt keeps no handle on it that openBolt can reach.)
 func openBolt(path string, opts *bolt.Options) (b *bolt.DB, err error) {
 	var file *os.File
+	openFile := opts.OpenFile
+	if openFile == nil {
+		openFile = os.OpenFile
+	}
 	opts.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
-		f, err := os.OpenFile(name, flag, perm)
+		f, err := openFile(name, flag, perm)
 		file = f
 		return f, err
 	}

@@ -121,7 +121,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 			}
 		}
 		if t.durable {
-			return tx.Bucket(bucketRecords).Put(t.key, v)
+			return putRecordRaw(tx, t.key, v)
 		}
 		return putClaimRaw(tx, t.key, prior, done.Expiry, v)
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 
 	"github.com/paymentsd/paymentsd/boltstore"
@@ -24,18 +25,8 @@ PostgreSQL checks its own data.`
 func runCheck(ctx context.Context, sio *cli.Stdio, args []string) int {
 	fs := cli.NewFlagSet(sio, "paymentsd check", "[--db DB]", checkAbout)
 	db := fs.String("db", defaultDB(), "the bbolt data file to check")
-	operands, code, err := parseArgs(fs, args)
-	switch pgURL, dbErr := config.ParseDB(*db); {
-	case err != nil:
+	if code, ok := parseFileArgs(fs, args, db, "check is for bbolt files; PostgreSQL checks its own"); !ok {
 		return code
-	case len(operands) > 0:
-		return cli.UsageError(fs, "unexpected arguments %q", operands)
-	case *db == "":
-		return cli.UsageError(fs, config.NoDB)
-	case dbErr != nil:
-		return cli.UsageError(fs, "%v", dbErr)
-	case pgURL != "":
-		return cli.UsageError(fs, "check is for bbolt files; PostgreSQL checks its own")
 	}
 	via, err := boltadmin.Check(ctx, *db)
 	var stuck *boltadmin.CannotCommitError
@@ -52,4 +43,24 @@ func runCheck(ctx context.Context, sio *cli.Stdio, args []string) int {
 	default:
 		return cli.Fail(sio, "paymentsd check", err)
 	}
+}
+
+// parseFileArgs parses the command line of a subcommand that works on the
+// bbolt file db and takes no operands. It returns false, with the exit
+// code, when the command must not run. It tells a PostgreSQL --db forPG.
+func parseFileArgs(fs *flag.FlagSet, args []string, db *string, forPG string) (int, bool) {
+	operands, code, err := parseArgs(fs, args)
+	switch pgURL, dbErr := config.ParseDB(*db); {
+	case err != nil:
+		return code, false
+	case len(operands) > 0:
+		return cli.UsageError(fs, "unexpected arguments %q", operands), false
+	case *db == "":
+		return cli.UsageError(fs, config.NoDB), false
+	case dbErr != nil:
+		return cli.UsageError(fs, "%v", dbErr), false
+	case pgURL != "":
+		return cli.UsageError(fs, "%s", forPG), false
+	}
+	return 0, true
 }

@@ -22,6 +22,7 @@ var program = cli.Program{
 		{Name: "release", Args: "--principal P --key K [--db DB] [--json]", Summary: "release a key whose stored result is a transactional method's error, so that it runs fresh; refuses any other", Run: keycmd.Release},
 		{Name: "backup", Args: "FILE [--db DB]", Summary: "a consistent copy of the bbolt data file, while the server runs or not", Run: runBackup},
 		{Name: "check", Args: "[--db DB]", Summary: "check the bbolt data file's structure: exit 0 when sound, 1 with the findings", Run: runCheck},
+		{Name: "compact", Args: "[--db DB]", Summary: "rewrite the stopped server's bbolt data file without its free pages, in place; refuses a file a running paymentsd holds", Run: runCompact},
 		{Name: "health", Args: "[--addr A] [--tls-ca F] [--tls-cert F --tls-key F] [--service NAME] [--timeout D]", Summary: "ask a running server's grpc.health.v1: exit 0 when it answers SERVING, 1 otherwise; for container health checks and exec probes", Run: healthcmd.Run},
 		{Name: "hash-token", Args: "PRINCIPAL < token", Summary: `print the --api-keys line "PRINCIPAL sha256:<hex>" of the token on standard input`, Run: runHashToken},
 		{Name: "dev-certs", Args: "DIR", Summary: "write a development CA, server and client certificates into DIR to try TLS and mutual TLS (never for production)", Run: runDevCerts},
@@ -30,8 +31,8 @@ var program = cli.Program{
 	Help: "this list, and the server's flags (also -h)",
 	// The environment's paragraph ends the server's flags, printed last.
 	Notes: "Run paymentsd SUBCOMMAND -h for its usage. Exit codes: 0 done; 1 the answer is no (no record\n" +
-		"for the key, a release refused, a damaged file, a server not serving); 2 bad command line; 3 the\n" +
-		"command failed, saying why.",
+		"for the key, a release refused, a damaged file, a file in use, a server not serving); 2 bad\n" +
+		"command line; 3 the command failed, saying why.",
 	Flags: printServerFlags,
 }
 

@@ -1,0 +1,213 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/once"
+)
+
+// The compact encoding of a record, the payload of its sealed value. A
+// record is stored once per create, so every byte of it counts many
+// times over. The encoding keeps nothing that its key or its state
+// already says:
+//
+//	mark        1 byte, compactMark
+//	flags       1 byte, the flag bits below
+//	attempt     uvarint
+//	fingerprint 32 bytes
+//	token       16 bytes
+//	scheme      uvarint length and bytes, unless flagKnownScheme
+//	owner       uvarint length and bytes
+//	claim time  8 bytes, big-endian Unix nanoseconds, if flagClaimTime
+//	expiry      varint nanoseconds after the claim time (or the epoch)
+//	lease       varint nanoseconds likewise, if flagLease
+//	result      the rest, completed only: storage.Result's encoding
+//
+// Records of earlier builds are protobuf idempotency.v1.Records, which
+// unmarshalRecord still reads. None starts with compactMark: that byte
+// would be a tag of wire type 7, which protobuf does not have.
+const compactMark = 0x07
+
+const (
+	flagCompleted     = 1 << iota
+	flagTransactional // Durability is Transactional
+	flagClaimTime     // ClaimTime is set
+	flagLease         // LeaseExpiry is set
+	flagKnownScheme   // Scheme is once.FingerprintScheme
+	flagShortType     // the response's type URL had typeURLPrefix, not stored
+)
+
+// typeURLPrefix begins nearly every type URL. It is left out when stored.
+const typeURLPrefix = "type.googleapis.com/"
+
+// marshalRecord is the compact encoding of r.
+func marshalRecord(r *storage.Record) ([]byte, error) {
+	if r.State != storage.StateInFlight && r.State != storage.StateCompleted {
+		return nil, fmt.Errorf("encode idempotency record: unknown state %d", r.State)
+	}
+	if (r.State == storage.StateCompleted) != (r.Result != nil) {
+		return nil, fmt.Errorf("encode idempotency record: state %d with result %t", r.State, r.Result != nil)
+	}
+	var flags byte
+	if r.State == storage.StateCompleted {
+		flags |= flagCompleted
+	}
+	if r.Durability == storage.Transactional {
+		flags |= flagTransactional
+	}
+	if !r.ClaimTime.IsZero() {
+		flags |= flagClaimTime
+	}
+	if !r.LeaseExpiry.IsZero() {
+		flags |= flagLease
+	}
+	if r.Scheme == once.FingerprintScheme {
+		flags |= flagKnownScheme
+	}
+	result := r.Result
+	if result != nil && result.Response != nil && strings.HasPrefix(result.Response.TypeUrl, typeURLPrefix) {
+		flags |= flagShortType
+		short := *result
+		short.Response = &anypb.Any{TypeUrl: strings.TrimPrefix(result.Response.TypeUrl, typeURLPrefix), Value: result.Response.Value}
+		result = &short
+	}
+
+	b := make([]byte, 0, 128)
+	b = append(b, compactMark, flags)
+	b = binary.AppendUvarint(b, r.Attempt)
+	b = append(b, r.Fingerprint[:]...)
+	b = append(b, r.Token[:]...)
+	if flags&flagKnownScheme == 0 {
+		b = appendString(b, r.Scheme)
+	}
+	b = appendString(b, r.Owner)
+	var since int64 // times are stored after the claim time, which is near them
+	if flags&flagClaimTime != 0 {
+		since = r.ClaimTime.UnixNano()
+		b = binary.BigEndian.AppendUint64(b, uint64(since))
+	}
+	b = binary.AppendVarint(b, r.Expiry.UnixNano()-since)
+	if flags&flagLease != 0 {
+		b = binary.AppendVarint(b, r.LeaseExpiry.UnixNano()-since)
+	}
+	if result == nil {
+		return b, nil
+	}
+	res, err := result.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return append(b, res...), nil
+}
+
+// errCompact is a compact record cut short or otherwise malformed.
+var errCompact = errors.New("decode idempotency record: malformed compact record")
+
+// unmarshalCompact decodes b, a record that marshalRecord encoded.
+func unmarshalCompact(b []byte) (*storage.Record, error) {
+	if len(b) < 2 || b[0] != compactMark {
+		return nil, errCompact
+	}
+	flags := b[1]
+	d := decoder{b: b[2:]}
+	r := &storage.Record{State: storage.StateInFlight, Durability: storage.Durable, Scheme: once.FingerprintScheme}
+	if flags&flagCompleted != 0 {
+		r.State = storage.StateCompleted
+	}
+	if flags&flagTransactional != 0 {
+		r.Durability = storage.Transactional
+	}
+	r.Attempt = d.uvarint()
+	copy(r.Fingerprint[:], d.bytes(len(r.Fingerprint)))
+	copy(r.Token[:], d.bytes(len(r.Token)))
+	if flags&flagKnownScheme == 0 {
+		r.Scheme = d.string()
+	}
+	r.Owner = d.string()
+	var since int64
+	if flags&flagClaimTime != 0 {
+		since = int64(binary.BigEndian.Uint64(d.bytes(8)))
+		r.ClaimTime = time.Unix(0, since)
+	}
+	r.Expiry = time.Unix(0, since+d.varint())
+	if flags&flagLease != 0 {
+		r.LeaseExpiry = time.Unix(0, since+d.varint())
+	}
+	if d.err != nil {
+		return nil, errCompact
+	}
+	if r.State == storage.StateInFlight {
+		if len(d.b) > 0 {
+			return nil, fmt.Errorf("%w: a claim in flight with a result", errCompact)
+		}
+		return r, nil
+	}
+	r.Result = new(storage.Result)
+	if err := r.Result.UnmarshalBinary(d.b); err != nil { // copies what it keeps
+		return nil, fmt.Errorf("decode idempotency record: %w", err)
+	}
+	if flags&flagShortType != 0 {
+		if r.Result.Response == nil {
+			return nil, fmt.Errorf("%w: a short type URL with no response", errCompact)
+		}
+		r.Result.Response.TypeUrl = typeURLPrefix + r.Result.Response.TypeUrl
+	}
+	return r, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// decoder reads a compact record. Its first failure sticks; what it
+// returns after it is zero.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if d.err != nil || n > len(d.b) {
+		d.err = errCompact
+		return make([]byte, n)
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if d.err != nil || n <= 0 {
+		d.err = errCompact
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if d.err != nil || n <= 0 {
+		d.err = errCompact
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.err = errCompact
+		return ""
+	}
+	return string(d.bytes(int(n)))
+}
