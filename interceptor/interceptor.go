@@ -134,7 +134,7 @@ func (c *grpcCall) run(ctx context.Context) (*storage.Result, error) {
 // replayed, the handler's own response with its metadata, or a status.
 func (c *grpcCall) answer(ctx context.Context, a once.Answer, err error) (any, error) {
 	if err == nil && a.Replayed {
-		return replay(ctx, a.Result, c.expires)
+		return replay(ctx, a.Result, c.expires, c.i.opts.storedBytes)
 	}
 	var refused *once.Error
 	switch {
@@ -148,6 +148,9 @@ func (c *grpcCall) answer(ctx context.Context, a once.Answer, err error) (any, e
 	}
 	if a.Result.Status != nil {
 		return nil, status.ErrorProto(a.Result.Status)
+	}
+	if c.i.opts.storedBytes {
+		return &StoredResponse{a.Result.Response}, nil
 	}
 	return c.resp, nil
 }
@@ -187,7 +190,7 @@ func (i *idempotency) identify(ctx context.Context, req any, method string) (rk 
 // replay answers with a stored result, marked as replayed. A stored error
 // carries the mark in its trailer too. The stored header is sent after
 // header (the record's expiry), in one piece.
-func replay(ctx context.Context, result *storage.Result, header metadata.MD) (any, error) {
+func replay(ctx context.Context, result *storage.Result, header metadata.MD, storedBytes bool) (any, error) {
 	for k, vs := range result.Header {
 		header[k] = append(header[k], vs...) // copies: the stored result is shared
 	}
@@ -205,6 +208,9 @@ func replay(ctx context.Context, result *storage.Result, header metadata.MD) (an
 	}
 	if result.Status != nil {
 		return nil, status.ErrorProto(result.Status)
+	}
+	if storedBytes {
+		return &StoredResponse{result.Response}, nil
 	}
 	resp, err := result.Response.UnmarshalNew()
 	if err != nil {

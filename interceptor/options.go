@@ -110,6 +110,7 @@ type options struct {
 	notStored      map[codes.Code]bool
 	logger         *slog.Logger
 	handlerTimeout time.Duration
+	storedBytes    bool
 }
 
 // Defaults of the options.
@@ -238,6 +239,13 @@ func WithoutStoring(cs ...codes.Code) Option {
 // released and nothing it still does is stored. A durable claim is left to
 // the lease rule. Default DefaultHandlerTimeout.
 func WithHandlerTimeout(d time.Duration) Option { return func(o *options) { o.handlerTimeout = d } }
+
+// WithStoredBytes makes the interceptor answer with a *StoredResponse,
+// the bytes its record holds, rather than a decoded message. The server
+// must send it with Codec. A response is then encoded once, and a replay
+// never decoded. Without Codec, grpc-go cannot send it: every keyed call
+// would fail with INTERNAL.
+func WithStoredBytes() Option { return func(o *options) { o.storedBytes = true } }
 
 // WithLogger sets where problems that reach no caller are logged. One is
 // the cause of a store failure the caller knows only by its code

@@ -213,7 +213,9 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		return err
 	}
 	m.grpc = grpc.NewServer(append(m.lis.GRPCOptions(m.networkCredentials()),
-		grpc.ForceServerCodecV2(strictcodec.New(paymentsService)),
+		// A keyed call's response is sent as its record stores it: encoded
+		// once, and a replay never decoded.
+		grpc.ForceServerCodecV2(interceptor.Codec(strictcodec.New(paymentsService))),
 		grpc.ChainUnaryInterceptor(interceptors...), m.tracing.ServerOption())...)
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.Intents(), nil))
 	m.health = health.NewServer()
@@ -249,6 +251,7 @@ func (m *Main) idempotency() grpc.UnaryServerInterceptor {
 		interceptor.WithObserver(rpclog.Observer{Metrics: m.metrics}),
 		interceptor.WithObserver(tracing.Observer{}),
 		interceptor.WithLogger(m.Logger),
+		interceptor.WithStoredBytes(),
 	)
 }
 
