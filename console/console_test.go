@@ -278,7 +278,7 @@ func TestPage_ShowsTheRecordEscaped(t *testing.T) {
 	if a.status != http.StatusOK || !strings.HasPrefix(a.header.Get("Content-Type"), "text/html") {
 		t.Fatalf("page: %d %s", a.status, a.body)
 	}
-	for _, want := range []string{"state:              completed", "pi_&lt;script&gt;", "GET /v1/payment_intents/pi_&lt;script&gt;", `&#34;amount&#34;: &#34;12.34&#34;`} {
+	for _, want := range []string{`<td id="state">completed`, "pi_&lt;script&gt;", "GET /v1/payment_intents/pi_&lt;script&gt;", `&#34;amount&#34;: &#34;12.34&#34;`} {
 		if !strings.Contains(a.body, want) {
 			t.Errorf("page lacks %q:\n%s", want, a.body)
 		}
@@ -315,7 +315,11 @@ func TestLogin_SessionCookie_AndCSRF(t *testing.T) {
 	if csrf == nil {
 		t.Fatalf("the page after login has no CSRF token:\n%s", page)
 	}
-	form := url.Values{"principal": {principal}, "key": {"order-1"}}
+	form := f.confirmForm(t, browser, "order-1")
+	if form.Get("csrf") != csrf[1] {
+		t.Errorf("the confirmation's CSRF token %q is not the session's %q", form.Get("csrf"), csrf[1])
+	}
+	form.Del("csrf")
 	if resp, err := browser.PostForm(f.url+"/release", form); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a release without the CSRF token: %v %v", resp, err)
 	}

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
@@ -25,6 +23,13 @@ type lookup struct {
 	// Response is the stored response decoded as protojson: what the
 	// key's retries are answered.
 	Response json.RawMessage `json:"response"`
+	// Details are the stored error's details, decoded; null for a
+	// response.
+	Details []detail `json:"details"`
+	// Header and Trailer are the metadata the handler set, stored with
+	// its answer.
+	Header  map[string][]string `json:"header"`
+	Trailer map[string][]string `json:"trailer"`
 	// IntentPath is the HTTP API's path of the intent the record names.
 	// It is for a GET with the customer's own credential.
 	IntentPath *string `json:"intent_path"`
@@ -90,10 +95,14 @@ func (s *Console) find(r *http.Request, op operator, k storage.RecordKey) (*look
 func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
 	now := s.c.Now()
 	l := &lookup{Found: true, Record: recordview.New(k, rec, now), releasable: storage.CheckRelease(rec, now) == nil}
-	if rec.Result != nil && rec.Result.Response != nil {
-		if b, err := protojson.Marshal(rec.Result.Response); err == nil {
-			l.Response = b
+	if res := rec.Result; res != nil {
+		if res.Response != nil {
+			l.Response = indentedJSON(res.Response)
 		}
+		if res.Status != nil {
+			l.Details = decodeDetails(res.Status.Details)
+		}
+		l.Header, l.Trailer = res.Header, res.Trailer
 	}
 	if id := l.Record.IntentID; id != nil {
 		path := "/v1/payment_intents/" + *id
@@ -102,8 +111,19 @@ func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
 	return l
 }
 
-// release releases k for op, logging it as every release is logged.
+// release releases k for op, logging it as every release is logged. When
+// r confirms an attempt and claim time, the record must still match them
+// (checkConfirmed).
 func (s *Console) release(r *http.Request, op operator, k storage.RecordKey) (*storage.Record, error) {
+	want, confirming, err := confirmedQuery(r)
+	if err != nil {
+		return nil, err
+	}
+	if confirming {
+		if err := s.checkConfirmed(r, op, k, want); err != nil {
+			return nil, err
+		}
+	}
 	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now())
 	boltadmin.LogRelease(r.Context(), s.c.Log, op.name, k, rec, err)
 	return rec, err
@@ -138,8 +158,8 @@ type releaseAnswer struct {
 }
 
 // apiRelease answers POST /api/v1/release, with principal and key in the
-// form or query. It answers 200 with the record released, or 409 naming
-// the refusal.
+// form or query, and optionally the attempt and claim_time the caller saw.
+// It answers 200 with the record released, or 409 naming the refusal.
 func (s *Console) apiRelease(w http.ResponseWriter, r *http.Request, op operator) {
 	k, err := recordKey(r)
 	if err != nil {
@@ -151,11 +171,16 @@ func (s *Console) apiRelease(w http.ResponseWriter, r *http.Request, op operator
 		writeJSON(w, http.StatusConflict, releaseAnswer{Refusal: boltadmin.RefusalName(err), Message: why})
 		return
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errChanged):
+		writeJSON(w, http.StatusConflict, releaseAnswer{Refusal: "changed", Message: changedText})
+	case errors.Is(err, errBadQuery):
+		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+	case err != nil:
 		writeJSON(w, http.StatusInternalServerError, apiError{Error: "the release failed; the server's log says why"})
-		return
+	default:
+		writeJSON(w, http.StatusOK, releaseAnswer{Released: true, Record: recordview.New(k, rec, s.c.Now())})
 	}
-	writeJSON(w, http.StatusOK, releaseAnswer{Released: true, Record: recordview.New(k, rec, s.c.Now())})
 }
 
 // isAPI reports whether r is for the JSON API rather than the page.
