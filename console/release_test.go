@@ -126,3 +126,56 @@ func (f *fixture) confirmForm(t *testing.T, browser *http.Client, key string) ur
 	}
 	return v
 }
+
+// A release confirmed for one record refuses, 409 and nothing deleted,
+// once the key holds another: here it was released and used again
+// meanwhile, and the new error is a new claim. By the JSON API, an attempt
+// that does not match is refused alike, and one that is no number is a
+// 400.
+func TestRelease_OfARecordChangedSinceConfirmed_IsRefused(t *testing.T) {
+	f := start(t)
+	f.store(t, "tx-error", invalid(), true)
+	browser := f.login(t, operatorToken)
+	form := f.confirmForm(t, browser, "tx-error")
+	if a := f.call(t, "POST", "/api/v1/release", operatorToken, url.Values{"principal": {principal}, "key": {"tx-error"}}); a.status != http.StatusOK {
+		t.Fatalf("release by the API: %d %s", a.status, a.body)
+	}
+	f.store(t, "tx-error", invalid(), true) // the key used again: a new claim
+	resp, err := browser.PostForm(f.url+"/release", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), "the record changed since you confirmed") ||
+		!strings.Contains(string(body), `<a href="/key?key=tx-error&amp;principal=alice" id="back">`) {
+		t.Errorf("a release of a record changed since confirmed: %d\n%s", resp.StatusCode, body)
+	}
+	if a := f.call(t, "GET", "/api/v1/record"+query("tx-error"), operatorToken, nil); a.status != http.StatusOK {
+		t.Errorf("the new record after the refusal: %d %s", a.status, a.body)
+	}
+	if log := f.log.String(); !strings.Contains(log, `"refusal":"changed"`) {
+		t.Errorf("no log line of the refusal:\n%s", log)
+	}
+
+	api := url.Values{"principal": {principal}, "key": {"tx-error"}, "attempt": {"2"}}
+	a := f.call(t, "POST", "/api/v1/release", operatorToken, api)
+	if v := decode(t, a); a.status != http.StatusConflict || v["refusal"] != "changed" || v["released"] != false {
+		t.Errorf("a release by the API of attempt 2, the record's being 1: %d %s", a.status, a.body)
+	}
+	api.Set("attempt", "two")
+	if a := f.call(t, "POST", "/api/v1/release", operatorToken, api); a.status != http.StatusBadRequest {
+		t.Errorf("a release by the API of attempt \"two\": %d %s", a.status, a.body)
+	}
+	form = f.confirmForm(t, browser, "tx-error")
+	form.Del("attempt")
+	if resp, err := browser.PostForm(f.url+"/release", form); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a page's release naming no attempt: %v %v", resp, err)
+	}
+	if a := f.call(t, "GET", "/api/v1/record"+query("tx-error"), operatorToken, nil); a.status != http.StatusOK {
+		t.Errorf("the record after the refusals: %d %s", a.status, a.body)
+	}
+	if resp, err := browser.PostForm(f.url+"/release", f.confirmForm(t, browser, "tx-error")); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("a release confirmed of the record as it stands: %v %v", resp, err)
+	}
+}
