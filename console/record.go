@@ -104,7 +104,7 @@ func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
 
 // release releases k for op, logging it as every release is logged.
 func (s *Console) release(r *http.Request, op operator, k storage.RecordKey) (*storage.Record, error) {
-	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now())
+	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now(), op.name)
 	boltadmin.LogRelease(r.Context(), s.c.Log, op.name, k, rec, err)
 	return rec, err
 }
