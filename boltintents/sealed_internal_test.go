@@ -39,7 +39,7 @@ func TestIntent_ByteChangedOnDisk_DataLoss(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "paymentsd.db")
 	db, s := open(t, path)
 	ctx := context.Background()
-	if err := s.CreateIntent(ctx, "alice", intent("pi_1", "100000000")); err != nil {
+	if err := s.CreateIntent(ctx, "alice", "", intent("pi_1", "100000000")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -97,7 +97,7 @@ func TestIntentsWrittenBeforeSealing_SealedByNew(t *testing.T) {
 func TestIntentID_ByteChangedOnDisk_FileRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "paymentsd.db")
 	db, s := open(t, path)
-	if err := s.CreateIntent(context.Background(), "alice", intent("pi_abc", "5")); err != nil {
+	if err := s.CreateIntent(context.Background(), "alice", "", intent("pi_abc", "5")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

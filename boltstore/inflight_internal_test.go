@@ -67,7 +67,7 @@ func BenchmarkInFlightPage(b *testing.B) {
 			err := db.bolt.Update(func(tx *bolt.Tx) error {
 				for i := range completed + 3 {
 					rk := storage.RecordKey{Scope: fmt.Sprintf("dev:%d", i%100), Key: fmt.Sprintf("key-%d", i)}
-					_, rec := storage.Decide(nil, false, storage.ClaimRequest{Key: rk, Now: now, Lease: time.Minute, TTL: time.Hour}, db.Claimant())
+					_, rec := storage.Decide(nil, false, storage.ClaimRequest{Key: rk, Now: now, Lease: time.Minute, TTL: time.Hour}, storage.Durable, db.Claimant())
 					if err := putClaim(tx, recordKey(rk), nil, rec); err != nil {
 						return err
 					}

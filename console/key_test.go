@@ -234,7 +234,7 @@ func TestLookup_ByPrincipalAndKey_LeadsToTheKeyPage(t *testing.T) {
 func TestLookup_ByIntentIDAlone_LeadsToTheIntent(t *testing.T) {
 	f := start(t)
 	const id = "pi_0123456789abcdef01234567"
-	if err := f.intents.CreateIntent(context.Background(), "bob", &paymentsv1.PaymentIntent{Id: id, Amount: "7"}); err != nil {
+	if err := f.intents.CreateIntent(context.Background(), "bob", "order-7", &paymentsv1.PaymentIntent{Id: id, Amount: "7"}); err != nil {
 		t.Fatal(err)
 	}
 	a := f.call(t, "GET", "/?"+url.Values{"principal": {""}, "key": {id}}.Encode(), operatorToken, nil)

@@ -124,7 +124,7 @@ func (s *Console) release(r *http.Request, op operator, k storage.RecordKey) (*s
 			return nil, err
 		}
 	}
-	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now())
+	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now(), op.name)
 	boltadmin.LogRelease(r.Context(), s.c.Log, op.name, k, rec, err)
 	return rec, err
 }

@@ -68,7 +68,7 @@ func intent(id string, created time.Time) *paymentsv1.PaymentIntent {
 
 func create(t *testing.T, s *Store, owner string, pi *paymentsv1.PaymentIntent) {
 	t.Helper()
-	if err := s.CreateIntent(context.Background(), owner, pi); err != nil {
+	if err := s.CreateIntent(context.Background(), owner, "", pi); err != nil {
 		t.Fatalf("CreateIntent(%s): %v", pi.Id, err)
 	}
 }
