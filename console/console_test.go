@@ -81,8 +81,14 @@ func start(t *testing.T) *fixture {
 // store stores result for key as a completed record of principal.
 func (f *fixture) store(t *testing.T, key string, result *storage.Result, transactional bool) {
 	t.Helper()
+	f.storeAs(t, principal, key, result, transactional)
+}
+
+// storeAs stores result for key as a completed record of p.
+func (f *fixture) storeAs(t *testing.T, p, key string, result *storage.Result, transactional bool) {
+	t.Helper()
 	ctx := context.Background()
-	k := storage.RecordKey{Scope: principal, Key: key}
+	k := storage.RecordKey{Scope: p, Key: key}
 	_, rec, err := f.db.Claim(ctx, storage.ClaimRequest{Key: k, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -155,6 +155,9 @@ func (s *Console) pageIntent(w http.ResponseWriter, r *http.Request, op operator
 		return
 	}
 	d.IntentView = a
+	if a.Key != nil && *a.Key != "" {
+		d.IntentKey, d.IntentKeyLink = *a.Key, keyLink(principal, *a.Key)
+	}
 	status := http.StatusOK
 	if !a.Found {
 		status = http.StatusNotFound

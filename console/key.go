@@ -73,6 +73,8 @@ func (s *Console) keyPageOf(k storage.RecordKey, l *lookup) *keyPage {
 		Trailer:    metadataRows(l.Trailer),
 		JSONLink:   "/api/v1/record?" + url.Values{"principal": {k.Scope}, "key": {k.Key}}.Encode(),
 		Releasable: l.releasable,
+		History:    l.Releases != nil,
+		Releases:   l.Releases,
 		Error:      v.Code != nil && *v.Code != code.Code_OK.String(),
 	}
 	if v.ClaimTime != nil {

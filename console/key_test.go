@@ -238,8 +238,80 @@ func TestLookup_ByIntentIDAlone_LeadsToTheIntent(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := f.call(t, "GET", "/?"+url.Values{"principal": {""}, "key": {id}}.Encode(), operatorToken, nil)
-	wantAll(t, "the intent found by its id", a.body, `<td class="mono" id="intent-principal">bob</td>`, `&#34;amount&#34;: &#34;7&#34;`)
+	wantAll(t, "the intent found by its id", a.body, `<td class="mono" id="intent-principal">bob</td>`, `&#34;amount&#34;: &#34;7&#34;`,
+		`<a href="/key?key=order-7&amp;principal=bob" id="intent-key">order-7</a>`)
 	if a.status != http.StatusOK {
 		t.Errorf("the intent found by its id: %d", a.status)
+	}
+}
+
+// A key looked up alone: held by one principal, its page opens; by
+// several, they are listed, each linking to its page; by none, a 404 says
+// so. GET /api/v1/keys lists the principals holding it.
+func TestLookup_ByKeyAlone(t *testing.T) {
+	f := start(t)
+	f.storeAs(t, "bob", "shared", invalid(), false)
+	f.storeAs(t, principal, "shared", invalid(), false)
+	f.storeAs(t, "bob", "bobs-own", invalid(), false)
+
+	a := f.call(t, "GET", "/?key=shared", operatorToken, nil)
+	wantAll(t, "the principals holding a shared key", a.body,
+		`<tr><td class="mono"><a href="/key?key=shared&amp;principal=alice">alice</a></td><td>completed</td></tr>`,
+		`<tr><td class="mono"><a href="/key?key=shared&amp;principal=bob">bob</a></td><td>completed</td></tr>`)
+	if a.status != http.StatusOK || strings.Contains(a.body, `id="more-holders"`) {
+		t.Errorf("a key two principals hold: %d", a.status)
+	}
+	if a := f.call(t, "GET", "/?key=bobs-own", operatorToken, nil); a.status != http.StatusOK || !strings.Contains(a.body, `<td class="mono">bob</td>`) ||
+		!strings.Contains(a.body, `id="record"`) {
+		t.Errorf("a key one principal holds: %d, want its key page\n%s", a.status, a.body)
+	}
+	if a := f.call(t, "GET", "/?key=nobodys", operatorToken, nil); a.status != http.StatusNotFound || !strings.Contains(a.body, `no principal holds key &#34;nobodys&#34;`) {
+		t.Errorf("a key no principal holds: %d %s", a.status, a.body)
+	}
+	if a := f.call(t, "GET", "/?key=a%01b", operatorToken, nil); a.status != http.StatusBadRequest {
+		t.Errorf("a key that is none: %d %s", a.status, a.body)
+	}
+
+	v := decode(t, f.call(t, "GET", "/api/v1/keys?key=shared", operatorToken, nil))
+	ps, _ := v["principals"].([]any)
+	if len(ps) != 2 || ps[0].(map[string]any)["principal"] != "alice" || ps[1].(map[string]any)["principal"] != "bob" || v["more"] != false {
+		t.Errorf("GET /api/v1/keys?key=shared: %v", v)
+	}
+	if a := f.call(t, "GET", "/api/v1/keys?key=", operatorToken, nil); a.status != http.StatusBadRequest {
+		t.Errorf("GET /api/v1/keys without a key: %d %s", a.status, a.body)
+	}
+	if a := f.call(t, "GET", "/api/v1/keys?key=shared", "", nil); a.status != http.StatusUnauthorized || strings.Contains(a.body, "bob") {
+		t.Errorf("GET /api/v1/keys without an operator key: %d %s", a.status, a.body)
+	}
+	if log := f.log.String(); !strings.Contains(log, `"msg":"console key lookup","operator":"carol","key":"shared","principals":2`) {
+		t.Errorf("no log line of the key lookup:\n%s", log)
+	}
+}
+
+// A key released and used again shows its release: when, by whom, the
+// attempt and the error it held, on the page and in the JSON API. A key
+// never released says so.
+func TestKeyPage_ShowsTheReleaseHistory(t *testing.T) {
+	f := start(t)
+	f.store(t, "order-1", &storage.Result{Status: &spb.Status{Code: int32(codes.InvalidArgument), Message: "amount <must> be positive"}}, true)
+	a := f.call(t, "GET", keyPath("order-1"), operatorToken, nil)
+	wantAll(t, "the key never released", a.body, `<p id="no-releases">Never released.</p>`, releaseButton)
+	before := time.Now()
+	if a := f.call(t, "POST", "/api/v1/release", operatorToken, url.Values{"principal": {principal}, "key": {"order-1"}}); a.status != http.StatusOK {
+		t.Fatalf("release: %d %s", a.status, a.body)
+	}
+	f.store(t, "order-1", created(t, "pi_0123456789abcdef01234567"), true)
+	a = f.call(t, "GET", keyPath("order-1"), operatorToken, nil)
+	wantAll(t, "the key released and used again", a.body,
+		`<table id="releases">`, `<td>carol</td><td>1</td><td class="code-error">INVALID_ARGUMENT</td><td>amount &lt;must&gt; be positive</td></tr>`)
+	v := decode(t, f.call(t, "GET", "/api/v1/record"+query("order-1"), operatorToken, nil))
+	releases, _ := v["releases"].([]any)
+	if len(releases) != 1 {
+		t.Fatalf("the API's releases: %v", v["releases"])
+	}
+	r := releases[0].(map[string]any)
+	at, err := time.Parse(time.RFC3339Nano, r["time"].(string))
+	if err != nil || at.Before(before.Add(-time.Second)) || r["operator"] != "carol" || r["attempt"] != 1.0 || r["code"] != "INVALID_ARGUMENT" || r["message"] != "amount <must> be positive" {
+		t.Errorf("the API's release: %v (%v)", r, err)
 	}
 }

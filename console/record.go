@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
+
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
 	"github.com/paymentsd/paymentsd/interceptor/storage"
@@ -30,6 +32,9 @@ type lookup struct {
 	// its answer.
 	Header  map[string][]string `json:"header"`
 	Trailer map[string][]string `json:"trailer"`
+	// Releases are the key's releases, oldest first; null when the store
+	// keeps none (storage.ReleaseHistory).
+	Releases []releaseEntry `json:"releases"`
 	// IntentPath is the HTTP API's path of the intent the record names.
 	// It is for a GET with the customer's own credential.
 	IntentPath *string `json:"intent_path"`
@@ -88,7 +93,29 @@ func (s *Console) find(r *http.Request, op operator, k storage.RecordKey) (*look
 	if rec == nil {
 		return &lookup{Message: fmt.Sprintf("no record of key %q for principal %q: never used, or expired and swept", k.Key, k.Scope)}, nil
 	}
-	return s.view(k, rec), nil
+	l := s.view(k, rec)
+	if l.Releases, err = s.releases(r, op, k); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// releases are the releases of k, or nil when the store keeps none.
+func (s *Console) releases(r *http.Request, op operator, k storage.RecordKey) ([]releaseEntry, error) {
+	h, ok := s.c.Store.(storage.ReleaseHistory)
+	if !ok {
+		return nil, nil
+	}
+	entries, err := h.Releases(r.Context(), k)
+	if err != nil {
+		s.c.Log.ErrorContext(r.Context(), "console release history failed", "operator", op.name, "key", k.Key, "err", err)
+		return nil, err
+	}
+	out := make([]releaseEntry, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, releaseEntry{Time: e.Time.UTC(), Operator: e.By, Attempt: e.Attempt, Code: code.Code(e.Code).String(), Message: e.Message})
+	}
+	return out, nil
 }
 
 // view is what is shown of rec, stored for k.

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,13 +10,6 @@ import (
 	"github.com/paymentsd/paymentsd/recordview"
 	"github.com/paymentsd/paymentsd/server"
 )
-
-// keyFinder is a Store that finds the records of a key under every
-// principal. An operator asked about a key often does not know whose it
-// is.
-type keyFinder interface {
-	FindKey(ctx context.Context, key string, limit int) ([]storage.KeyedRecord, error)
-}
 
 // maxHolders bounds the principals a lookup by key alone lists. A key
 // held by more is a common one, such as "1": the list says so.
@@ -42,7 +34,7 @@ type holders struct {
 
 // findHolders finds the principals holding key, for op, logging it.
 func (s *Console) findHolders(r *http.Request, op operator, key string) (*holders, error) {
-	finder, ok := s.c.Store.(keyFinder)
+	finder, ok := s.c.Store.(storage.KeyFinder)
 	if !ok {
 		return nil, errNoKeyFinder
 	}
