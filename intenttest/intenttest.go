@@ -81,6 +81,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"Tx_CommitAfterTakeover_IsSupersededAndDropsWrites_ExclusiveNeverTakesOverALiveTx", testTakeoverDropsWrites},
 		{"Tx_Rollback_DropsStagedWrites", testRollbackDropsWrites},
 		{"Once_Transactional_IntentCommitsWithItsRecordOrNotAtAll", testOnceTransactional},
+		{"Find_CreatedUnderAKey_KeepsTheKey", testFindKeepsKey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
@@ -475,14 +476,7 @@ func testExpiredReadsCanceled(t *testing.T, open Opener) {
 	clock := testclock.New()
 	srv := server.New(b.Intents, clock.Now)
 	ctx := auth.NewContext(context.Background(), "alice")
-	resp, err := srv.CreatePaymentIntent(ctx, &paymentsv1.CreatePaymentIntentRequest{
-		Chain:            "evm:31337",
-		Token:            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
-		Payer:            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
-		Merchant:         "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
-		Amount:           "100000000",
-		ExpiresInSeconds: 900,
-	})
+	resp, err := srv.CreatePaymentIntent(ctx, createRequest())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,5 +678,17 @@ func testRollbackDropsWrites(t *testing.T, open Opener) {
 				t.Errorf("claim after Rollback: attempt %d, want 1", got.Attempt)
 			}
 		})
+	}
+}
+
+// createRequest is a valid create, of an intent expiring in 15 minutes.
+func createRequest() *paymentsv1.CreatePaymentIntentRequest {
+	return &paymentsv1.CreatePaymentIntentRequest{
+		Chain:            "evm:31337",
+		Token:            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+		Payer:            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+		Merchant:         "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+		Amount:           "100000000",
+		ExpiresInSeconds: 900,
 	}
 }
