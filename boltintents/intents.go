@@ -73,11 +73,12 @@ func New(ctx context.Context, db *boltstore.DB) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
-// CreateIntent stores a new intent owned by owner. It returns
+// CreateIntent stores a new intent owned by owner, created under key. It
+// returns
 // server.ErrExists if the id is taken. Inside a boltstore.Tx, the write is
 // staged. A taken id then fails the Tx when it commits.
-func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error {
-	v, err := encodeIntent(owner, pi)
+func (s *Store) CreateIntent(ctx context.Context, owner, key string, pi *paymentsv1.PaymentIntent) error {
+	v, err := encodeIntent(owner, key, pi)
 	if err != nil {
 		return err
 	}
@@ -97,27 +98,29 @@ func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.P
 // GetIntent returns owner's intent id, or server.ErrNotFound when there is
 // none. Another owner's intent is as absent as a missing one.
 func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error) {
-	pi, _, err := s.read(ctx, owner, id)
+	pi, _, _, err := s.read(ctx, owner, id)
 	return pi, err
 }
 
-// FindIntent returns intent id and its owner, whoever that is, or
-// server.ErrNotFound. Ids are unique across owners. It is for operators,
-// who look an intent up by its id alone.
-func (s *Store) FindIntent(ctx context.Context, id string) (owner string, pi *paymentsv1.PaymentIntent, err error) {
-	err = s.db.View(ctx, func(tx *bolt.Tx) error {
-		if owner, err = intentOwner(tx, id); err == nil {
-			pi, _, err = getIntent(tx, owner, id)
-		}
+// FindIntent returns intent id with its owner, whoever that is, and the
+// key that created it; or server.ErrNotFound. Ids are unique across
+// owners. It is for operators, who look an intent up by its id alone.
+func (s *Store) FindIntent(ctx context.Context, id string) (server.FoundIntent, error) {
+	var found server.FoundIntent
+	err := s.db.View(ctx, func(tx *bolt.Tx) error {
+		v, err := decodeValue(tx, id)
 		if errors.Is(err, server.ErrNotFound) {
 			return nil // an answer, not a failure of the storage
 		}
+		if err == nil {
+			found = server.FoundIntent{Owner: v.owner, Key: v.key, Intent: v.intent}
+		}
 		return err
 	})
-	if err == nil && pi == nil {
+	if err == nil && found.Intent == nil {
 		err = fmt.Errorf("intent %s: %w", id, server.ErrNotFound)
 	}
-	return owner, pi, serverError(err)
+	return found, serverError(err)
 }
 
 // UpdateIntent applies update to owner's intent id. It stores the intent
@@ -128,11 +131,11 @@ func (s *Store) FindIntent(ctx context.Context, id string) (owner string, pi *pa
 // interceptor runs a transactional request again.
 func (s *Store) UpdateIntent(ctx context.Context, owner, id string, update func(*paymentsv1.PaymentIntent) bool) (*paymentsv1.PaymentIntent, error) {
 	for {
-		pi, before, err := s.read(ctx, owner, id)
+		pi, key, before, err := s.read(ctx, owner, id)
 		if err != nil || !update(pi) {
 			return pi, err
 		}
-		v, err := encodeIntent(owner, pi)
+		v, err := encodeIntent(owner, key, pi)
 		if err != nil {
 			return nil, err
 		}
@@ -181,7 +184,7 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 				return boltstore.DamagedValue(fmt.Errorf("intent index entry %s: %w", sealed.KeyHash(k), err))
 			}
 			id := string(k[len(prefix)+8:])
-			pi, _, err := getIntent(tx, owner, id)
+			pi, _, _, err := getIntent(tx, owner, id)
 			if errors.Is(err, server.ErrNotFound) {
 				return boltstore.DamagedValue(fmt.Errorf("intent index names %s, which is missing", id))
 			}
@@ -195,10 +198,11 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 	return page, next, serverError(err)
 }
 
-// read returns owner's intent id and its stored bytes.
-func (s *Store) read(ctx context.Context, owner, id string) (pi *paymentsv1.PaymentIntent, raw []byte, err error) {
+// read returns owner's intent id, the key that created it, and its stored
+// bytes.
+func (s *Store) read(ctx context.Context, owner, id string) (pi *paymentsv1.PaymentIntent, key string, raw []byte, err error) {
 	err = s.db.View(ctx, func(tx *bolt.Tx) error {
-		pi, raw, err = getIntent(tx, owner, id)
+		pi, key, raw, err = getIntent(tx, owner, id)
 		if errors.Is(err, server.ErrNotFound) {
 			return nil // an answer, not a failure of the storage
 		}
@@ -207,7 +211,7 @@ func (s *Store) read(ctx context.Context, owner, id string) (pi *paymentsv1.Paym
 	if err == nil && pi == nil {
 		err = fmt.Errorf("intent %s: %w", id, server.ErrNotFound)
 	}
-	return pi, raw, serverError(err)
+	return pi, key, raw, serverError(err)
 }
 
 // serverError is err, an error of the DB, as the server is to read it. A
@@ -241,52 +245,77 @@ func ownerCursor(pi *paymentsv1.PaymentIntent) []byte {
 	return append(c, pi.Id...)
 }
 
-// intentOwner returns the owner of intent id, or server.ErrNotFound.
-func intentOwner(tx *bolt.Tx, id string) (string, error) {
-	v := tx.Bucket(bucketIntents).Get([]byte(id))
-	if v == nil {
-		return "", server.ErrNotFound
-	}
-	b, err := sealed.Open([]byte(id), v)
-	if err != nil {
-		return "", boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
-	}
-	n, w := binary.Uvarint(b)
-	if w <= 0 || uint64(len(b)-w) < n {
-		return "", boltstore.DamagedValue(fmt.Errorf("intent %s: corrupt owner", id))
-	}
-	return string(b[w : w+int(n)]), nil
+// A stored intent is its owner, the key that created it, and the intent.
+type value struct {
+	owner, key string
+	intent     *paymentsv1.PaymentIntent
 }
 
-// getIntent returns owner's intent id and a copy of its stored bytes, or
-// server.ErrNotFound. An intent damaged on disk is a
-// boltstore.DamagedValue, never another intent.
-func getIntent(tx *bolt.Tx, owner, id string) (*paymentsv1.PaymentIntent, []byte, error) {
+// keyedMark starts the payload of an intent stored with its key. An
+// intent stored before keys were kept starts with its owner's length,
+// which is never 0, and reads with no key.
+const keyedMark = 0x00
+
+// decodeValue returns intent id as stored, or server.ErrNotFound. An
+// intent damaged on disk is a boltstore.DamagedValue, never another
+// intent.
+func decodeValue(tx *bolt.Tx, id string) (*value, error) {
 	v := tx.Bucket(bucketIntents).Get([]byte(id))
 	if v == nil {
-		return nil, nil, server.ErrNotFound
+		return nil, server.ErrNotFound
 	}
 	b, err := sealed.Open([]byte(id), v)
 	if err != nil {
-		return nil, nil, boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
+		return nil, boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
 	}
-	n, w := binary.Uvarint(b)
-	if w <= 0 || uint64(len(b)-w) < n {
-		return nil, nil, boltstore.DamagedValue(fmt.Errorf("intent %s: corrupt owner", id))
+	keyed := len(b) > 0 && b[0] == keyedMark
+	if keyed {
+		b = b[1:]
 	}
-	if string(b[w:w+int(n)]) != owner {
-		return nil, nil, server.ErrNotFound
+	owner, b, ok := cutPart(b)
+	if !ok || owner == "" {
+		return nil, boltstore.DamagedValue(fmt.Errorf("intent %s: corrupt owner", id))
+	}
+	var key string
+	if keyed {
+		if key, b, ok = cutPart(b); !ok {
+			return nil, boltstore.DamagedValue(fmt.Errorf("intent %s: corrupt key", id))
+		}
 	}
 	pi := new(paymentsv1.PaymentIntent)
-	if err := proto.Unmarshal(b[w+int(n):], pi); err != nil {
-		return nil, nil, boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
+	if err := proto.Unmarshal(b, pi); err != nil {
+		return nil, boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
 	}
-	return pi, bytes.Clone(v), nil
+	return &value{owner: owner, key: key, intent: pi}, nil
 }
 
-// encodeIntent is the stored form of pi. That is its owner, then its
-// deterministic encoding, sealed with a checksum.
-func encodeIntent(owner string, pi *paymentsv1.PaymentIntent) ([]byte, error) {
+// cutPart cuts a part prefixed with its length off b.
+func cutPart(b []byte) (part string, rest []byte, ok bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || uint64(len(b)-w) < n {
+		return "", nil, false
+	}
+	return string(b[w : w+int(n)]), b[w+int(n):], true
+}
+
+// getIntent returns owner's intent id, the key that created it, and a copy
+// of its stored bytes; or server.ErrNotFound. Another owner's intent is
+// as absent as a missing one.
+func getIntent(tx *bolt.Tx, owner, id string) (*paymentsv1.PaymentIntent, string, []byte, error) {
+	v, err := decodeValue(tx, id)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if v.owner != owner {
+		return nil, "", nil, server.ErrNotFound
+	}
+	return v.intent, v.key, bytes.Clone(tx.Bucket(bucketIntents).Get([]byte(id))), nil
+}
+
+// encodeIntent is the stored form of pi, created under key. That is a
+// mark, its owner and key, then its deterministic encoding, sealed with a
+// checksum.
+func encodeIntent(owner, key string, pi *paymentsv1.PaymentIntent) ([]byte, error) {
 	if owner == "" { // an intent belongs to someone; its stored form relies on it
 		return nil, fmt.Errorf("encode intent %s: no owner", pi.Id)
 	}
@@ -294,5 +323,8 @@ func encodeIntent(owner string, pi *paymentsv1.PaymentIntent) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode intent %s: %w", pi.Id, err)
 	}
-	return sealed.Seal([]byte(pi.Id), append(ownerPrefix(owner), b...)), nil
+	payload := append([]byte{keyedMark}, ownerPrefix(owner)...)
+	payload = binary.AppendUvarint(payload, uint64(len(key)))
+	payload = append(append(payload, key...), b...)
+	return sealed.Seal([]byte(pi.Id), payload), nil
 }

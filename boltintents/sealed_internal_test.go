@@ -12,6 +12,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/bolttest"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/internal/sealed"
 	"github.com/paymentsd/paymentsd/server"
 )
 
@@ -39,7 +40,7 @@ func TestIntent_ByteChangedOnDisk_DataLoss(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "paymentsd.db")
 	db, s := open(t, path)
 	ctx := context.Background()
-	if err := s.CreateIntent(ctx, "alice", intent("pi_1", "100000000")); err != nil {
+	if err := s.CreateIntent(ctx, "alice", "", intent("pi_1", "100000000")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -91,13 +92,47 @@ func TestIntentsWrittenBeforeSealing_SealedByNew(t *testing.T) {
 	}
 }
 
+// An intent written before keys were kept (sealed, its owner first) reads
+// as before, with no key. A cancel keeps it readable, still with none.
+func TestIntentWrittenBeforeKeys_ReadsWithNoKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	db, s := open(t, path)
+	old := intent("pi_old", "42")
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(context.Background(), func(tx *bolt.Tx) error { // as the version before keys wrote it
+		if err := tx.Bucket(bucketByOwner).Put(ownerIndexKey("alice", old), sealed.Seal(ownerIndexKey("alice", old), nil)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketIntents).Put([]byte(old.Id), sealed.Seal([]byte(old.Id), append(ownerPrefix("alice"), b...)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := s.FindIntent(context.Background(), old.Id)
+	if err != nil || found.Owner != "alice" || found.Key != "" || !proto.Equal(found.Intent, old) {
+		t.Fatalf("FindIntent of an intent written before keys = %+v, %v; want alice's, with no key", found, err)
+	}
+	if _, err := s.UpdateIntent(context.Background(), "alice", old.Id, func(pi *paymentsv1.PaymentIntent) bool {
+		pi.State = paymentsv1.State_STATE_CANCELED
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetIntent(context.Background(), "alice", old.Id); err != nil || got.State != paymentsv1.State_STATE_CANCELED {
+		t.Errorf("GetIntent after a cancel = %v, %v; want it canceled", got, err)
+	}
+}
+
 // A byte changed on disk inside an intent's id moves the intent under
 // another id: the file is refused at open, not served with the intent
 // missing.
 func TestIntentID_ByteChangedOnDisk_FileRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "paymentsd.db")
 	db, s := open(t, path)
-	if err := s.CreateIntent(context.Background(), "alice", intent("pi_abc", "5")); err != nil {
+	if err := s.CreateIntent(context.Background(), "alice", "", intent("pi_abc", "5")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -53,6 +53,8 @@ var (
 	// bucketInFlight lists the keys whose records are claims in flight.
 	// InFlight pages through it without reading completed records.
 	bucketInFlight = []byte("idempotency_in_flight")
+	// bucketReleases and bucketReleaseExpiry keep the release history: see
+	// history.go.
 )
 
 // inUse holds every *bolt.DB a DB uses, to refuse a second DB on one.
@@ -253,7 +255,7 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	err := b.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketRecords, bucketRecordExpiry} {
+		for _, name := range [][]byte{bucketRecords, bucketRecordExpiry, bucketReleases, bucketReleaseExpiry} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -267,6 +269,10 @@ func New(b *bolt.DB, opts *Options) (*DB, error) {
 	if err := sealed.Migrate(b.Update, bucketRecords); err != nil {
 		inUse.Delete(b)
 		return nil, fmt.Errorf("seal the records written before checksums: %w", err)
+	}
+	if err := sealed.Migrate(b.Update, bucketReleases); err != nil { // born sealed: this only marks it
+		inUse.Delete(b)
+		return nil, fmt.Errorf("mark the release history sealed: %w", err)
 	}
 	if err := b.View(checkKeys); err != nil {
 		inUse.Delete(b)

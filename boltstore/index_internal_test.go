@@ -21,7 +21,7 @@ func TestExpiryIndex_FilledAsItGrows(t *testing.T) {
 			rk := storage.RecordKey{Scope: "dev:fill", Key: fmt.Sprintf("key-%d", i)}
 			_, rec := storage.Decide(nil, false, storage.ClaimRequest{
 				Key: rk, Now: t0.Add(time.Duration(i) * time.Millisecond), Lease: time.Minute, TTL: time.Hour,
-			}, db.Claimant())
+			}, storage.Durable, db.Claimant())
 			if err := putClaim(tx, recordKey(rk), nil, rec); err != nil {
 				return err
 			}

@@ -71,7 +71,7 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	if outcome, rec := db.ledger.Decide(req, stored); !outcome.Claimed() {
+	if outcome, rec := db.ledger.Decide(req, d, stored); !outcome.Claimed() {
 		return outcome, rec, nil, nil
 	}
 	if err := db.health.damagedErr(); err != nil {
@@ -89,7 +89,7 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 // key was taken. If a claim ended since, the record is read again.
 func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *storage.Record, version uint64) (storage.Outcome, *storage.Record, *Tx, error) {
 	for {
-		outcome, rec, ok := db.ledger.Claim(req, stored, version)
+		outcome, rec, ok := db.ledger.Claim(req, storage.Transactional, stored, version)
 		switch {
 		case ok && !outcome.Claimed():
 			return outcome, rec, nil, nil
@@ -126,7 +126,7 @@ func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []
 			if err != nil {
 				return err
 			}
-			if outcome, rec, ok = db.ledger.Claim(req, stored, version); ok && outcome.Claimed() {
+			if outcome, rec, ok = db.ledger.Claim(req, storage.Durable, stored, version); ok && outcome.Claimed() {
 				mine = rec
 				return putClaim(tx, key, stored, rec)
 			}
@@ -265,7 +265,8 @@ func storedClaim(tx *bolt.Tx, key []byte, r *storage.Record) (*storage.Record, e
 // Sweep deletes the records that expired by now and returns how many. It
 // walks the expiry index, never the live records. It deletes in batches of
 // Options.SweepBatch, one write transaction each. So claims wait for one
-// batch at most.
+// batch at most. It then deletes the release entries expired by now, in
+// batches too, through their own index.
 func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	for {
@@ -274,7 +275,18 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 		}
 		scanned, deleted, err := db.sweepBatchOnce(ctx, now)
 		total += deleted
-		if err != nil || scanned < db.sweepBatch {
+		if err != nil {
+			return total, err
+		}
+		if scanned < db.sweepBatch {
+			break
+		}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		if full, err := db.sweepReleasesOnce(ctx, now); err != nil || !full {
 			return total, err
 		}
 	}

@@ -12,11 +12,12 @@ import (
 var _ storage.Releaser = (*DB)(nil)
 
 // Release deletes k's record, with its expiry index entry, if
-// storage.CheckRelease allows it at now. The check and the delete take one
-// write of the group commit. This process keeps completed records decoded.
+// storage.CheckRelease allows it at now. It writes the release's entry,
+// by by, to the release history. The check, the delete and the entry take
+// one write of the group commit. This process keeps completed records decoded.
 // It forgets this one before Release returns. No other process uses the
 // file. So no replay of the released result follows Release.
-func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (*storage.Record, error) {
+func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, by string) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -37,8 +38,14 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (
 		if err := tx.Bucket(bucketRecordExpiry).Delete(expiryKey(stored.Expiry, key)); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bucketRecords).Delete(key); err != nil {
+			return err
+		}
+		if err := putRelease(tx, k, storage.NewReleaseEntry(stored, now, by)); err != nil {
+			return err
+		}
 		released = stored
-		return tx.Bucket(bucketRecords).Delete(key)
+		return nil
 	})
 	db.ledger.Forget(k) // whether or not it committed: cheap, and never stale
 	if err != nil {

@@ -49,7 +49,7 @@ func TestScale(t *testing.T) {
 			err := db.bolt.Update(func(tx *bolt.Tx) error {
 				for i := lo; i < min(lo+20000, to); i++ {
 					r := req(fmt.Sprintf("fill-%09d", i), t0)
-					_, rec := storage.Decide(nil, false, r, db.Claimant())
+					_, rec := storage.Decide(nil, false, r, storage.Durable, db.Claimant())
 					if err := putClaim(tx, recordKey(r.Key), nil, rec.Completed(result)); err != nil {
 						return err // the record and its index entry, as a claim writes them
 					}

@@ -30,7 +30,7 @@ func TestRecordsWrittenBeforeSealing_ReadThenSealedByOpen(t *testing.T) {
 		Key: storage.RecordKey{Scope: "s", Key: "k"}, Fingerprint: sha256.Sum256([]byte("r")),
 		Scheme: interceptor.FingerprintScheme, Now: now, Lease: time.Minute, TTL: time.Hour,
 	}
-	_, claim := storage.Decide(nil, false, req, storage.Claimant{ID: "old"})
+	_, claim := storage.Decide(nil, false, req, storage.Durable, storage.Claimant{ID: "old"})
 	old, err := claim.Completed(&storage.Result{Response: resp}).MarshalBinary()
 	if err != nil {
 		t.Fatal(err)

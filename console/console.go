@@ -71,6 +71,8 @@ func New(c Config) *Console {
 	s.mux.Handle("GET /api/v1/intent", s.operatorOnly(s.apiIntent))
 	s.mux.Handle("GET /intent", s.operatorOnly(s.pageIntent))
 	s.mux.Handle("GET /{$}", s.operatorOnly(s.page))
+	s.mux.Handle("GET /key", s.operatorOnly(s.pageKeyRecord))
+	s.mux.Handle("GET /api/v1/keys", s.operatorOnly(s.apiKeys))
 	s.mux.Handle("GET /release", s.operatorOnly(s.pageConfirmRelease))
 	s.mux.Handle("POST /release", s.operatorOnly(s.pageRelease))
 	s.mux.Handle("POST /logout", s.operatorOnly(s.logout))

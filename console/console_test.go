@@ -81,8 +81,14 @@ func start(t *testing.T) *fixture {
 // store stores result for key as a completed record of principal.
 func (f *fixture) store(t *testing.T, key string, result *storage.Result, transactional bool) {
 	t.Helper()
+	f.storeAs(t, principal, key, result, transactional)
+}
+
+// storeAs stores result for key as a completed record of p.
+func (f *fixture) storeAs(t *testing.T, p, key string, result *storage.Result, transactional bool) {
+	t.Helper()
 	ctx := context.Background()
-	k := storage.RecordKey{Scope: principal, Key: key}
+	k := storage.RecordKey{Scope: p, Key: key}
 	_, rec, err := f.db.Claim(ctx, storage.ClaimRequest{Key: k, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +284,7 @@ func TestPage_ShowsTheRecordEscaped(t *testing.T) {
 	if a.status != http.StatusOK || !strings.HasPrefix(a.header.Get("Content-Type"), "text/html") {
 		t.Fatalf("page: %d %s", a.status, a.body)
 	}
-	for _, want := range []string{"state:              completed", "pi_&lt;script&gt;", "GET /v1/payment_intents/pi_&lt;script&gt;", `&#34;amount&#34;: &#34;12.34&#34;`} {
+	for _, want := range []string{`<td id="state">completed`, "pi_&lt;script&gt;", "GET /v1/payment_intents/pi_&lt;script&gt;", `&#34;amount&#34;: &#34;12.34&#34;`} {
 		if !strings.Contains(a.body, want) {
 			t.Errorf("page lacks %q:\n%s", want, a.body)
 		}
@@ -315,7 +321,11 @@ func TestLogin_SessionCookie_AndCSRF(t *testing.T) {
 	if csrf == nil {
 		t.Fatalf("the page after login has no CSRF token:\n%s", page)
 	}
-	form := url.Values{"principal": {principal}, "key": {"order-1"}}
+	form := f.confirmForm(t, browser, "order-1")
+	if form.Get("csrf") != csrf[1] {
+		t.Errorf("the confirmation's CSRF token %q is not the session's %q", form.Get("csrf"), csrf[1])
+	}
+	form.Del("csrf")
 	if resp, err := browser.PostForm(f.url+"/release", form); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a release without the CSRF token: %v %v", resp, err)
 	}

@@ -133,7 +133,7 @@ func (s *Console) pageInFlight(w http.ResponseWriter, r *http.Request, op operat
 			View:  c.View,
 			Age:   since(c.ClaimTime, now),
 			Lease: leaseText(c.LeaseExpiry, now),
-			Link:  "/?" + url.Values{"principal": {c.Principal}, "key": {c.Key}}.Encode(),
+			Link:  keyLink(c.Principal, c.Key),
 		})
 	}
 	if page.Next != nil {
@@ -146,7 +146,7 @@ func (s *Console) pageInFlight(w http.ResponseWriter, r *http.Request, op operat
 type claimRow struct {
 	*recordview.View
 	Age, Lease string
-	Link       string // the lookup of the key
+	Link       string // the key page
 }
 
 // since is how long ago t was, for a person; "unknown" without t.

@@ -87,7 +87,8 @@ func TestPageInFlight_ShowsTheTableAndTheNextPage(t *testing.T) {
 	}
 	a = f.call(t, "GET", "/in-flight", operatorToken, nil)
 	for _, want := range []string{
-		`<a href="/?key=orphan&amp;principal=alice">orphan</a>`,
+		`<td class="mono"><a href="/key?key=orphan&amp;principal=alice">orphan</a></td>`,
+		`<td class="transactional">no</td>`,
 		"running-&lt;b&gt;",
 		"ran out 1m0s ago: the next retry takes it over",
 		"runs out in 57s",

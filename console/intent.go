@@ -24,19 +24,23 @@ type Intents interface {
 }
 
 // IntentFinder is Intents that can also find an intent by its id alone,
-// whoever owns it. Ids are unique across owners. boltintents' and
-// pgintents' stores are ones.
+// whoever owns it, with the key that created it. Ids are unique across
+// owners. boltintents' and pgintents' stores are ones.
 type IntentFinder interface {
-	FindIntent(ctx context.Context, id string) (owner string, pi *paymentsv1.PaymentIntent, err error)
+	FindIntent(ctx context.Context, id string) (server.FoundIntent, error)
 }
 
 // intentAnswer is the JSON API's answer to an intent's lookup.
 type intentAnswer struct {
 	Found bool `json:"found"`
 	// Principal owns the intent. It is set when the lookup named none.
-	Principal string          `json:"principal,omitempty"`
-	Intent    json.RawMessage `json:"intent,omitempty"` // as the gRPC and HTTP APIs show it
-	Message   string          `json:"message,omitempty"`
+	Principal string `json:"principal,omitempty"`
+	// Key is the idempotency key that created the intent, when the store
+	// can tell: "" for one created without a key or stored before keys
+	// were kept.
+	Key     *string         `json:"key,omitempty"`
+	Intent  json.RawMessage `json:"intent,omitempty"` // as the gRPC and HTTP APIs show it
+	Message string          `json:"message,omitempty"`
 }
 
 // intentQuery reads the principal and intent id r asks for. With
@@ -66,9 +70,14 @@ func (s *Console) findIntent(r *http.Request, op operator, principal, id string)
 		pi    *paymentsv1.PaymentIntent
 		err   error
 		owner = principal
+		key   *string
 	)
-	if finder, ok := s.c.Intents.(IntentFinder); ok && principal == "" {
-		owner, pi, err = finder.FindIntent(r.Context(), id)
+	if finder, ok := s.c.Intents.(IntentFinder); ok {
+		var found server.FoundIntent
+		if found, err = finder.FindIntent(r.Context(), id); err == nil && principal != "" && found.Owner != principal {
+			err = server.ErrNotFound // another owner's intent is as absent as a missing one
+		}
+		owner, pi, key = found.Owner, found.Intent, &found.Key
 	} else {
 		pi, err = s.c.Intents.GetIntent(r.Context(), principal, id)
 	}
@@ -98,7 +107,7 @@ func (s *Console) findIntent(r *http.Request, op operator, principal, id string)
 	if err := json.Indent(&indented, b, "", "  "); err != nil {
 		return nil, err
 	}
-	a := &intentAnswer{Found: true, Intent: indented.Bytes()}
+	a := &intentAnswer{Found: true, Key: key, Intent: indented.Bytes()}
 	if principal == "" {
 		a.Principal = owner
 	}
@@ -146,6 +155,9 @@ func (s *Console) pageIntent(w http.ResponseWriter, r *http.Request, op operator
 		return
 	}
 	d.IntentView = a
+	if a.Key != nil && *a.Key != "" {
+		d.IntentKey, d.IntentKeyLink = *a.Key, keyLink(principal, *a.Key)
+	}
 	status := http.StatusOK
 	if !a.Found {
 		status = http.StatusNotFound

@@ -16,7 +16,7 @@ import (
 func TestIntent_LinkedFromItsRecord(t *testing.T) {
 	f := start(t)
 	const id = "pi_0123456789abcdef01234567"
-	if err := f.intents.CreateIntent(context.Background(), principal, &paymentsv1.PaymentIntent{Id: id, Amount: "12.34"}); err != nil {
+	if err := f.intents.CreateIntent(context.Background(), principal, "", &paymentsv1.PaymentIntent{Id: id, Amount: "12.34"}); err != nil {
 		t.Fatal(err)
 	}
 	f.store(t, "order-1", created(t, id), true)
@@ -56,7 +56,7 @@ func TestAPIIntent_ByIDAlone_NamesItsPrincipal(t *testing.T) {
 	f := start(t)
 	const alices, bobs = "pi_0123456789abcdef01234567", "pi_76543210fedcba9876543210"
 	for owner, id := range map[string]string{principal: alices, "bob": bobs} {
-		if err := f.intents.CreateIntent(context.Background(), owner, &paymentsv1.PaymentIntent{Id: id, Amount: "7"}); err != nil {
+		if err := f.intents.CreateIntent(context.Background(), owner, "", &paymentsv1.PaymentIntent{Id: id, Amount: "7"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -3,9 +3,10 @@ package console
 import (
 	"bytes"
 	"embed"
-	"encoding/json"
+	"errors"
 	"html/template"
 	"net/http"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 
@@ -28,69 +29,52 @@ type pageData struct {
 	// Principal and Key are the lookup asked for.
 	Principal, Key string
 	Lookup         *lookup
-	Response       string // the stored response, indented
-	Text           string // the record as paymentsd record prints it
-	// Releasable shows the record's release button: the rules allow its
-	// release (storage.CheckRelease).
-	Releasable bool
+	// KeyView is the key page of the record looked up.
+	KeyView *keyPage
+	// Holders lists the principals holding a key looked up alone.
+	Holders *holders
 	// Confirm asks to confirm the release of what it names.
 	Confirm  *confirmation
 	Released *recordview.View
 	Refusal  string
+	// KeyLink is the key page of Principal and Key, once they are valid.
+	KeyLink string
 	// InFlight asks for the table of keys in flight, Claims. NextPage is
 	// the URL of its next page, if any.
 	InFlight bool
 	Claims   []claimRow
 	NextPage string
-	// IntentView is an intent's lookup. IntentLink is the link to the
-	// intent that the record looked up names.
-	IntentView *intentAnswer
-	IntentLink string
+	// IntentView is an intent's lookup. IntentKey is the key that created
+	// it, and IntentKeyLink that key's page, when the store says.
+	IntentView    *intentAnswer
+	IntentKey     string
+	IntentKeyLink string
 }
 
-// page answers GET /: the lookup form, and the record asked for when the
-// query names one.
+// page answers GET /: the lookup form, and the lookup asked for when the
+// query names one. A principal and key lead to the key page. A key alone,
+// or an intent id, is searched for (see search).
 func (s *Console) page(w http.ResponseWriter, r *http.Request, op operator) {
-	if r.FormValue("principal") == "" && r.FormValue("key") == "" {
+	switch {
+	case r.FormValue("principal") == "" && r.FormValue("key") == "":
 		s.render(w, http.StatusOK, s.pageOf(op))
-		return
-	}
-	d, k, ok := s.pageKey(w, r, op)
-	if !ok {
-		return
-	}
-	l, err := s.find(r, op, k)
-	if err != nil {
-		d.Error = "the lookup failed; the server's log says why"
-		s.render(w, http.StatusInternalServerError, d)
-		return
-	}
-	d.Lookup = l
-	d.Releasable = l.releasable
-	if id := l.Record; id != nil && id.IntentID != nil {
-		d.IntentLink = intentLink(k.Scope, *id.IntentID)
-	}
-	status := http.StatusNotFound
-	if l.Found {
-		status = http.StatusOK
-		var b bytes.Buffer
-		l.Record.WriteText(&b, s.c.Now())
-		d.Text = b.String()
-		if l.Response != nil {
-			var indented bytes.Buffer
-			json.Indent(&indented, l.Response, "", "  ")
-			d.Response = indented.String()
+	case r.FormValue("principal") == "":
+		s.search(w, r, op)
+	default:
+		if _, k, ok := s.pageKey(w, r, op); ok {
+			http.Redirect(w, r, keyLink(k.Scope, k.Key), http.StatusSeeOther)
 		}
 	}
-	s.render(w, status, d)
 }
 
 // confirmation is what a release would delete, shown for the operator
-// to confirm.
+// to confirm. Its form carries what they saw (confirmed), which the
+// release checks.
 type confirmation struct {
 	Principal, Key string
 	Code, Message  string // the stored error's
-	Attempt        uint64
+	confirmed
+	Began string // the claim time, for a person
 }
 
 // pageConfirmRelease answers the page's release button, GET
@@ -115,15 +99,25 @@ func (s *Console) pageConfirmRelease(w http.ResponseWriter, r *http.Request, op 
 		return
 	}
 	st := rec.Result.Status // CheckRelease allows a stored error alone
-	d.Confirm = &confirmation{Principal: k.Scope, Key: k.Key, Code: code.Code(st.Code).String(), Message: st.Message, Attempt: rec.Attempt}
+	c := &confirmation{Principal: k.Scope, Key: k.Key, Code: code.Code(st.Code).String(), Message: st.Message, confirmed: confirmedOf(rec), Began: "unknown"}
+	if !rec.ClaimTime.IsZero() {
+		c.Began = rec.ClaimTime.UTC().Format(time.RFC3339) + " (" + timeLeft(rec.ClaimTime, s.c.Now()) + ")"
+	}
+	d.Confirm = c
 	s.render(w, http.StatusOK, d)
 }
 
 // pageRelease answers the confirmation's form, POST /release. It shows
-// the record released, or the refusal saying why not.
+// the record released, or the refusal saying why not. The form must carry
+// the attempt confirmed: one without it is not the confirmation's.
 func (s *Console) pageRelease(w http.ResponseWriter, r *http.Request, op operator) {
 	d, k, ok := s.pageKey(w, r, op)
 	if !ok {
+		return
+	}
+	if r.PostFormValue("attempt") == "" {
+		d.Error = "the release names no attempt confirmed: open the key's confirmation page and release from there"
+		s.render(w, http.StatusBadRequest, d)
 		return
 	}
 	rec, err := s.release(r, op, k)
@@ -132,6 +126,12 @@ func (s *Console) pageRelease(w http.ResponseWriter, r *http.Request, op operato
 	case refused:
 		d.Refusal = why
 		s.render(w, http.StatusConflict, d)
+	case errors.Is(err, errChanged):
+		d.Refusal = changedText
+		s.render(w, http.StatusConflict, d)
+	case errors.Is(err, errBadQuery):
+		d.Error = err.Error()
+		s.render(w, http.StatusBadRequest, d)
 	case err != nil:
 		d.Error = "the release failed; the server's log says why"
 		s.render(w, http.StatusInternalServerError, d)
@@ -153,6 +153,7 @@ func (s *Console) pageKey(w http.ResponseWriter, r *http.Request, op operator) (
 		s.render(w, http.StatusBadRequest, d)
 		return d, k, false
 	}
+	d.KeyLink = keyLink(k.Scope, k.Key)
 	return d, k, true
 }
 

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/genproto/googleapis/rpc/code"
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
@@ -25,6 +25,16 @@ type lookup struct {
 	// Response is the stored response decoded as protojson: what the
 	// key's retries are answered.
 	Response json.RawMessage `json:"response"`
+	// Details are the stored error's details, decoded; null for a
+	// response.
+	Details []detail `json:"details"`
+	// Header and Trailer are the metadata the handler set, stored with
+	// its answer.
+	Header  map[string][]string `json:"header"`
+	Trailer map[string][]string `json:"trailer"`
+	// Releases are the key's releases, oldest first; null when the store
+	// keeps none (storage.ReleaseHistory).
+	Releases []releaseEntry `json:"releases"`
 	// IntentPath is the HTTP API's path of the intent the record names.
 	// It is for a GET with the customer's own credential.
 	IntentPath *string `json:"intent_path"`
@@ -83,17 +93,43 @@ func (s *Console) find(r *http.Request, op operator, k storage.RecordKey) (*look
 	if rec == nil {
 		return &lookup{Message: fmt.Sprintf("no record of key %q for principal %q: never used, or expired and swept", k.Key, k.Scope)}, nil
 	}
-	return s.view(k, rec), nil
+	l := s.view(k, rec)
+	if l.Releases, err = s.releases(r, op, k); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// releases are the releases of k, or nil when the store keeps none.
+func (s *Console) releases(r *http.Request, op operator, k storage.RecordKey) ([]releaseEntry, error) {
+	h, ok := s.c.Store.(storage.ReleaseHistory)
+	if !ok {
+		return nil, nil
+	}
+	entries, err := h.Releases(r.Context(), k)
+	if err != nil {
+		s.c.Log.ErrorContext(r.Context(), "console release history failed", "operator", op.name, "key", k.Key, "err", err)
+		return nil, err
+	}
+	out := make([]releaseEntry, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, releaseEntry{Time: e.Time.UTC(), Operator: e.By, Attempt: e.Attempt, Code: code.Code(e.Code).String(), Message: e.Message})
+	}
+	return out, nil
 }
 
 // view is what is shown of rec, stored for k.
 func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
 	now := s.c.Now()
 	l := &lookup{Found: true, Record: recordview.New(k, rec, now), releasable: storage.CheckRelease(rec, now) == nil}
-	if rec.Result != nil && rec.Result.Response != nil {
-		if b, err := protojson.Marshal(rec.Result.Response); err == nil {
-			l.Response = b
+	if res := rec.Result; res != nil {
+		if res.Response != nil {
+			l.Response = indentedJSON(res.Response)
 		}
+		if res.Status != nil {
+			l.Details = decodeDetails(res.Status.Details)
+		}
+		l.Header, l.Trailer = res.Header, res.Trailer
 	}
 	if id := l.Record.IntentID; id != nil {
 		path := "/v1/payment_intents/" + *id
@@ -102,9 +138,20 @@ func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
 	return l
 }
 
-// release releases k for op, logging it as every release is logged.
+// release releases k for op, logging it as every release is logged. When
+// r confirms an attempt and claim time, the record must still match them
+// (checkConfirmed).
 func (s *Console) release(r *http.Request, op operator, k storage.RecordKey) (*storage.Record, error) {
-	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now())
+	want, confirming, err := confirmedQuery(r)
+	if err != nil {
+		return nil, err
+	}
+	if confirming {
+		if err := s.checkConfirmed(r, op, k, want); err != nil {
+			return nil, err
+		}
+	}
+	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now(), op.name)
 	boltadmin.LogRelease(r.Context(), s.c.Log, op.name, k, rec, err)
 	return rec, err
 }
@@ -138,8 +185,8 @@ type releaseAnswer struct {
 }
 
 // apiRelease answers POST /api/v1/release, with principal and key in the
-// form or query. It answers 200 with the record released, or 409 naming
-// the refusal.
+// form or query, and optionally the attempt and claim_time the caller saw.
+// It answers 200 with the record released, or 409 naming the refusal.
 func (s *Console) apiRelease(w http.ResponseWriter, r *http.Request, op operator) {
 	k, err := recordKey(r)
 	if err != nil {
@@ -151,11 +198,16 @@ func (s *Console) apiRelease(w http.ResponseWriter, r *http.Request, op operator
 		writeJSON(w, http.StatusConflict, releaseAnswer{Refusal: boltadmin.RefusalName(err), Message: why})
 		return
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errChanged):
+		writeJSON(w, http.StatusConflict, releaseAnswer{Refusal: "changed", Message: changedText})
+	case errors.Is(err, errBadQuery):
+		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+	case err != nil:
 		writeJSON(w, http.StatusInternalServerError, apiError{Error: "the release failed; the server's log says why"})
-		return
+	default:
+		writeJSON(w, http.StatusOK, releaseAnswer{Released: true, Record: recordview.New(k, rec, s.c.Now())})
 	}
-	writeJSON(w, http.StatusOK, releaseAnswer{Released: true, Record: recordview.New(k, rec, s.c.Now())})
 }
 
 // isAPI reports whether r is for the JSON API rather than the page.

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"html"
 	"io"
 	"net/http"
 	"net/url"
@@ -48,9 +49,10 @@ func TestPageConfirmRelease_NamesWhatWillBeDeleted(t *testing.T) {
 		t.Fatalf("confirmation: %d %s", a.status, a.body)
 	}
 	for _, want := range []string{
-		"<th>Principal</th><td>alice</td>", "<th>Key</th><td>&lt;b&gt;tx-error&lt;/b&gt;</td>",
-		"<th>Code</th><td>INVALID_ARGUMENT</td>", "<th>Message</th><td>amount must be positive</td>", "<th>Attempt</th><td>1</td>",
+		`<th>Principal</th><td class="mono">alice</td>`, `<th>Key</th><td class="mono">&lt;b&gt;tx-error&lt;/b&gt;</td>`,
+		`<th>Code</th><td class="code-error">INVALID_ARGUMENT</td>`, "<th>Message</th><td>amount must be positive</td>", "<th>Attempt</th><td>1</td>",
 		`<form method="post" action="/release" id="confirm-release">`, `name="key" value="&lt;b&gt;tx-error&lt;/b&gt;"`,
+		`<input type="hidden" name="attempt" value="1">`,
 	} {
 		if !strings.Contains(a.body, want) {
 			t.Errorf("confirmation lacks %q:\n%s", want, a.body)
@@ -77,24 +79,17 @@ func TestPageConfirmRelease_NamesWhatWillBeDeleted(t *testing.T) {
 }
 
 // A logged-in operator confirms with the confirmation's form, which
-// carries the session's CSRF token, and the key is released.
+// carries the session's CSRF token and the attempt and claim time shown,
+// and the key is released.
 func TestPageConfirmRelease_ConfirmingReleases(t *testing.T) {
 	f := start(t)
 	f.store(t, "tx-error", invalid(), true)
 	browser := f.login(t, operatorToken)
-	resp, err := browser.Get(f.url + "/release" + query("tx-error"))
-	if err != nil {
-		t.Fatal(err)
+	form := f.confirmForm(t, browser, "tx-error")
+	if form.Get("principal") != principal || form.Get("key") != "tx-error" || form.Get("attempt") != "1" || form.Get("claim_time") == "" {
+		t.Errorf("the confirmation's form: %v", form)
 	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	csrf := regexp.MustCompile(`<form method="post" action="/release" id="confirm-release">\s*` +
-		`<input type="hidden" name="principal" value="alice">\s*<input type="hidden" name="key" value="tx-error">\s*` +
-		`<input type="hidden" name="csrf" value="([^"]+)">`).FindStringSubmatch(string(page))
-	if resp.StatusCode != http.StatusOK || csrf == nil {
-		t.Fatalf("confirmation: %d, no confirm form with the CSRF token:\n%s", resp.StatusCode, page)
-	}
-	resp, err = browser.PostForm(f.url+"/release", url.Values{"principal": {principal}, "key": {"tx-error"}, "csrf": {csrf[1]}})
+	resp, err := browser.PostForm(f.url+"/release", form)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,5 +103,79 @@ func TestPageConfirmRelease_ConfirmingReleases(t *testing.T) {
 	}
 	if log := f.log.String(); !strings.Contains(log, `"msg":"idempotency key released"`) || !strings.Contains(log, `"operator":"carol"`) {
 		t.Errorf("no log line of the release:\n%s", log)
+	}
+}
+
+// confirmForm opens the release confirmation of key by browser and
+// returns the values its form posts.
+func (f *fixture) confirmForm(t *testing.T, browser *http.Client, key string) url.Values {
+	t.Helper()
+	resp, err := browser.Get(f.url + "/release" + query(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	form := regexp.MustCompile(`(?s)<form method="post" action="/release" id="confirm-release">(.*?)</form>`).FindSubmatch(page)
+	if resp.StatusCode != http.StatusOK || form == nil {
+		t.Fatalf("confirmation of %s: %d, no confirm form:\n%s", key, resp.StatusCode, page)
+	}
+	v := url.Values{}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`).FindAllSubmatch(form[1], -1) {
+		v.Set(string(m[1]), html.UnescapeString(string(m[2])))
+	}
+	return v
+}
+
+// A release confirmed for one record refuses, 409 and nothing deleted,
+// once the key holds another: here it was released and used again
+// meanwhile, and the new error is a new claim. By the JSON API, an attempt
+// that does not match is refused alike, and one that is no number is a
+// 400.
+func TestRelease_OfARecordChangedSinceConfirmed_IsRefused(t *testing.T) {
+	f := start(t)
+	f.store(t, "tx-error", invalid(), true)
+	browser := f.login(t, operatorToken)
+	form := f.confirmForm(t, browser, "tx-error")
+	if a := f.call(t, "POST", "/api/v1/release", operatorToken, url.Values{"principal": {principal}, "key": {"tx-error"}}); a.status != http.StatusOK {
+		t.Fatalf("release by the API: %d %s", a.status, a.body)
+	}
+	f.store(t, "tx-error", invalid(), true) // the key used again: a new claim
+	resp, err := browser.PostForm(f.url+"/release", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), "the record changed since you confirmed") ||
+		!strings.Contains(string(body), `<a href="/key?key=tx-error&amp;principal=alice" id="back">`) {
+		t.Errorf("a release of a record changed since confirmed: %d\n%s", resp.StatusCode, body)
+	}
+	if a := f.call(t, "GET", "/api/v1/record"+query("tx-error"), operatorToken, nil); a.status != http.StatusOK {
+		t.Errorf("the new record after the refusal: %d %s", a.status, a.body)
+	}
+	if log := f.log.String(); !strings.Contains(log, `"refusal":"changed"`) {
+		t.Errorf("no log line of the refusal:\n%s", log)
+	}
+
+	api := url.Values{"principal": {principal}, "key": {"tx-error"}, "attempt": {"2"}}
+	a := f.call(t, "POST", "/api/v1/release", operatorToken, api)
+	if v := decode(t, a); a.status != http.StatusConflict || v["refusal"] != "changed" || v["released"] != false {
+		t.Errorf("a release by the API of attempt 2, the record's being 1: %d %s", a.status, a.body)
+	}
+	api.Set("attempt", "two")
+	if a := f.call(t, "POST", "/api/v1/release", operatorToken, api); a.status != http.StatusBadRequest {
+		t.Errorf("a release by the API of attempt \"two\": %d %s", a.status, a.body)
+	}
+	form = f.confirmForm(t, browser, "tx-error")
+	form.Del("attempt")
+	if resp, err := browser.PostForm(f.url+"/release", form); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a page's release naming no attempt: %v %v", resp, err)
+	}
+	if a := f.call(t, "GET", "/api/v1/record"+query("tx-error"), operatorToken, nil); a.status != http.StatusOK {
+		t.Errorf("the record after the refusals: %d %s", a.status, a.body)
+	}
+	if resp, err := browser.PostForm(f.url+"/release", f.confirmForm(t, browser, "tx-error")); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("a release confirmed of the record as it stands: %v %v", resp, err)
 	}
 }

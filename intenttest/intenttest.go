@@ -81,6 +81,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"Tx_CommitAfterTakeover_IsSupersededAndDropsWrites_ExclusiveNeverTakesOverALiveTx", testTakeoverDropsWrites},
 		{"Tx_Rollback_DropsStagedWrites", testRollbackDropsWrites},
 		{"Once_Transactional_IntentCommitsWithItsRecordOrNotAtAll", testOnceTransactional},
+		{"Find_CreatedUnderAKey_KeepsTheKey", testFindKeepsKey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
@@ -112,7 +113,7 @@ func intent(id string, created time.Time) *paymentsv1.PaymentIntent {
 
 func create(t *testing.T, b Backend, owner string, pi *paymentsv1.PaymentIntent) {
 	t.Helper()
-	if err := b.Intents.CreateIntent(context.Background(), owner, pi); err != nil {
+	if err := b.Intents.CreateIntent(context.Background(), owner, "", pi); err != nil {
 		t.Fatalf("CreateIntent(%s, %s): %v", owner, pi.Id, err)
 	}
 }
@@ -264,7 +265,7 @@ func testExists(t *testing.T, open Opener) {
 
 	again := intent("pi_taken", t0.Add(time.Hour))
 	again.Amount = "999"
-	if err := b.Intents.CreateIntent(context.Background(), "alice", again); !errors.Is(err, server.ErrExists) {
+	if err := b.Intents.CreateIntent(context.Background(), "alice", "", again); !errors.Is(err, server.ErrExists) {
 		t.Errorf("CreateIntent(alice, taken id) = %v, want ErrExists", err)
 	}
 	stored(t, b, "alice", orig)
@@ -274,7 +275,7 @@ func testExists(t *testing.T, open Opener) {
 
 	// Whether ids are shared by all owners or not, another owner's create
 	// leaves alice's intent as it was.
-	err := b.Intents.CreateIntent(context.Background(), "bob", again)
+	err := b.Intents.CreateIntent(context.Background(), "bob", "", again)
 	if err != nil && !errors.Is(err, server.ErrExists) {
 		t.Errorf("CreateIntent(bob, alice's id) = %v, want nil or ErrExists", err)
 	}
@@ -475,14 +476,7 @@ func testExpiredReadsCanceled(t *testing.T, open Opener) {
 	clock := testclock.New()
 	srv := server.New(b.Intents, clock.Now)
 	ctx := auth.NewContext(context.Background(), "alice")
-	resp, err := srv.CreatePaymentIntent(ctx, &paymentsv1.CreatePaymentIntentRequest{
-		Chain:            "evm:31337",
-		Token:            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
-		Payer:            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
-		Merchant:         "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
-		Amount:           "100000000",
-		ExpiresInSeconds: 900,
-	})
+	resp, err := srv.CreatePaymentIntent(ctx, createRequest())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +530,7 @@ func testStagedVisibleAfterCommit(t *testing.T, open Opener) {
 			req := request("k", t0)
 			rec, tx := claimTx(t, b, req, storage.Transactional)
 			pi := intent("pi_staged", t0)
-			if err := b.Intents.CreateIntent(tx.Context(context.Background()), "alice", pi); err != nil {
+			if err := b.Intents.CreateIntent(tx.Context(context.Background()), "alice", "", pi); err != nil {
 				t.Fatalf("CreateIntent in a Tx: %v", err)
 			}
 			absent(t, b, "alice", pi.Id)
@@ -586,12 +580,12 @@ func testFailedWriteRollsBack(t *testing.T, open Opener) {
 			fresh := intent("pi_new", t0.Add(time.Minute))
 			createDup := func() {
 				// ErrExists now or when the Tx commits: both are allowed.
-				if err := b.Intents.CreateIntent(ctx, "alice", dup); err != nil && !errors.Is(err, server.ErrExists) {
+				if err := b.Intents.CreateIntent(ctx, "alice", "", dup); err != nil && !errors.Is(err, server.ErrExists) {
 					t.Errorf("CreateIntent(taken id) in a Tx = %v, want nil or ErrExists", err)
 				}
 			}
 			createFresh := func() {
-				if err := b.Intents.CreateIntent(ctx, "alice", fresh); err != nil {
+				if err := b.Intents.CreateIntent(ctx, "alice", "", fresh); err != nil {
 					t.Logf("CreateIntent(new id) in a Tx that already failed: %v", err)
 				}
 			}
@@ -624,7 +618,7 @@ func testTakeoverDropsWrites(t *testing.T, open Opener) {
 	req := request("k", t0)
 	first, tx := claimTx(t, b, req, storage.Durable)
 	pi := intent("pi_stale", t0)
-	if err := b.Intents.CreateIntent(tx.Context(context.Background()), "alice", pi); err != nil {
+	if err := b.Intents.CreateIntent(tx.Context(context.Background()), "alice", "", pi); err != nil {
 		t.Fatalf("CreateIntent in a Tx: %v", err)
 	}
 	if c, ok := b.Records.(interface{ Claimant() storage.Claimant }); ok && c.Claimant().Exclusive {
@@ -662,7 +656,7 @@ func testRollbackDropsWrites(t *testing.T, open Opener) {
 			_, tx := claimTx(t, b, req, durability(durable))
 			ctx := tx.Context(context.Background())
 			pi := intent("pi_rolled_back", t0)
-			if err := b.Intents.CreateIntent(ctx, "alice", pi); err != nil {
+			if err := b.Intents.CreateIntent(ctx, "alice", "", pi); err != nil {
 				t.Fatalf("CreateIntent in a Tx: %v", err)
 			}
 			tx.Rollback()
@@ -670,7 +664,7 @@ func testRollbackDropsWrites(t *testing.T, open Opener) {
 
 			// A write through the ended Tx joins nothing and says so.
 			late := intent("pi_late", t0)
-			if err := b.Intents.CreateIntent(ctx, "alice", late); err == nil {
+			if err := b.Intents.CreateIntent(ctx, "alice", "", late); err == nil {
 				t.Errorf("CreateIntent through a rolled-back Tx = nil, want an error")
 			}
 			absent(t, b, "alice", late.Id)
@@ -684,5 +678,17 @@ func testRollbackDropsWrites(t *testing.T, open Opener) {
 				t.Errorf("claim after Rollback: attempt %d, want 1", got.Attempt)
 			}
 		})
+	}
+}
+
+// createRequest is a valid create, of an intent expiring in 15 minutes.
+func createRequest() *paymentsv1.CreatePaymentIntentRequest {
+	return &paymentsv1.CreatePaymentIntentRequest{
+		Chain:            "evm:31337",
+		Token:            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+		Payer:            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+		Merchant:         "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+		Amount:           "100000000",
+		ExpiresInSeconds: 900,
 	}
 }

@@ -24,7 +24,7 @@ func testOnceTransactional(t *testing.T, open Opener) {
 		req := once.Request{Scope: "alice", Key: key, Operation: "/test/Create", Message: intent(id, t0), Transactional: true}
 		return once.Do(context.Background(), g, req, func(ctx context.Context) (*paymentsv1.PaymentIntent, error) {
 			pi := intent(id, t0)
-			if err := b.Intents.CreateIntent(ctx, "alice", pi); err != nil {
+			if err := b.Intents.CreateIntent(ctx, "alice", "", pi); err != nil {
 				return nil, err
 			}
 			if fail {

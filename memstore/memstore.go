@@ -18,6 +18,7 @@ import (
 type Store struct {
 	mu       sync.Mutex
 	records  map[storage.RecordKey]*storage.Record
+	releases map[storage.RecordKey][]storage.ReleaseEntry
 	claimant storage.Claimant
 }
 
@@ -28,6 +29,7 @@ func New() *Store {
 	rand.Read(id[:]) // never fails; see crypto/rand.Read
 	return &Store{
 		records:  map[storage.RecordKey]*storage.Record{},
+		releases: map[storage.RecordKey][]storage.ReleaseEntry{},
 		claimant: storage.Claimant{ID: fmt.Sprintf("memstore %x", id)},
 	}
 }
@@ -40,7 +42,7 @@ func (s *Store) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Ou
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	outcome, rec := storage.Decide(s.records[req.Key], false, req, s.claimant)
+	outcome, rec := storage.Decide(s.records[req.Key], false, req, storage.Durable, s.claimant)
 	if outcome.Claimed() {
 		s.records[req.Key] = rec
 	}
@@ -89,8 +91,8 @@ func (s *Store) Get(ctx context.Context, key storage.RecordKey) (*storage.Record
 	return &c, nil
 }
 
-// Sweep deletes the records expired at now. It scans every record: fine
-// for the sizes a store in memory holds.
+// Sweep deletes the records and release entries expired at now. It scans
+// every one: fine for the sizes a store in memory holds.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -99,6 +101,14 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 		if !now.Before(r.Expiry) {
 			delete(s.records, k)
 			n++
+		}
+	}
+	for k, entries := range s.releases {
+		entries = slices.DeleteFunc(entries, func(e storage.ReleaseEntry) bool { return !now.Before(e.Expiry) })
+		if len(entries) == 0 {
+			delete(s.releases, k)
+		} else {
+			s.releases[k] = entries
 		}
 	}
 	return n, nil
@@ -133,15 +143,23 @@ func (s *Store) Reopen() *Store {
 	for k, r := range s.records {
 		n.records[k] = r
 	}
+	for k, entries := range s.releases {
+		n.releases[k] = slices.Clone(entries)
+	}
 	return n
 }
 
-var _ storage.Releaser = (*Store)(nil)
+var (
+	_ storage.Releaser       = (*Store)(nil)
+	_ storage.ReleaseHistory = (*Store)(nil)
+	_ storage.KeyFinder      = (*Store)(nil)
+)
 
 // Release deletes key's record under the store's lock if
-// storage.CheckRelease allows it at now. A store in memory serves one
-// process, which reads it directly. Nothing else remembers the record.
-func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Time) (*storage.Record, error) {
+// storage.CheckRelease allows it at now, and keeps the release by by. A
+// store in memory serves one process, which reads it directly. Nothing
+// else remembers the record.
+func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Time, by string) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -152,7 +170,38 @@ func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Tim
 		return nil, err
 	}
 	delete(s.records, key)
+	s.releases[key] = append(s.releases[key], storage.NewReleaseEntry(r, now, by))
 	return r, nil
+}
+
+// Releases returns key's releases not yet swept, oldest first.
+func (s *Store) Releases(ctx context.Context, key storage.RecordKey) ([]storage.ReleaseEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.releases[key]), nil
+}
+
+// FindKey returns up to limit records of key, in any scope, ordered by
+// scope. It scans every record: fine for the sizes a store in memory
+// holds.
+func (s *Store) FindKey(ctx context.Context, key string, limit int) ([]storage.KeyedRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	var found []storage.KeyedRecord
+	for k, r := range s.records {
+		if k.Key == key {
+			c := *r // the caller may change it
+			found = append(found, storage.KeyedRecord{Key: k, Record: &c})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(found, func(a, b storage.KeyedRecord) int { return storage.CompareKeys(a.Key, b.Key) })
+	return found[:min(limit, len(found))], nil
 }
 
 var _ storage.InFlightLister = (*Store)(nil)

@@ -165,6 +165,7 @@ func (c *call) run(ctx context.Context, fn Func) (Answer, error) {
 	fctx, cancel := context.WithTimeout(detached, c.g.opts.HandlerTimeout)
 	defer cancel()
 	fctx = context.WithValue(fctx, attemptKey{}, c.claim.Attempt)
+	fctx = context.WithValue(fctx, keyKey{}, c.key)
 	if c.tx != nil {
 		fctx = c.tx.Context(fctx)
 	}

@@ -180,7 +180,8 @@ type Observation struct {
 
 // Func runs an operation once and returns its result to store: a
 // response or an error status, with any metadata. Its ctx carries the
-// claim's Tx on a TxStore, and its attempt (AttemptFrom). An error means
+// claim's Tx on a TxStore, its attempt (AttemptFrom) and its key
+// (KeyFrom). An error means
 // the result cannot be stored at all. It goes to the caller, and a
 // durable claim stays in flight for the lease rule.
 type Func func(ctx context.Context) (*storage.Result, error)
@@ -270,11 +271,22 @@ func Do[T proto.Message](ctx context.Context, g *Guard, req Request, fn func(ctx
 	return stored, nil
 }
 
-type attemptKey struct{}
+type (
+	attemptKey struct{}
+	keyKey     struct{}
+)
 
 // AttemptFrom returns the attempt a function runs as: 1 for a fresh
 // claim, more after takeovers. ok is false outside a Guard's run.
 func AttemptFrom(ctx context.Context) (attempt uint64, ok bool) {
 	attempt, ok = ctx.Value(attemptKey{}).(uint64)
 	return attempt, ok
+}
+
+// KeyFrom returns the scope and idempotency key a function runs for. A
+// store can then keep the key with what the function creates, for
+// operators. ok is false outside a Guard's run.
+func KeyFrom(ctx context.Context) (scope, key string, ok bool) {
+	k, ok := ctx.Value(keyKey{}).(storage.RecordKey)
+	return k.Scope, k.Key, ok
 }

@@ -52,21 +52,22 @@ func New(ctx context.Context, db *pgstore.DB) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
-// CreateIntent stores a new intent owned by owner. It returns
+// CreateIntent stores a new intent owned by owner, created under key. It
+// returns
 // server.ErrExists if the id is taken, by any owner. The insert does
 // nothing on a taken id rather than fail, so that the PostgreSQL
 // transaction stays usable. The ErrExists still fails the unit of work, as
 // a taken id fails a boltstore.Tx. So inside a request's pgstore.Tx, the
 // commit then stores neither the handler's writes nor its answer.
-func (s *Store) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error {
+func (s *Store) CreateIntent(ctx context.Context, owner, key string, pi *paymentsv1.PaymentIntent) error {
 	v, err := encodeIntent(pi)
 	if err != nil {
 		return err
 	}
 	return s.db.Run(ctx, func(q pgstore.Querier) error {
-		tag, err := q.Exec(ctx, `INSERT INTO payment_intents (id, owner, create_time_ns, intent)
-			VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING`,
-			pi.Id, owner, createNanos(pi), v)
+		tag, err := q.Exec(ctx, `INSERT INTO payment_intents (id, owner, create_time_ns, intent, idempotency_key)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
+			pi.Id, owner, createNanos(pi), v, nullString(key))
 		if err != nil {
 			return fmt.Errorf("create intent %s: %w", pi.Id, err)
 		}
@@ -91,25 +92,41 @@ func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.Pa
 	return pi, err
 }
 
-// FindIntent returns intent id and its owner, whoever that is, or
-// server.ErrNotFound. Ids are unique across owners. It is for operators,
-// who look an intent up by its id alone.
-func (s *Store) FindIntent(ctx context.Context, id string) (owner string, pi *paymentsv1.PaymentIntent, err error) {
-	err = s.db.Read(ctx, func(q pgstore.Querier) error {
-		var raw []byte
-		switch err := q.QueryRow(ctx, `SELECT owner, intent FROM payment_intents WHERE id = $1`, id).Scan(&owner, &raw); {
+// FindIntent returns intent id with its owner, whoever that is, and the
+// key that created it; or server.ErrNotFound. Ids are unique across
+// owners. It is for operators, who look an intent up by its id alone.
+func (s *Store) FindIntent(ctx context.Context, id string) (server.FoundIntent, error) {
+	var found server.FoundIntent
+	err := s.db.Read(ctx, func(q pgstore.Querier) error {
+		var (
+			raw []byte
+			key *string
+		)
+		switch err := q.QueryRow(ctx, `SELECT owner, idempotency_key, intent FROM payment_intents WHERE id = $1`, id).Scan(&found.Owner, &key, &raw); {
 		case errors.Is(err, pgx.ErrNoRows):
-			return nil // a miss is pi == nil: an answer, not a failure of the storage
+			return nil // a miss is no intent: an answer, not a failure of the storage
 		case err != nil:
 			return fmt.Errorf("intent %s: %w", id, err)
 		}
-		pi, err = decodeIntent(id, raw)
+		if key != nil {
+			found.Key = *key
+		}
+		var err error
+		found.Intent, err = decodeIntent(id, raw)
 		return err
 	})
-	if err == nil && pi == nil {
+	if err == nil && found.Intent == nil {
 		err = fmt.Errorf("intent %s: %w", id, server.ErrNotFound)
 	}
-	return owner, pi, err
+	return found, err
+}
+
+// nullString is s for a nullable column: NULL when empty.
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // UpdateIntent applies update to owner's intent id and stores it if update

@@ -68,7 +68,7 @@ func intent(id string, created time.Time) *paymentsv1.PaymentIntent {
 
 func create(t *testing.T, s *Store, owner string, pi *paymentsv1.PaymentIntent) {
 	t.Helper()
-	if err := s.CreateIntent(context.Background(), owner, pi); err != nil {
+	if err := s.CreateIntent(context.Background(), owner, "", pi); err != nil {
 		t.Fatalf("CreateIntent(%s): %v", pi.Id, err)
 	}
 }
@@ -122,8 +122,8 @@ func TestReopen_KeepsIntentsAndMigratesOnce(t *testing.T) {
 	}
 	var version int
 	if err := db.Pool().QueryRow(context.Background(),
-		`SELECT version FROM schema_versions WHERE component = $1`, component).Scan(&version); err != nil || version != 1 {
-		t.Errorf("schema_versions for %s = %d, %v; want 1", component, version, err)
+		`SELECT version FROM schema_versions WHERE component = $1`, component).Scan(&version); err != nil || version != 2 {
+		t.Errorf("schema_versions for %s = %d, %v; want 2", component, version, err)
 	}
 }
 
@@ -271,5 +271,25 @@ func TestUpdate_LockTimeoutInTx_FailsTx(t *testing.T) {
 	}
 	if _, err := s.GetIntent(context.Background(), "bob", pi.Id); !errors.Is(err, server.ErrNotFound) {
 		t.Errorf("GetIntent(bob) = %v, want ErrNotFound", err)
+	}
+}
+
+// A row written before keys were kept (migration 0001's columns alone)
+// reads with no key.
+func TestIntentWrittenBeforeKeys_FoundWithNoKey(t *testing.T) {
+	db, s := open(t, pgtest.DatabaseName(t.TempDir()), pgstore.Options{})
+	defer db.Close()
+	old := intent("pi_000000000000000000000001", t0)
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool().Exec(context.Background(), `INSERT INTO payment_intents (id, owner, create_time_ns, intent)
+		VALUES ($1, 'alice', $2, $3)`, old.Id, t0.UnixNano(), raw); err != nil {
+		t.Fatal(err)
+	}
+	found, err := s.FindIntent(context.Background(), old.Id)
+	if err != nil || found.Owner != "alice" || found.Key != "" || !proto.Equal(found.Intent, old) {
+		t.Fatalf("FindIntent of a row written before keys = %+v, %v; want alice's, with no key", found, err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgstore"
 )
@@ -19,14 +21,7 @@ import (
 func TestInFlight_ReadsTheIndexNotTheTable(t *testing.T) {
 	db := open(t, fresh("inflight_plan"), nil)
 	ctx := context.Background()
-	_, err := db.Pool().Exec(ctx, `INSERT INTO idempotency_records
-			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, expire_time, result)
-		SELECT 'principal-' || (i % 100), 'key-' || i, decode(repeat('00', 32), 'hex'), 'v1', 2, 1, decode(repeat('00', 16), 'hex'),
-			'test', 1000000, now() + interval '1 day', '\x'::bytea
-		FROM generate_series(1, 100000) AS i`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fillCompleted(t, db)
 	for _, key := range []string{"a", "b", "c"} {
 		req := storage.ClaimRequest{Key: storage.RecordKey{Scope: "principal-7", Key: key}, Now: time.Now(), Lease: time.Minute, TTL: time.Hour}
 		if _, _, err := db.Claim(ctx, req); err != nil {
@@ -36,22 +31,7 @@ func TestInFlight_ReadsTheIndexNotTheTable(t *testing.T) {
 	if _, err := db.Pool().Exec(ctx, `ANALYZE idempotency_records`); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := db.Pool().Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) `+pgstore.SelectInFlight, "", "", 50)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(plan, "\n")
+	text := explain(t, db, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) `+pgstore.SelectInFlight, "", "", 50)
 	// The page's buffers, the top node's: a few pages of the index and the
 	// heap, where a scan of the table reads about 2,000.
 	var buffers int
@@ -66,4 +46,32 @@ func TestInFlight_ReadsTheIndexNotTheTable(t *testing.T) {
 	if err != nil || len(got) != 3 {
 		t.Fatalf("InFlight = %d claims, %v; want the 3 claims", len(got), err)
 	}
+}
+
+// fillCompleted stores 100,000 completed records in 100 scopes, for a
+// plan's test.
+func fillCompleted(t *testing.T, db *pgstore.DB) {
+	t.Helper()
+	_, err := db.Pool().Exec(context.Background(), `INSERT INTO idempotency_records
+			(scope, key, fingerprint, fingerprint_scheme, state, attempt, claim_token, owner, lease_us, expire_time, result)
+		SELECT 'principal-' || (i % 100), 'key-' || i, decode(repeat('00', 32), 'hex'), 'v1', 2, 1, decode(repeat('00', 16), 'hex'),
+			'test', 1000000, now() + interval '1 day', '\x'::bytea
+		FROM generate_series(1, 100000) AS i`)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// explain is the plan of an EXPLAIN statement, its lines joined.
+func explain(t *testing.T, db *pgstore.DB, stmt string, args ...any) string {
+	t.Helper()
+	rows, err := db.Pool().Query(context.Background(), stmt, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -260,14 +260,14 @@ func TestOpen_Migrations_OnceConcurrentlyAndNewerRefused(t *testing.T) {
 
 	db := open(t, name, nil)
 	var version int
-	if err := db.Pool().QueryRow(context.Background(), `SELECT version FROM schema_versions WHERE component = 'idempotency'`).Scan(&version); err != nil || version != 5 {
-		t.Fatalf("schema version = %d, %v; want 5", version, err)
+	if err := db.Pool().QueryRow(context.Background(), `SELECT version FROM schema_versions WHERE component = 'idempotency'`).Scan(&version); err != nil || version != 6 {
+		t.Fatalf("schema version = %d, %v; want 6", version, err)
 	}
 	if _, err := db.Pool().Exec(context.Background(), `UPDATE schema_versions SET version = 7 WHERE component = 'idempotency'`); err != nil {
 		t.Fatal(err)
 	}
 	_, err := pgstore.Open(context.Background(), url, nil)
-	if !errors.Is(err, pgstore.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 7") || !strings.Contains(err.Error(), "up to 5") {
+	if !errors.Is(err, pgstore.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 7") || !strings.Contains(err.Error(), "up to 6") {
 		t.Errorf("Open of a newer schema = %v, want ErrSchemaTooNew naming versions 7 and 5", err)
 	}
 }

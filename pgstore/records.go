@@ -73,7 +73,7 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 		if err != nil {
 			return 0, nil, nil, err
 		}
-		outcome, rec := db.ledger.Decide(l.req, l.stored)
+		outcome, rec := db.ledger.Decide(l.req, d, l.stored)
 		switch {
 		case !outcome.Claimed():
 			if l.tx != nil {
@@ -554,9 +554,10 @@ func superseded(err error) error {
 
 // Sweep deletes the records expired at now (the database's clock, unless
 // CallerClock). It deletes in batches of at most sweepBatch, each its own
-// statement, oldest first through the expiry index. Rows another process is
-// sweeping or claiming are skipped, not waited for. So every process may
-// sweep at once without doing the same work twice.
+// statement, oldest first through the expiry index. Rows another process
+// is sweeping or claiming are skipped, not waited for. So every process
+// may sweep at once without doing the same work twice. It then deletes the
+// release entries expired at now the same way, uncounted.
 func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 	var at *time.Time
 	if db.opts.CallerClock {
@@ -575,7 +576,17 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 		n := int(tag.RowsAffected())
 		total += n
 		if n < sweepBatch {
-			return total, nil
+			break
+		}
+	}
+	for {
+		tag, err := db.pool.Exec(ctx, `DELETE FROM idempotency_releases WHERE ctid IN (
+				SELECT ctid FROM idempotency_releases
+				WHERE expire_time <= coalesce($1::timestamptz, clock_timestamp())
+				ORDER BY expire_time LIMIT $2
+				FOR UPDATE SKIP LOCKED)`, at, sweepBatch)
+		if err != nil || tag.RowsAffected() < sweepBatch {
+			return total, err
 		}
 	}
 }

@@ -14,7 +14,9 @@ import (
 var _ storage.Releaser = (*DB)(nil)
 
 // Release deletes k's record if storage.CheckRelease allows it. It judges
-// at now with CallerClock, else on the database's clock. The delete runs in
+// at now with CallerClock, else on the database's clock. In the same
+// transaction it inserts the release's entry, by by, into the release
+// history. The delete runs in
 // one transaction holding the key's lock, so no claim of the key runs
 // meanwhile. A transactional claim not yet committed holds that lock. Once
 // LockTimeout has passed, Release refuses its key as in flight.
@@ -23,7 +25,7 @@ var _ storage.Releaser = (*DB)(nil)
 // sharing the database still answers from the released record (see
 // completedTrust). So after Release returns, the key's next claim, on any
 // replica, runs fresh.
-func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (*storage.Record, error) {
+func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, by string) (*storage.Record, error) {
 	var released *storage.Record
 	err := pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error {
 		// The wait for the key's lock is bounded whatever the pool's own
@@ -54,6 +56,13 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (
 		if tag.RowsAffected() != 1 {
 			return storage.ErrNoRecord // swept meanwhile
 		}
+		e := storage.NewReleaseEntry(stored, now, by)
+		if _, err := tx.Exec(ctx, `INSERT INTO idempotency_releases
+				(scope, key, release_time, released_by, attempt, code, message, expire_time)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			k.Scope, k.Key, e.Time, e.By, int64(e.Attempt), e.Code, e.Message, e.Expiry); err != nil {
+			return err
+		}
 		released = stored
 		return nil
 	})
@@ -66,4 +75,53 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time) (
 	db.ledger.Forget(k)
 	time.Sleep(completedTrust) // not cut short by ctx: the delete has committed, and the caller is to hear so only once it holds
 	return released, nil
+}
+
+var (
+	_ storage.ReleaseHistory = (*DB)(nil)
+	_ storage.KeyFinder      = (*DB)(nil)
+)
+
+// Releases returns k's releases not yet swept, oldest first.
+func (db *DB) Releases(ctx context.Context, k storage.RecordKey) ([]storage.ReleaseEntry, error) {
+	rows, err := db.pool.Query(ctx, `SELECT release_time, released_by, attempt, code, message, expire_time
+		FROM idempotency_releases WHERE scope = $1 AND key = $2 ORDER BY release_time`, k.Scope, k.Key)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (storage.ReleaseEntry, error) {
+		var (
+			e       storage.ReleaseEntry
+			attempt int64
+		)
+		err := row.Scan(&e.Time, &e.By, &attempt, &e.Code, &e.Message, &e.Expiry)
+		e.Attempt = uint64(attempt)
+		return e, err
+	})
+}
+
+// selectKey reads the records of a key in every scope, through the index
+// on the key alone (migration 0006).
+const selectKey = `SELECT r.scope, r.key, ` + recordColumns + `
+	FROM idempotency_records r WHERE r.key = $1 ORDER BY r.scope LIMIT $2`
+
+// FindKey returns up to limit records of key, live or expired, in every
+// scope, ordered by scope (the table's collation is "C", byte by byte). A
+// transactional claim not yet committed is not stored, so not found.
+func (db *DB) FindKey(ctx context.Context, key string, limit int) ([]storage.KeyedRecord, error) {
+	rows, err := db.pool.Query(ctx, selectKey, key, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var found []storage.KeyedRecord
+	for rows.Next() {
+		var k storage.RecordKey
+		rec, err := scanRecord(rows, &k.Scope, &k.Key)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, storage.KeyedRecord{Key: k, Record: rec})
+	}
+	return found, rows.Err()
 }

@@ -1,6 +1,8 @@
 // Package server implements payments.v1.PaymentIntentService: the payments
-// domain. It knows nothing of idempotency keys or of how intents are
-// stored. The interceptor in front of it makes Create run once per key.
+// domain. It knows nothing of how intents are stored, and of idempotency
+// keys only the one a create ran under (once.KeyFrom), kept with the
+// intent for operators. The interceptor in front of it makes Create run
+// once per key.
 package server
 
 import (
@@ -17,6 +19,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/once"
 )
 
 // IntentStore keeps payment intents, each owned by one principal. An intent
@@ -29,8 +32,9 @@ import (
 // An error other than ErrNotFound is a failure of the storage, answered
 // UNAVAILABLE. One that wraps ErrDamaged is answered DATA_LOSS.
 type IntentStore interface {
-	// CreateIntent stores a new intent; ErrExists if its id is taken.
-	CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error
+	// CreateIntent stores a new intent with key, the idempotency key that
+	// created it ("" when none did); ErrExists if its id is taken.
+	CreateIntent(ctx context.Context, owner, key string, pi *paymentsv1.PaymentIntent) error
 	// GetIntent returns the intent; ErrNotFound when owner has none with
 	// that id.
 	GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error)
@@ -42,6 +46,15 @@ type IntentStore interface {
 	// cursor after. The limit is at least 1. It also returns the next
 	// page's cursor, which is nil on the last page.
 	ListIntents(ctx context.Context, owner string, after []byte, limit int) ([]*paymentsv1.PaymentIntent, []byte, error)
+}
+
+// FoundIntent is an intent found by its id alone, for an operator: its
+// owner, the idempotency key that created it, and the intent. Key is ""
+// for an intent created without one, or stored before keys were kept.
+type FoundIntent struct {
+	Owner  string
+	Key    string
+	Intent *paymentsv1.PaymentIntent
 }
 
 // Errors of an IntentStore, matched with errors.Is.
@@ -102,7 +115,8 @@ func (s *Server) CreatePaymentIntent(ctx context.Context, req *paymentsv1.Create
 		CreateTime: timestamppb.New(now),
 		ExpireTime: timestamppb.New(now.Add(expiresIn)),
 	}
-	if err := s.store.CreateIntent(ctx, owner, pi); err != nil {
+	_, key, _ := once.KeyFrom(ctx) // "" when no key guards the call
+	if err := s.store.CreateIntent(ctx, owner, key, pi); err != nil {
 		return nil, storeError(err, "") // ErrExists too: a fresh id from the CSPRNG cannot be taken
 	}
 	return &paymentsv1.CreatePaymentIntentResponse{PaymentIntent: pi}, nil

@@ -68,7 +68,7 @@ func LogRelease(ctx context.Context, log *slog.Logger, operator string, k storag
 // naming it. Damaged data is a 422.
 func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	k := storage.RecordKey{Scope: r.FormValue("scope"), Key: r.FormValue("key")}
-	rec, err := h.db.Release(r.Context(), k, time.Now())
+	rec, err := h.db.Release(r.Context(), k, time.Now(), r.FormValue("operator"))
 	LogRelease(r.Context(), h.log, r.FormValue("operator"), k, rec, err)
 	if name := RefusalName(err); name != "" {
 		w.Header().Set("X-Refusal", name)
@@ -114,7 +114,7 @@ func Release(ctx context.Context, path string, k storage.RecordKey, operator str
 	db, err := boltstore.Open(path, &boltstore.Options{LockTimeout: fileLockWait})
 	if err == nil {
 		defer db.Close()
-		rec, err = db.Release(ctx, k, time.Now())
+		rec, err = db.Release(ctx, k, time.Now(), operator)
 		LogRelease(ctx, log, operator, k, rec, err)
 		return rec, "in the file directly: no server holds it; logged here", err
 	}

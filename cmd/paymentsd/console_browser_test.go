@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,14 +19,17 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 )
 
-// updateScreenshots has TestConsole_InABrowser write the screenshots that
-// docs/console.md shows, as go test -run TestConsole_InABrowser
-// ./cmd/paymentsd -update-screenshots. Without it they are taken, not
-// written.
-var updateScreenshots = flag.Bool("update-screenshots", false, "write the console's screenshots in docs/")
+// screenshotsEnv names the directory TestConsole_InABrowser writes its
+// screenshots to. A relative one is relative to the repository's root,
+// so PAYMENTSD_CONSOLE_SCREENSHOTS=docs writes those docs/console.md
+// shows. Without it they go to the test's temporary directory.
+const screenshotsEnv = "PAYMENTSD_CONSOLE_SCREENSHOTS"
 
 // browser is a headless Chromium driven through the DevTools protocol.
-type browser struct{ ctx context.Context }
+type browser struct {
+	ctx   context.Context
+	shots string // where screenshots go without screenshotsEnv
+}
 
 // newBrowser starts Debian's chromium, headless, for the test's length.
 // Without it the test is skipped, or fails under CI=true.
@@ -47,7 +50,7 @@ func newBrowser(t *testing.T) *browser {
 	if err := chromedp.Do(ctx); err != nil { // starts the browser, bound to ctx alone
 		t.Fatalf("start chromium: %v", err)
 	}
-	return &browser{ctx: ctx}
+	return &browser{ctx: ctx, shots: t.TempDir()}
 }
 
 // browserStep bounds one step in the browser.
@@ -91,58 +94,84 @@ func (b *browser) has(t *testing.T, sel string) bool {
 	return n > 0
 }
 
-// screenshot takes a PNG of the whole page. With -update-screenshots, it
-// writes it to docs/name.
-func (b *browser) screenshot(t *testing.T, name string) {
+// Viewports of the screenshots: a laptop's, and a phone's.
+const (
+	wideWidth, wideHeight   = 1280, 900
+	phoneWidth, phoneHeight = 390, 844
+)
+
+// screenshot takes a PNG of the whole page at width by height, as name in
+// the directory of screenshotsEnv, and sets the viewport back to wide.
+func (b *browser) screenshot(t *testing.T, name string, width, height int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, browserStep)
 	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(900, 600)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, height)); err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
-	if *updateScreenshots {
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", name), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(wideWidth, wideHeight)); err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv(screenshotsEnv)
+	switch {
+	case dir == "":
+		dir = b.shots
+	case !filepath.IsAbs(dir):
+		dir = filepath.Join("..", "..", dir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// lookUp submits the page's lookup form for principal and key, and
-// returns the status of the page that answers.
-func (b *browser) lookUp(t *testing.T, principal, key string) int64 {
+// eval is the value of the JavaScript expression js on the page. The
+// page itself runs none: this is the test reading it, as DevTools does.
+func eval[T any](t *testing.T, b *browser, js string) T {
 	t.Helper()
-	return b.load(t, "look up "+key,
-		chromedp.SetValue(chromedp.CSS(`input[name="principal"]`), principal),
-		chromedp.SetValue(chromedp.CSS(`input[name="key"]`), key),
-		chromedp.Submit(chromedp.CSS(`input[name="key"]`)),
-	)
+	ctx, cancel := context.WithTimeout(b.ctx, browserStep)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
 }
 
-// The console in a real browser: an operator logs in with the form (a
-// wrong key is answered 401), looks up a create made over gRPC and sees
-// its state and intent, and follows the link to the intent. The success
-// offers no release. A stored validation error does: its release button
-// opens a confirmation naming what will be deleted, confirming releases
-// it, and the key then runs fresh with a corrected body.
+// lookUp opens the lookup page by the nav bar's link, submits its form
+// for principal ("" for none) and key, and returns the status of the page
+// that answers.
+func (b *browser) lookUp(t *testing.T, principal, key string) int64 {
+	t.Helper()
+	b.load(t, "open the lookup", chromedp.Click(chromedp.ID("lookup-link")))
+	steps := []chromedp.Action[chromedp.Void]{chromedp.SetValue(chromedp.CSS(`input[name="key"]`), key)}
+	if principal != "" { // the form opens empty; chromedp cannot set "", which it reads back as no value
+		steps = append(steps, chromedp.SetValue(chromedp.CSS(`input[name="principal"]`), principal))
+	}
+	return b.load(t, "look up "+key, append(steps, chromedp.Submit(chromedp.CSS(`input[name="key"]`)))...)
+}
+
+// The console in a real browser, against the real binary: every page,
+// each way of looking up, the release's whole flow, its refusals, and a
+// create held in flight. Screenshots of the key page, the confirmation,
+// the keys in flight and a phone's view are taken (screenshotsEnv).
 func TestConsole_InABrowser(t *testing.T) {
 	b := newBrowser(t)
 	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
 	base := "http://" + d.logAddr(t, "console listening")
-	principal := devPrincipal("tok-browser")
-	ok := d.create(withCreds("tok-browser", "order-ok"), seedRequest("100000000"))
-	if ok.err != nil {
-		t.Fatal(ok.err)
-	}
-	id := ok.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
+	principal, other := devPrincipal("tok-browser"), devPrincipal("tok-browser-2")
+	id := createIntent(t, d, "tok-browser", "order-ok", "100000000")
 	if a := d.create(withCreds("tok-browser", "order-bad"), seedRequest("12.34")); status.Code(a.err) != codes.InvalidArgument {
 		t.Fatalf("a create of a bad amount: %v", a.err)
 	}
+	createIntent(t, d, "tok-browser", "shared-key", "300000000")
+	createIntent(t, d, "tok-browser-2", "shared-key", "300000000")
 
-	if got := b.load(t, "open the console", chromedp.Navigate(base+"/")); got != 401 {
+	// The login page.
+	if got := b.load(t, "open the console", chromedp.Navigate(base+"/")); got != 401 || !b.has(t, `input[name="token"][type="password"]`) {
 		t.Errorf("the page without a key: %d, want 401 and the login form", got)
 	}
 	got := b.load(t, "log in with a wrong key",
@@ -154,44 +183,74 @@ func TestConsole_InABrowser(t *testing.T) {
 	got = b.load(t, "log in",
 		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), consoleToken),
 		chromedp.Submit(chromedp.CSS(`input[name="token"]`)))
-	if who := b.text(t, "strong"); got != 200 || who != consoleOperator {
-		t.Fatalf("logged in: %d as %q, want 200 as %q", got, who, consoleOperator)
+	if who := b.text(t, "#operator"); got != 200 || who != consoleOperator || !b.has(t, "form#lookup") || !b.has(t, "nav #in-flight-link") {
+		t.Fatalf("logged in: %d as %q, want 200 as %q and the lookup form", got, who, consoleOperator)
 	}
 
-	if got := b.lookUp(t, principal, "order-ok"); got != 200 {
-		t.Errorf("lookup of the create: %d", got)
+	// By principal and key: the stored error, its BadRequest a table.
+	if got := b.lookUp(t, principal, "order-bad"); got != 200 {
+		t.Errorf("lookup of the stored error: %d", got)
 	}
-	if rec, intent := b.text(t, "#record"), b.text(t, "#intent"); !strings.Contains(rec, "state:              completed") || intent != id {
-		t.Errorf("lookup of the create: intent %q (want %q), record:\n%s", intent, id, rec)
+	if code, state := b.text(t, "#code"), b.text(t, "#state"); code != "INVALID_ARGUMENT" || !strings.HasPrefix(state, "completed") {
+		t.Errorf("the stored error's page: code %q, state %q", code, state)
 	}
-	if got := b.load(t, "follow the record's link to its intent", chromedp.Click(chromedp.ID("intent"))); got != 200 {
-		t.Errorf("the intent's page: %d", got)
+	if violations := b.text(t, "table.bad-request"); !strings.Contains(violations, "amount") {
+		t.Errorf("the stored error's field violations: %q", violations)
+	}
+	if attempts := b.text(t, "#attempts"); attempts != "Attempt 1. The handler ran once: no takeover." {
+		t.Errorf("the stored error's attempts: %q", attempts)
+	}
+	if !b.has(t, "#no-releases") || !b.has(t, "form#release") {
+		t.Errorf("the stored error's page lacks its empty release history or its release button")
+	}
+	b.screenshot(t, "console-key.png", wideWidth, wideHeight)
+
+	// By intent id alone: the intent's page names its principal and the
+	// key that created it, which links to the key's page.
+	if got := b.lookUp(t, "", id); got != 200 {
+		t.Errorf("lookup of intent %s: %d", id, got)
+	}
+	if owner, key := b.text(t, "#intent-principal"), b.text(t, "#intent-key"); owner != principal || key != "order-ok" {
+		t.Errorf("the intent's page names principal %q and key %q", owner, key)
 	}
 	// protojson varies its spacing on purpose: read the JSON, not its bytes.
 	var intent struct{ ID, Amount string }
 	if text := b.text(t, "#intent-json"); json.Unmarshal([]byte(text), &intent) != nil || intent.ID != id || intent.Amount != "100000000" {
 		t.Errorf("the intent's page shows:\n%s", text)
 	}
-	b.load(t, "open the record again", chromedp.Navigate(base+"/?"+url.Values{"principal": {principal}, "key": {"order-ok"}}.Encode()))
-	if b.has(t, `form[action="/release"]`) {
+	if got := b.load(t, "follow the intent's key", chromedp.Click(chromedp.ID("intent-key"))); got != 200 || b.text(t, "#intent") != id {
+		t.Errorf("the key page of the intent's key: %d", got)
+	}
+	if b.has(t, "form#release") {
 		t.Errorf("the success's page offers a release, which the rules always refuse")
 	}
 
-	b.lookUp(t, principal, "order-bad")
-	if rec := b.text(t, "#record"); !strings.Contains(rec, "INVALID_ARGUMENT") {
-		t.Errorf("lookup of the stored error:\n%s", rec)
+	// By key alone: held by one principal, its page opens; by two, both
+	// are listed, each linking to its page.
+	if got := b.lookUp(t, "", "order-ok"); got != 200 || b.text(t, "#intent") != id {
+		t.Errorf("lookup of a key one principal holds: %d", got)
 	}
+	if got := b.lookUp(t, "", "shared-key"); got != 200 || eval[int](t, b, `document.querySelectorAll("#holders tbody tr").length`) != 2 {
+		t.Fatalf("lookup of a key two principals hold: %d", got)
+	}
+	if got := b.load(t, "pick the other principal", chromedp.Click(chromedp.CSS(`#holders a[href*="`+other[4:]+`"]`))); got != 200 ||
+		!strings.Contains(b.text(t, "#record"), other) {
+		t.Errorf("the key page of the principal picked: %d", got)
+	}
+
+	// The release: button, confirmation, done; then the key's history.
+	b.lookUp(t, principal, "order-bad")
 	got = b.load(t, "release the stored error", chromedp.Click(chromedp.CSS(`form#release button`)))
 	confirm := b.text(t, "#confirm")
-	for _, want := range []string{principal, "order-bad", "INVALID_ARGUMENT", "Attempt\t1"} {
+	for _, want := range []string{principal, "order-bad", "INVALID_ARGUMENT", "Attempt\t1", "Attempt began"} {
 		if !strings.Contains(confirm, want) {
 			t.Errorf("the confirmation lacks %q: %d\n%s", want, got, confirm)
 		}
 	}
-	if got != 200 {
-		t.Errorf("the confirmation: %d", got)
+	if got != 200 || !b.has(t, `form#confirm-release input[name="attempt"][value="1"]`) || !b.has(t, "a#cancel") {
+		t.Errorf("the confirmation: %d, or its form lacks the attempt", got)
 	}
-	b.screenshot(t, "console-release.png")
+	b.screenshot(t, "console-release.png", wideWidth, wideHeight)
 	got = b.load(t, "confirm the release", chromedp.Click(chromedp.CSS(`form#confirm-release button`)))
 	if released := b.text(t, "#released"); got != 200 || !strings.Contains(released, "order-bad") {
 		t.Errorf("release of the stored error: %d %q", got, released)
@@ -199,22 +258,162 @@ func TestConsole_InABrowser(t *testing.T) {
 	if got := b.lookUp(t, principal, "order-bad"); got != 404 || !strings.Contains(b.text(t, "#missing"), "no record of key") {
 		t.Errorf("the key after its release: %d, want 404", got)
 	}
-	fresh := d.create(withCreds("tok-browser", "order-bad"), seedRequest("200000000"))
-	if fresh.err != nil || fresh.replayed() {
-		t.Fatalf("the key after its release, with a corrected body: %v, replayed %v", fresh.err, fresh.replayed())
-	}
+	freshID := createIntent(t, d, "tok-browser", "order-bad", "200000000")
 	b.lookUp(t, principal, "order-bad")
-	freshID := fresh.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
 	if intent := b.text(t, "#intent"); intent != freshID {
 		t.Errorf("the key's record after it ran fresh names intent %q, want %q", intent, freshID)
 	}
+	if releases := b.text(t, "#releases tbody"); !strings.Contains(releases, consoleOperator) || !strings.Contains(releases, "INVALID_ARGUMENT") {
+		t.Errorf("the key's release history: %q", releases)
+	}
 
+	// Refusals: a success's release, and a release confirmed of a record
+	// since released and stored again.
+	if got := b.load(t, "release a success", chromedp.Navigate(base+"/release?"+url.Values{"principal": {principal}, "key": {"order-ok"}}.Encode())); got != 409 ||
+		!strings.Contains(b.text(t, "#refusal"), "its effects stand") || b.has(t, "form#confirm-release") {
+		t.Errorf("the release of a success: %d", got)
+	}
+	if a := d.create(withCreds("tok-browser", "order-stale"), seedRequest("12.34")); status.Code(a.err) != codes.InvalidArgument {
+		t.Fatalf("a create of a bad amount: %v", a.err)
+	}
+	b.load(t, "open a confirmation", chromedp.Navigate(base+"/release?"+url.Values{"principal": {principal}, "key": {"order-stale"}}.Encode()))
+	release := base + "/api/v1/release?" + url.Values{"principal": {principal}, "key": {"order-stale"}}.Encode()
+	if a := httpCall(t, "POST", release, "", bearerHeader(consoleToken)...); a.status != 200 {
+		t.Fatalf("release behind the confirmation's back: %d %s", a.status, a.body)
+	}
+	if a := d.create(withCreds("tok-browser", "order-stale"), seedRequest("12.34")); status.Code(a.err) != codes.InvalidArgument {
+		t.Fatalf("the bad create again: %v", a.err)
+	}
+	got = b.load(t, "confirm the stale release", chromedp.Click(chromedp.CSS(`form#confirm-release button`)))
+	if refusal := b.text(t, "#refusal"); got != 409 || !strings.Contains(refusal, "changed since you confirmed") || !b.has(t, "a#back") {
+		t.Errorf("a release confirmed of a record since replaced: %d %q", got, refusal)
+	}
+	if a := httpCall(t, "GET", consoleRecordURL(base, principal, "order-stale"), "", bearerHeader(consoleToken)...); a.status != 200 {
+		t.Errorf("the record after the refusal: %d, want it kept", a.status)
+	}
+
+	// A create held in flight: listed, transactional, in a table that fits
+	// a laptop and scrolls in its own box on a phone.
+	heldKey := "checkout-2026-cart-7f3a9c1e5b2d4a6f8e0c1b3d5f7a9c2e-attempt-1"
+	letGo := holdCreate(t, d, base, "tok-browser", heldKey)
 	if got := b.load(t, "open the keys in flight", chromedp.Click(chromedp.ID("in-flight-link"))); got != 200 {
 		t.Errorf("the keys in flight: %d", got)
 	}
-	if none := b.text(t, "#none-in-flight"); none != "No key is in flight." {
-		t.Errorf("the keys in flight: %q", none)
+	if row := b.text(t, "#in-flight tbody tr"); !strings.Contains(row, heldKey) || !strings.Contains(row, principal) || b.text(t, "#in-flight td.transactional") != "yes" {
+		t.Errorf("the held create's row: %q, transactional %q", row, b.text(t, "#in-flight td.transactional"))
+	}
+	if fits := eval[bool](t, b, `(s => s.scrollWidth <= s.clientWidth)(document.querySelector("#in-flight").parentElement)`); !fits {
+		t.Errorf("the table of keys in flight overflows its box at %d px", wideWidth)
+	}
+	b.screenshot(t, "console-in-flight.png", wideWidth, wideHeight)
+	ctx, cancel := context.WithTimeout(b.ctx, browserStep)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(phoneWidth, phoneHeight, chromedp.EmulateMobile)); err != nil {
+		t.Fatal(err)
+	}
+	if page, inner := eval[int](t, b, `document.documentElement.scrollWidth`), eval[int](t, b, `window.innerWidth`); page > inner {
+		t.Errorf("on a phone the page is %d px wide, more than its %d px: the table must scroll in its own box", page, inner)
+	}
+	b.screenshot(t, "console-phone.png", phoneWidth, phoneHeight)
+	letGo()
+	if got := b.load(t, "the keys in flight once the create is done", chromedp.Reload()); got != 200 || b.text(t, "#none-in-flight") != "No key is in flight." {
+		t.Errorf("the keys in flight once the create is done: %d", got)
 	}
 	d.waitLogText(t, "idempotency key released", `"operator":"carol"`, `"code":"INVALID_ARGUMENT"`)
 	d.waitLogText(t, "console in-flight list", `"operator":"carol"`)
+}
+
+// createIntent creates an intent of amount over gRPC with token and key,
+// and returns its id.
+func createIntent(t *testing.T, d *daemon, token, key, amount string) string {
+	t.Helper()
+	a := d.create(withCreds(token, key), seedRequest(amount))
+	if a.err != nil || a.replayed() {
+		t.Fatalf("create %s: %v, replayed %v", key, a.err, a.replayed())
+	}
+	return a.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
+}
+
+// holdCreate sends a create of key with token and holds it in flight:
+// every fsync of d waits until the returned func lets it go, and the
+// create's commit with them. It returns once the console lists the key.
+// Letting go waits for the create's answer, an intent.
+func holdCreate(t *testing.T, d *daemon, base, token, key string) (letGo func()) {
+	t.Helper()
+	const tenMinutes = "600000000" // µs
+	detach := attachStrace(t, d, "-e", "trace=fdatasync,fsync", "-e", "inject=fdatasync:delay_enter="+tenMinutes, "-e", "inject=fsync:delay_enter="+tenMinutes)
+	done := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(withCreds(token, key), 5*time.Minute)
+		defer cancel()
+		done <- d.create(ctx, seedRequest("400000000"))
+	}()
+	for tries := 0; ; tries++ {
+		a := httpCall(t, "GET", base+"/api/v1/in-flight", "", bearerHeader(consoleToken)...)
+		if strings.Contains(string(a.body), key) {
+			break
+		}
+		if tries == 3000 {
+			detach()
+			t.Fatalf("the held create of %s is not listed in flight: %d %s", key, a.status, a.body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var once sync.Once
+	letGo = func() {
+		once.Do(func() {
+			detach()
+			if a := <-done; a.err != nil {
+				t.Errorf("the held create of %s: %v", key, a.err)
+			}
+		})
+	}
+	t.Cleanup(letGo)
+	return letGo
+}
+
+// A create held in flight is listed by the JSON API and the page as a
+// transactional claim, the JSON naming its principal, key and attempt.
+// A key held by two principals is listed by GET /api/v1/keys.
+func TestConsole_InFlight_AHeldCreateIsTransactional(t *testing.T) {
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
+	base := "http://" + d.logAddr(t, "console listening")
+	createIntent(t, d, "tok-a", "shared", "100000000")
+	createIntent(t, d, "tok-b", "shared", "100000000")
+	a := httpCall(t, "GET", base+"/api/v1/keys?key=shared", "", bearerHeader(consoleToken)...)
+	var keys struct {
+		Principals []struct{ Principal, State string }
+	}
+	if json.Unmarshal(a.body, &keys) != nil || a.status != 200 || len(keys.Principals) != 2 || keys.Principals[0].State != "completed" {
+		t.Errorf("GET /api/v1/keys?key=shared: %d %s", a.status, a.body)
+	}
+	for _, p := range keys.Principals {
+		if p.Principal != devPrincipal("tok-a") && p.Principal != devPrincipal("tok-b") {
+			t.Errorf("GET /api/v1/keys?key=shared lists %q", p.Principal)
+		}
+	}
+
+	letGo := holdCreate(t, d, base, "tok-a", "held")
+	a = httpCall(t, "GET", base+"/api/v1/in-flight", "", bearerHeader(consoleToken)...)
+	var page struct {
+		Claims []struct {
+			Principal, Key, State string
+			Attempt               int
+			Transactional         bool
+		}
+	}
+	if err := json.Unmarshal(a.body, &page); err != nil || len(page.Claims) != 1 {
+		t.Fatalf("the keys in flight: %v %s", err, a.body)
+	}
+	if c := page.Claims[0]; c.Principal != devPrincipal("tok-a") || c.Key != "held" || c.State != "in_flight" || c.Attempt != 1 || !c.Transactional {
+		t.Errorf("the held create in the JSON API: %+v, want transactional", c)
+	}
+	html := httpCall(t, "GET", base+"/in-flight", "", bearerHeader(consoleToken)...)
+	if !strings.Contains(string(html.body), `<td class="transactional">yes</td>`) {
+		t.Errorf("the page of keys in flight does not say transactional:\n%s", html.body)
+	}
+	letGo()
+	if a := httpCall(t, "GET", base+"/api/v1/in-flight", "", bearerHeader(consoleToken)...); !strings.Contains(string(a.body), `"claims": []`) {
+		t.Errorf("the keys in flight once the create is done: %s", a.body)
+	}
 }

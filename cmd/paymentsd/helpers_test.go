@@ -677,7 +677,7 @@ func bigDataFile(t *testing.T) string {
 	for i := range 2000 {
 		pi := &paymentsv1.PaymentIntent{Id: fmt.Sprintf("pi_%024x", i), State: paymentsv1.State_STATE_CREATED, Version: 1,
 			Amount: strconv.Itoa(i + 1), CreateTime: timestamppb.Now(), ExpireTime: timestamppb.New(time.Now().Add(time.Hour))}
-		if err := intents.CreateIntent(ctx, owner, pi); err != nil {
+		if err := intents.CreateIntent(ctx, owner, "", pi); err != nil {
 			t.Fatal(err)
 		}
 	}

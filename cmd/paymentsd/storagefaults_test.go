@@ -221,12 +221,12 @@ type createCall struct {
 	attempt    uint64
 }
 
-func (f *faultyIntents) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error {
+func (f *faultyIntents) CreateIntent(ctx context.Context, owner, key string, pi *paymentsv1.PaymentIntent) error {
 	attempt, _ := interceptor.AttemptFromContext(ctx)
 	f.mu.Lock()
 	f.calls = append(f.calls, createCall{pi.Amount, pi.Id, attempt})
 	f.mu.Unlock()
-	if err := f.Store.CreateIntent(ctx, owner, pi); err != nil {
+	if err := f.Store.CreateIntent(ctx, owner, key, pi); err != nil {
 		return err
 	}
 	if f.fail.Load() {

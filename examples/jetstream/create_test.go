@@ -27,7 +27,7 @@ type gate struct {
 	fail    error
 }
 
-func (g *gate) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.PaymentIntent) error {
+func (g *gate) CreateIntent(ctx context.Context, owner, key string, pi *paymentsv1.PaymentIntent) error {
 	if g.hold != nil {
 		g.entered <- struct{}{}
 		<-g.hold
@@ -35,7 +35,7 @@ func (g *gate) CreateIntent(ctx context.Context, owner string, pi *paymentsv1.Pa
 	if g.fail != nil {
 		return g.fail
 	}
-	return g.IntentStore.CreateIntent(ctx, owner, pi)
+	return g.IntentStore.CreateIntent(ctx, owner, key, pi)
 }
 
 // newCreator is a creator on a fresh bbolt file, its creates through g.

@@ -21,6 +21,15 @@ type InFlightLister interface {
 	InFlight(ctx context.Context, after RecordKey, limit int) ([]KeyedRecord, error)
 }
 
+// KeyFinder is a store that finds the records of a key whatever their scope.
+// Operators often know only the idempotency key a client sent.
+type KeyFinder interface {
+	// FindKey returns up to limit records stored under key, live or
+	// expired, in any scope. They come ordered by scope (CompareKeys). A
+	// transactional claim not yet committed is not stored, so not found.
+	FindKey(ctx context.Context, key string, limit int) ([]KeyedRecord, error) // ordered by scope
+}
+
 // KeyedRecord is a record with the key it is stored for.
 type KeyedRecord struct {
 	Key    RecordKey

@@ -14,12 +14,57 @@ import (
 // request since corrected.
 type Releaser interface {
 	// Release deletes the record stored for key at now, if CheckRelease
-	// allows it. The check and the delete run in one transaction. It
-	// returns the record deleted. Otherwise it deletes nothing and returns
-	// CheckRelease's error. Once it returns, no process sharing the store
-	// answers from the released record any more. A store whose processes
-	// keep completed records in memory makes sure of it before returning.
-	Release(ctx context.Context, key RecordKey, now time.Time) (released *Record, err error)
+	// allows it, on behalf of the operator named by. The check and the
+	// delete run in one transaction. A store that is a ReleaseHistory
+	// writes the release's ReleaseEntry in it too. Release returns the
+	// record deleted. Otherwise it deletes nothing, records nothing, and
+	// returns CheckRelease's error. Once it returns, no process sharing
+	// the store answers from the released record any more. A store whose
+	// processes keep completed records in memory makes sure of it before
+	// returning.
+	Release(ctx context.Context, key RecordKey, now time.Time, by string) (released *Record, err error)
+}
+
+// A ReleaseEntry is one release of a key: what it held and who let it go.
+type ReleaseEntry struct {
+	Time    time.Time
+	By      string // the operator's name from --admin-keys, or the CLI's fixed name
+	Attempt uint64
+	Code    int32 // the released stored error's code
+	Message string
+	// Expiry is when the entry is swept (see ReleaseExpiry).
+	Expiry time.Time
+}
+
+// ReleaseHistory is a store that keeps its keys' releases.
+type ReleaseHistory interface {
+	// Releases returns the releases of key not yet swept, oldest first.
+	Releases(ctx context.Context, key RecordKey) ([]ReleaseEntry, error)
+}
+
+// ReleaseRetention is how long a release is kept at least. An operator
+// asking why a key ran twice finds it for that long.
+const ReleaseRetention = 7 * 24 * time.Hour
+
+// NewReleaseEntry is the entry of released, let go at now by by. It is
+// kept until ReleaseExpiry.
+func NewReleaseEntry(released *Record, now time.Time, by string) ReleaseEntry {
+	e := ReleaseEntry{Time: now, By: by, Attempt: released.Attempt, Expiry: ReleaseExpiry(released, now)}
+	if released.Result != nil && released.Result.Status != nil {
+		e.Code, e.Message = released.Result.Status.Code, released.Result.Status.Message
+	}
+	return e
+}
+
+// ReleaseExpiry is when the entry of released, let go at now, is swept.
+// That is ReleaseRetention after now, or the released record's own
+// expiry if later. So the entry outlives the record it explains. The
+// sweep that deletes expired records deletes expired entries too.
+func ReleaseExpiry(released *Record, now time.Time) time.Time {
+	if e := now.Add(ReleaseRetention); e.After(released.Expiry) {
+		return e
+	}
+	return released.Expiry
 }
 
 // The refusals of Release, each saying why the record stays.

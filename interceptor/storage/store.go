@@ -7,6 +7,9 @@
 //
 //   - Watcher, Upkeep, and Releaser (an operator's release of a key).
 //
+//   - For operators: InFlightLister, ReleaseHistory (who released a key,
+//     and when) and KeyFinder (a key's records in every scope).
+//
 //   - Record: what they keep.
 //
 //   - Decide, CheckClaim and CheckRelease: the rules every store runs
@@ -261,9 +264,10 @@ type Record struct {
 	Expiry time.Time
 	// Result is set once the record is completed.
 	Result *Result
-	// Durability is that of the claim this record completes. A store keeps
-	// it with the result. Release can then tell a Transactional error, which
-	// left nothing behind, from a Durable one.
+	// Durability is that of the claim, from the moment Decide makes it. A
+	// store keeps it with the result. Release can then tell a Transactional
+	// error, which left nothing behind, from a Durable one. A list of claims
+	// in flight shows it too.
 	Durability Durability
 }
 
@@ -291,17 +295,18 @@ type Claimant struct {
 	Exclusive bool
 }
 
-// Decide applies the claim rules for a claim by who. Here stored is the
-// live or expired record for req.Key, nil when there is none. If held
-// is true, stored is a claim whose Tx who still runs. Its worker is alive,
-// so it is in flight to its own request however late its lease or expiry.
-// Decide returns the outcome and the record as it stands afterwards. When
-// the outcome is Claimed, that is a new in-flight record, which the store
-// must write. Otherwise it is stored itself.
-func Decide(stored *Record, held bool, req ClaimRequest, who Claimant) (Outcome, *Record) {
+// Decide applies the claim rules for a claim by who, of durability d. Here
+// stored is the live or expired record for req.Key, nil when there is
+// none. If held is true, stored is a claim whose Tx who still runs. Its
+// worker is alive, so it is in flight to its own request however late its
+// lease or expiry. Decide returns the outcome and the record as it stands
+// afterwards. When the outcome is Claimed, that is a new in-flight record
+// of durability d, which the store must write. Otherwise it is stored
+// itself.
+func Decide(stored *Record, held bool, req ClaimRequest, d Durability, who Claimant) (Outcome, *Record) {
 	switch {
 	case stored == nil || !held && !req.Now.Before(stored.Expiry):
-		return OutcomeFresh, newClaim(req, who, 1, req.Now.Add(req.TTL))
+		return OutcomeFresh, newClaim(req, d, who, 1, req.Now.Add(req.TTL))
 	case stored.Fingerprint != req.Fingerprint || stored.Scheme != req.Scheme:
 		return OutcomeMismatch, stored
 	case stored.State == StateCompleted:
@@ -309,11 +314,13 @@ func Decide(stored *Record, held bool, req ClaimRequest, who Claimant) (Outcome,
 	case held || req.Now.Before(stored.LeaseExpiry) && !(who.Exclusive && stored.Owner != who.ID):
 		return OutcomeInFlight, stored
 	default:
-		return OutcomeTakeover, newClaim(req, who, stored.Attempt+1, stored.Expiry)
+		return OutcomeTakeover, newClaim(req, d, who, stored.Attempt+1, stored.Expiry)
 	}
 }
 
-func newClaim(req ClaimRequest, who Claimant, attempt uint64, expiry time.Time) *Record {
+// newClaim is a claim in flight. It knows its durability from the start,
+// so that a list of claims in flight tells a transactional one.
+func newClaim(req ClaimRequest, d Durability, who Claimant, attempt uint64, expiry time.Time) *Record {
 	r := &Record{
 		Fingerprint: req.Fingerprint,
 		Scheme:      req.Scheme,
@@ -323,6 +330,7 @@ func newClaim(req ClaimRequest, who Claimant, attempt uint64, expiry time.Time) 
 		LeaseExpiry: req.Now.Add(req.Lease),
 		ClaimTime:   req.Now,
 		Expiry:      expiry,
+		Durability:  d,
 	}
 	rand.Read(r.Token[:]) // never fails; see crypto/rand.Read
 	return r

@@ -7,7 +7,8 @@ import (
 
 // Sweeper deletes expired records. Every store in this module is one.
 type Sweeper interface {
-	// Sweep deletes the records expired at now and returns how many.
+	// Sweep deletes the records expired at now and returns how many. A
+	// ReleaseHistory deletes its entries expired at now too, uncounted.
 	Sweep(ctx context.Context, now time.Time) (int, error)
 }
 

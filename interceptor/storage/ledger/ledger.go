@@ -73,7 +73,7 @@ type renewal struct {
 // ok is false and the store must be read.
 func (l *Ledger) Answer(req storage.ClaimRequest) (outcome storage.Outcome, rec *storage.Record, ok bool) {
 	if rec := l.trusted(req.Key, req.Now); rec != nil {
-		if outcome, rec := storage.Decide(rec, false, req, l.who); !outcome.Claimed() {
+		if outcome, rec := storage.Decide(rec, false, req, storage.Durable, l.who); !outcome.Claimed() {
 			return outcome, rec, true
 		}
 	}
@@ -82,29 +82,30 @@ func (l *Ledger) Answer(req storage.ClaimRequest) (outcome storage.Outcome, rec 
 	if l.held[req.Key] == nil {
 		return 0, nil, false
 	}
-	outcome, rec = l.decideLocked(req, nil)
+	outcome, rec = l.decideLocked(req, storage.Durable, nil) // a held key is never claimed
 	return outcome, rec, true
 }
 
-// Decide decides req on stored, the record as the store read it, or on the
-// claim held here in its place. It holds nothing.
-func (l *Ledger) Decide(req storage.ClaimRequest, stored *storage.Record) (storage.Outcome, *storage.Record) {
+// Decide decides req, a claim of durability d, on stored, the record as
+// the store read it, or on the claim held here in its place. It holds
+// nothing.
+func (l *Ledger) Decide(req storage.ClaimRequest, d storage.Durability, stored *storage.Record) (storage.Outcome, *storage.Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.decideLocked(req, stored)
+	return l.decideLocked(req, d, stored)
 }
 
 // Claim is Decide, and holds the claim it makes until Release. The record
 // stored must have been read after Version(req.Key) returned version. A
 // claim of the key may have ended since. Then ok is false, nothing is
 // decided, and the store must read again.
-func (l *Ledger) Claim(req storage.ClaimRequest, stored *storage.Record, version uint64) (outcome storage.Outcome, rec *storage.Record, ok bool) {
+func (l *Ledger) Claim(req storage.ClaimRequest, d storage.Durability, stored *storage.Record, version uint64) (outcome storage.Outcome, rec *storage.Record, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.held[req.Key] == nil && l.released.of(req.Key) != version {
 		return 0, nil, false
 	}
-	outcome, rec = l.decideLocked(req, stored)
+	outcome, rec = l.decideLocked(req, d, stored)
 	if outcome.Claimed() {
 		l.held[req.Key] = rec
 		delete(l.renewed, req.Key)
@@ -112,12 +113,12 @@ func (l *Ledger) Claim(req storage.ClaimRequest, stored *storage.Record, version
 	return outcome, rec, true
 }
 
-// decideLocked is the ledger's one use of storage.Decide.
-func (l *Ledger) decideLocked(req storage.ClaimRequest, stored *storage.Record) (storage.Outcome, *storage.Record) {
+// decideLocked is the ledger's one use of storage.Decide for a claim.
+func (l *Ledger) decideLocked(req storage.ClaimRequest, d storage.Durability, stored *storage.Record) (storage.Outcome, *storage.Record) {
 	if held := l.held[req.Key]; held != nil {
-		return storage.Decide(held, true, req, l.who)
+		return storage.Decide(held, true, req, d, l.who)
 	}
-	return storage.Decide(l.renewedLocked(req.Key, stored), false, req, l.who)
+	return storage.Decide(l.renewedLocked(req.Key, stored), false, req, d, l.who)
 }
 
 // Version is to be taken before a record that Claim decides on is read. A

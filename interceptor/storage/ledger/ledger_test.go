@@ -22,7 +22,7 @@ func request(body byte, now time.Time) storage.ClaimRequest {
 // lease or expiry, a mismatch to another, and is never taken over.
 func TestHeldClaim_InFlightUntilReleased(t *testing.T) {
 	l := New(who, 0)
-	outcome, claim, ok := l.Claim(request(1, t0), nil, l.Version(key))
+	outcome, claim, ok := l.Claim(request(1, t0), storage.Durable, nil, l.Version(key))
 	if !ok || outcome != storage.OutcomeFresh {
 		t.Fatalf("claim: %v ok %t, want fresh", outcome, ok)
 	}
@@ -39,7 +39,7 @@ func TestHeldClaim_InFlightUntilReleased(t *testing.T) {
 		t.Fatal("answered after the claim was released")
 	}
 	// The stored claim now decides, by the lease rule alone.
-	if outcome, _ := l.Decide(request(1, t0.Add(time.Minute)), claim); outcome != storage.OutcomeTakeover {
+	if outcome, _ := l.Decide(request(1, t0.Add(time.Minute)), storage.Durable, claim); outcome != storage.OutcomeTakeover {
 		t.Errorf("stored claim, no longer held, lease gone: %v, want takeover", outcome)
 	}
 }
@@ -48,13 +48,13 @@ func TestHeldClaim_InFlightUntilReleased(t *testing.T) {
 // decide on the old read.
 func TestClaim_RefusesAReadOlderThanARelease(t *testing.T) {
 	l := New(who, 0)
-	_, claim, _ := l.Claim(request(1, t0), nil, l.Version(key))
+	_, claim, _ := l.Claim(request(1, t0), storage.Durable, nil, l.Version(key))
 	version := l.Version(key) // a read begins, and finds nothing stored
 	l.Release(key, claim)     // the claim commits, and its Tx ends
-	if _, _, ok := l.Claim(request(1, t0), nil, version); ok {
+	if _, _, ok := l.Claim(request(1, t0), storage.Durable, nil, version); ok {
 		t.Fatal("decided on a read made before a claim of the key ended")
 	}
-	if outcome, _, ok := l.Claim(request(1, t0), nil, l.Version(key)); !ok || !outcome.Claimed() {
+	if outcome, _, ok := l.Claim(request(1, t0), storage.Durable, nil, l.Version(key)); !ok || !outcome.Claimed() {
 		t.Fatalf("fresh read: %v ok %t, want claimed", outcome, ok)
 	}
 }
@@ -63,7 +63,7 @@ func TestClaim_RefusesAReadOlderThanARelease(t *testing.T) {
 // only for it.
 func TestRenewal_DecidesForTheStoredClaim(t *testing.T) {
 	l := New(storage.Claimant{ID: "me"}, 0)
-	_, claim, _ := l.Claim(request(1, t0), nil, l.Version(key))
+	_, claim, _ := l.Claim(request(1, t0), storage.Durable, nil, l.Version(key))
 	renewed := *claim
 	renewed.LeaseExpiry = t0.Add(time.Minute)
 	if !l.Renew(key, &renewed) {
@@ -71,14 +71,14 @@ func TestRenewal_DecidesForTheStoredClaim(t *testing.T) {
 	}
 	l.Release(key, claim) // its Tx ended without a result
 	late := request(1, t0.Add(30*time.Second))
-	if outcome, rec := l.Decide(late, claim); outcome != storage.OutcomeInFlight || !rec.LeaseExpiry.Equal(renewed.LeaseExpiry) {
+	if outcome, rec := l.Decide(late, storage.Durable, claim); outcome != storage.OutcomeInFlight || !rec.LeaseExpiry.Equal(renewed.LeaseExpiry) {
 		t.Errorf("stored claim with a lease renewed in memory: %v lease %v, want in flight until %v", outcome, rec.LeaseExpiry, renewed.LeaseExpiry)
 	}
 	if claim.LeaseExpiry.Equal(renewed.LeaseExpiry) {
 		t.Error("the stored record was changed, not a copy")
 	}
 	l.Settled(key)
-	if outcome, _ := l.Decide(late, claim); outcome != storage.OutcomeTakeover {
+	if outcome, _ := l.Decide(late, storage.Durable, claim); outcome != storage.OutcomeTakeover {
 		t.Errorf("after Settled: %v, want takeover by the stored lease", outcome)
 	}
 	other := *claim
@@ -171,7 +171,7 @@ func TestHeldAfter_InOrderFromAKey(t *testing.T) {
 	for _, k := range []string{"c", "a", "b"} {
 		req := request(1, t0)
 		req.Key = storage.RecordKey{Scope: "s", Key: k}
-		l.Claim(req, nil, l.Version(req.Key))
+		l.Claim(req, storage.Durable, nil, l.Version(req.Key))
 	}
 	got := ""
 	for _, c := range l.HeldAfter(storage.RecordKey{Scope: "s", Key: "a"}, 5, storage.CompareKeys) {

@@ -43,10 +43,10 @@ func testReleaseTxError(t *testing.T, open Opener) {
 
 	other := req.Key
 	other.Scope = "scope-b"
-	if _, err := r.Release(context.Background(), other, t0.Add(time.Minute)); !errors.Is(err, storage.ErrNoRecord) {
+	if _, err := r.Release(context.Background(), other, t0.Add(time.Minute), "oncall"); !errors.Is(err, storage.ErrNoRecord) {
 		t.Fatalf("Release of the key in another scope: %v, want ErrNoRecord", err)
 	}
-	got, err := r.Release(context.Background(), req.Key, t0.Add(time.Minute))
+	got, err := r.Release(context.Background(), req.Key, t0.Add(time.Minute), "oncall")
 	if err != nil {
 		t.Fatalf("Release of a transactional method's stored error: %v", err)
 	}
@@ -60,7 +60,7 @@ func testReleaseTxError(t *testing.T, open Opener) {
 	if rec := claim(t, s, request("k", "body", t0.Add(2*time.Minute)), storage.OutcomeFresh); rec.Attempt != 1 {
 		t.Errorf("claim after Release: attempt %d, want 1", rec.Attempt)
 	}
-	if _, err := r.Release(context.Background(), req.Key, t0.Add(2*time.Minute)); !errors.Is(err, storage.ErrReleaseInFlight) {
+	if _, err := r.Release(context.Background(), req.Key, t0.Add(2*time.Minute), "oncall"); !errors.Is(err, storage.ErrReleaseInFlight) {
 		t.Errorf("Release of the new claim in flight: %v, want ErrReleaseInFlight", err)
 	}
 	if n, err := s.Sweep(context.Background(), t0.Add(ttl+time.Hour)); err != nil || n != 1 {
@@ -88,7 +88,7 @@ func testReleaseRefused(t *testing.T, open Opener) {
 		{"in-flight", later, storage.ErrReleaseInFlight, storage.OutcomeInFlight},
 		{"expired", t0.Add(ttl), storage.ErrNoRecord, storage.OutcomeReplay},
 	} {
-		rec, err := r.Release(context.Background(), storage.RecordKey{Scope: "scope-a", Key: tc.key}, tc.at)
+		rec, err := r.Release(context.Background(), storage.RecordKey{Scope: "scope-a", Key: tc.key}, tc.at, "oncall")
 		if !errors.Is(err, tc.want) || rec != nil {
 			t.Errorf("Release(%s) = %+v, %v; want %v", tc.key, rec, err, tc.want)
 		}
@@ -107,7 +107,7 @@ func testReleasePendingTx(t *testing.T, s Store, r storage.Releaser) {
 	}
 	req := request("pending", "body", t0)
 	rec, tx := claimTx(t, ts, req, storage.Transactional, storage.OutcomeFresh)
-	_, err := r.Release(context.Background(), req.Key, t0)
+	_, err := r.Release(context.Background(), req.Key, t0, "oncall")
 	if !errors.Is(err, storage.ErrReleaseInFlight) && !errors.Is(err, storage.ErrNoRecord) {
 		t.Errorf("Release of a claim not yet committed: %v, want ErrReleaseInFlight or ErrNoRecord", err)
 	}

@@ -13,9 +13,10 @@
 //	}
 //
 // A store that is also a storage.TxStore is tested for atomic completion
-// too. A storage.Releaser is tested for releasing keys. A
-// storage.InFlightLister is tested for listing claims. For any other store
-// those tests are skipped.
+// too. A storage.Releaser is tested for releasing keys, and a
+// storage.ReleaseHistory for keeping them. A storage.InFlightLister is
+// tested for listing claims, and a storage.KeyFinder for finding a key in
+// every scope. For any other store those tests are skipped.
 package storagetest
 
 import (
@@ -119,6 +120,18 @@ func RunTests(t *testing.T, open Opener) {
 		{"InFlight_CompletedSweptLeave_TakenOverStays", testInFlightChanges},
 		{"InFlight_Reopen_KeepsDurableClaims", testInFlightReopen},
 		{"InFlight_TakenOverInTx_Leaves", testInFlightTakenOverInTx},
+		{"InFlight_ClaimSaysItsDurability", testInFlightDurability},
+
+		// A key's release history: run when the store is an
+		// storage.ReleaseHistory.
+		{"ReleaseHistory_Release_WritesOneEntryWithOperatorCodeMessageAttempt", testReleaseHistory},
+		{"ReleaseHistory_RefusedRelease_WritesNone", testReleaseHistoryRefused},
+		{"ReleaseHistory_EntryKeptPastTheRecordThenSwept", testReleaseHistorySwept},
+		{"ReleaseHistory_Reopen_KeepsEntries", testReleaseHistoryReopen},
+
+		// Finding a key in every scope: run when the store is an
+		// storage.KeyFinder.
+		{"FindKey_FindsTheKeyInEveryScopeOrderedByScope", testFindKey},
 		{"Once_Do_RunsOnceAndReplaysTheStoredResponse", testOnceReplays},
 		{"Once_Do_StoredErrorReplayed_OtherRequestRefused", testOnceErrorsAndMismatch},
 		{"Once_Do_WhileRunning_InFlightOrWaits", testOnceInFlight},
