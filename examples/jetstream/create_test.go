@@ -143,3 +143,17 @@ func TestCreate_StorageFailureIsRetried(t *testing.T) {
 		t.Errorf("closed store: %+v, want a retry", o)
 	}
 }
+
+// A create from a message keeps its key with the intent, as one over gRPC
+// does (once.KeyFrom): an operator finds it by the intent's id.
+func TestCreate_KeepsTheMessagesKeyWithTheIntent(t *testing.T) {
+	c, _, db := newCreator(t)
+	o := c.create(context.Background(), "alice", cmdOf(t, "msg-key-1", 5))
+	if o.resp == nil {
+		t.Fatalf("create: %+v", o)
+	}
+	found, err := db.Intents().(*boltintents.Store).FindIntent(context.Background(), o.resp.GetPaymentIntent().GetId())
+	if err != nil || found.Owner != "alice" || found.Key != "msg-key-1" {
+		t.Fatalf("FindIntent = owner %q key %q, %v; want alice, msg-key-1", found.Owner, found.Key, err)
+	}
+}
