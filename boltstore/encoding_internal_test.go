@@ -36,7 +36,7 @@ func encodingCases(t *testing.T) map[string]*storage.Record {
 		_, r := storage.Decide(nil, false, storage.ClaimRequest{
 			Key: storage.RecordKey{Scope: "s", Key: "k"}, Fingerprint: sha256.Sum256([]byte(scheme)),
 			Scheme: scheme, Now: now, Lease: time.Minute, TTL: 24 * time.Hour,
-		}, storage.Claimant{ID: "pid 1 0123456789abcdef"})
+		}, storage.Durable, storage.Claimant{ID: "pid 1 0123456789abcdef"})
 		r.ClaimTime = claimTime
 		return r
 	}
