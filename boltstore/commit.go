@@ -146,8 +146,11 @@ func (db *DB) commit(batch []*write) {
 		// Each write runs at most twice, however many of the batch fail.
 		// That holds if a write that succeeded succeeds again on the same
 		// data. (Update asks that it be safe to run again in any case.)
-		batch[failed].done <- err
+		// The failed write hears of it once those before it have committed.
+		// A write that lost to them, run again, then reads what they wrote,
+		// not the data it lost on.
 		db.commit(batch[:failed])
+		batch[failed].done <- err
 		batch = batch[failed+1:]
 	}
 }
