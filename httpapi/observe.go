@@ -1,15 +1,16 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
-	"github.com/felixge/httpsnoop"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -57,13 +58,34 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) instrument(next http.Handler) http.Handler {
+// observe counts a request answered with code after d.
+func (m *Metrics) observe(method, route string, code int, d time.Duration) {
 	if m == nil {
-		return next
+		return
 	}
-	route := promhttp.WithLabelFromCtx("route", func(ctx context.Context) string { return infoOf(ctx).route })
-	return promhttp.InstrumentHandlerCounter(m.requests,
-		promhttp.InstrumentHandlerDuration(m.duration, next, route), route)
+	l := []string{metricMethod(method), route, metricCode(code)}
+	m.requests.WithLabelValues(l...).Inc()
+	m.duration.WithLabelValues(l...).Observe(d.Seconds())
+}
+
+// metricMethod is a method as a label: lower case, and "unknown" for a
+// method outside RFC 9110's and PATCH, so that clients make no new series.
+// It is the value client_golang's promhttp gives.
+func metricMethod(m string) string {
+	switch m {
+	case "GET", "PUT", "HEAD", "POST", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH":
+		return strings.ToLower(m)
+	}
+	return "unknown"
+}
+
+// metricCode is a status as a label. A handler that never set one answered
+// 200, as net/http does.
+func metricCode(code int) string {
+	if code == 0 {
+		code = http.StatusOK
+	}
+	return strconv.Itoa(code)
 }
 
 // reqInfo is what a request's log line says beyond its status and time.
@@ -89,40 +111,80 @@ func infoOf(ctx context.Context) *reqInfo {
 // or a new one. The id is answered in X-Request-Id and passed to the gRPC
 // call.
 func Observed(h http.Handler, logger *slog.Logger, o Observe) http.Handler {
-	h = logged(o.Metrics.instrument(h), logger)
+	h = observed(h, logger, o.Metrics)
 	if o.Trace != nil {
 		h = o.Trace(h)
 	}
 	return h
 }
 
-// logged writes the request's log line once it is answered. It runs
-// inside the span, so that the line carries the span's ids.
-func logged(next http.Handler, logger *slog.Logger) http.Handler {
+// observed logs and counts each request once it is answered. It runs
+// inside the span, so that the line carries the span's ids. One wrapper of
+// the ResponseWriter serves the line and the metrics.
+func observed(next http.Handler, logger *slog.Logger, metrics *Metrics) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		i := &reqInfo{route: routes.of(r), requestID: requestid.Of(r.Header.Values(requestid.Header))}
+		start := time.Now()
+		i := &reqInfo{requestID: requestid.Of(r.Header.Values(requestid.Header))}
 		w.Header().Set(requestid.Header, i.requestID)
-		span := trace.SpanFromContext(r.Context())
-		if span.IsRecording() {
+		sw := &statusWriter{ResponseWriter: w}
+		ctx := context.WithValue(r.Context(), infoKey{}, i)
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		d := time.Since(start)
+		if i.route == "" { // the gateway did not route it: a refusal, or no route
+			i.route = routes.of(r)
+		}
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.SetName(strings.TrimSpace(r.Method + " " + i.route))
 			span.SetAttributes(semconv.HTTPRoute(i.route), requestIDAttr.String(i.requestID))
 		}
-		ctx := context.WithValue(r.Context(), infoKey{}, i)
-		m := httpsnoop.CaptureMetrics(next, w, r.WithContext(ctx))
-		attrs := []slog.Attr{
-			slog.String("method", r.Method),
-			slog.String("route", i.route),
-			slog.Int("status", m.Code),
-			slog.Float64("duration_ms", float64(m.Duration.Microseconds())/1000),
-			slog.String("request_id", i.requestID),
-		}
-		if i.principal != "" {
-			attrs = append(attrs, slog.String("principal_hash", i.principal))
-		}
-		attrs = append(attrs, TraceAttrs(ctx)...)
-		logger.LogAttrs(ctx, slog.LevelInfo, "http", attrs...)
+		metrics.observe(r.Method, i.route, sw.code, d)
+		logRequest(ctx, logger, r.Method, i, sw.code, d)
 	})
 }
+
+// logRequest writes a request's line. It passes no caller's pc to the
+// handler, which does not print one: runtime.Callers is a cost per line.
+func logRequest(ctx context.Context, logger *slog.Logger, method string, i *reqInfo, code int, d time.Duration) {
+	if !logger.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	rec := slog.NewRecord(time.Now(), slog.LevelInfo, "http", 0)
+	rec.AddAttrs(
+		slog.String("method", method),
+		slog.String("route", i.route),
+		slog.Int("status", cmp.Or(code, http.StatusOK)),
+		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+		slog.String("request_id", i.requestID),
+	)
+	if i.principal != "" {
+		rec.AddAttrs(slog.String("principal_hash", i.principal))
+	}
+	rec.AddAttrs(TraceAttrs(ctx)...)
+	logger.Handler().Handle(ctx, rec)
+}
+
+// statusWriter keeps the status a handler answers with.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // requestIDAttr is the span attribute of the request id. It lets a trace
 // be found from a log line or a client's report.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/internal/requestid"
 )
@@ -18,7 +19,7 @@ import (
 // It passes the HTTP span as the parent of the server's span. That
 // replaces the traceparent header the gateway forwards, which is the HTTP
 // span's own parent. It takes back the principal's hash for the HTTP log
-// line.
+// line, and the route template the gateway matched.
 func outgoing(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
@@ -33,6 +34,9 @@ func outgoing(ctx context.Context, method string, req, reply any, cc *grpc.Clien
 	}
 	if p := md.Get(auth.ForwardedPrincipalHeader); len(p) == 1 {
 		i.principal = auth.PrincipalHash(p[0])
+	}
+	if route, ok := runtime.HTTPPathPattern(ctx); ok {
+		i.route = route // the template the gateway routed by: no lookup needed
 	}
 	return invoker(metadata.NewOutgoingContext(ctx, md), method, req, reply, cc, opts...)
 }

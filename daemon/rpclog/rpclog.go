@@ -64,31 +64,37 @@ func Interceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 // of its own so that its attributes take no room on the stack while the
 // handler runs: a deeper stack is copied to a larger one, at a cost.
 func logCall(ctx context.Context, logger *slog.Logger, method string, start time.Time, slot *interceptor.Observation, err error) {
-	attrs := []slog.Attr{
+	if !logger.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	// No caller's pc: the handler prints none, and runtime.Callers is a
+	// cost per line.
+	rec := slog.NewRecord(time.Now(), slog.LevelInfo, "rpc", 0)
+	rec.AddAttrs(
 		slog.String("method", method),
 		slog.String("code", status.Code(err).String()),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-	}
+	)
 	if slot.Outcome != 0 {
-		attrs = append(attrs, slog.String("idempotency", slot.Outcome.String()), slog.Uint64("attempt", slot.Attempt))
+		rec.AddAttrs(slog.String("idempotency", slot.Outcome.String()), slog.Uint64("attempt", slot.Attempt))
 		if slot.Runs > 1 {
-			attrs = append(attrs, slog.Int("runs", slot.Runs))
+			rec.AddAttrs(slog.Int("runs", slot.Runs))
 		}
 	}
 	// The cause of a failure the caller was told of only by its code.
 	var wrapped interface{ Unwrap() error }
 	switch {
 	case slot.Err != nil:
-		attrs = append(attrs, slog.String("err", slot.Err.Error()))
+		rec.AddAttrs(slog.String("err", slot.Err.Error()))
 	case errors.As(err, &wrapped):
-		attrs = append(attrs, slog.String("err", err.Error()))
+		rec.AddAttrs(slog.String("err", err.Error()))
 	}
 	if id := requestid.FromIncoming(ctx); id != "" {
-		attrs = append(attrs, slog.String("request_id", id))
+		rec.AddAttrs(slog.String("request_id", id))
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		sc := span.SpanContext()
-		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+		rec.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
-	logger.LogAttrs(ctx, slog.LevelInfo, "rpc", attrs...)
+	logger.Handler().Handle(ctx, rec)
 }
