@@ -67,15 +67,19 @@ robustness:
 	PAYMENTSD_ROBUSTNESS_RUNS=$${PAYMENTSD_ROBUSTNESS_RUNS:-20} PAYMENTSD_ROBUSTNESS_DURATION=$${PAYMENTSD_ROBUSTNESS_DURATION:-10s} \
 		go test -count=1 -timeout 40m -v -run '^TestRobustness' ./robustness
 
-## bench: Go benchmarks of the store and interceptor, then ghz against the
-## real binary with and without the interceptor, and PostgreSQL's instructions
-## per create counted by valgrind (see BENCHMARKS.md)
+## bench: Go benchmarks of the store, the interceptor and the HTTP face's
+## observation, then ghz against the real binary with and without the
+## interceptor (and without the limits), the data file's bytes per create,
+## and PostgreSQL's instructions per create counted by valgrind (see
+## BENCHMARKS.md)
 bench: bin/ghz
 	go build -o bin/paymentsd ./cmd/paymentsd
 	go build -tags benchbaseline -o bin/paymentsd-baseline ./cmd/paymentsd
-	go test -run '^$$' -bench . -benchmem -count 3 ./boltstore ./interceptor
+	go build -tags benchnolimits -o bin/paymentsd-nolimits ./cmd/paymentsd
+	go test -run '^$$' -bench . -benchmem -count 3 ./boltstore ./interceptor ./httpapi
 	PAYMENTSD_SCALE_RECORDS=1000000 go test -count=1 -run '^TestScale$$' -v -timeout 20m ./boltstore
 	go run ./bench
+	go run ./bench -disk 6000,100000
 	bench/pg-instructions.sh
 
 bin/ghz:

@@ -81,23 +81,27 @@ func asEarlierBuild(t testing.TB, path string, change func(*bolt.Tx) error) {
 func fillRecords(b testing.TB, db *DB, n, completed int) {
 	b.Helper()
 	now := time.Now()
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
-		for i := range n {
-			rk := storage.RecordKey{Scope: fmt.Sprintf("dev:%d", i%100), Key: fmt.Sprintf("key-%d", i)}
-			_, rec := storage.Decide(nil, false, storage.ClaimRequest{Key: rk, Now: now, Lease: time.Minute, TTL: time.Hour}, storage.Durable, db.Claimant())
-			if err := putClaim(tx, recordKey(rk), nil, rec); err != nil {
-				return err
-			}
-			if i < completed {
-				if err := replaceClaim(tx, recordKey(rk), rec.Completed(&storage.Result{})); err != nil {
+	// A thousand a transaction: bbolt splits its nodes only at commit, so
+	// one transaction of them all inserts into ever larger nodes.
+	for first := 0; first < n; first += 1000 {
+		err := db.bolt.Update(func(tx *bolt.Tx) error {
+			for i := first; i < min(first+1000, n); i++ {
+				rk := storage.RecordKey{Scope: fmt.Sprintf("dev:%d", i%100), Key: fmt.Sprintf("key-%d", i)}
+				_, rec := storage.Decide(nil, false, storage.ClaimRequest{Key: rk, Now: now, Lease: time.Minute, TTL: time.Hour}, storage.Durable, db.Claimant())
+				if err := putClaim(tx, recordKey(rk), nil, rec); err != nil {
 					return err
 				}
+				if i < completed {
+					if err := replaceClaim(tx, recordKey(rk), rec.Completed(&storage.Result{})); err != nil {
+						return err
+					}
+				}
 			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
 		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
 	}
 }
 
