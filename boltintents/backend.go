@@ -56,6 +56,12 @@ func (b *Backend) CountRecords() (float64, error) {
 	return float64(n), err
 }
 
+// CommitCounts are the group commit's commits, and the writes they
+// carried, for the metrics.
+func (b *Backend) CommitCounts() (commits, writes uint64) {
+	return b.db.Commits(), b.db.CommittedWrites()
+}
+
 // ClosedAttrs are the commits made, for the log.
 func (b *Backend) ClosedAttrs() []slog.Attr {
 	return []slog.Attr{slog.Uint64("commits", b.db.Commits())}

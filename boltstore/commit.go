@@ -140,7 +140,10 @@ func (db *DB) commit(batch []*write) {
 		}
 		if failed < 0 {
 			db.health.committed(err) // the commit's own outcome: the disk's health
-			answer(batch, err)       // nil, or the commit's own failure for everyone
+			if err == nil {
+				db.committedWrites.Add(uint64(len(batch)))
+			}
+			answer(batch, err) // nil, or the commit's own failure for everyone
 			return
 		}
 		// Each write runs at most twice, however many of the batch fail.
@@ -221,3 +224,7 @@ func (db *DB) updateBolt(fn func(*bolt.Tx) error) (err error) {
 // Commits is how many write transactions the DB has committed or tried.
 // With group commit, they are fewer than the writes it was asked for.
 func (db *DB) Commits() uint64 { return db.commits.Load() }
+
+// CommittedWrites is how many writes commits have carried. Divided by
+// Commits, it is the group commit's batch: what one fsync serves.
+func (db *DB) CommittedWrites() uint64 { return db.committedWrites.Load() }

@@ -61,7 +61,7 @@ func TestCommit_FailedWriteRollsBackAloneAndTheRestCommit(t *testing.T) {
 		{fn: put("c"), done: make(chan error, 1)},
 	}
 	writes := slices.Clone(batch) // commit reuses batch's array
-	before := db.Commits()
+	before, beforeWrites := db.Commits(), db.CommittedWrites()
 	db.commit(batch)
 	for i, want := range []error{nil, boom, nil} {
 		if err := <-writes[i].done; !errors.Is(err, want) {
@@ -74,6 +74,11 @@ func TestCommit_FailedWriteRollsBackAloneAndTheRestCommit(t *testing.T) {
 	// The batch, then the writes before the failed one, then those after it.
 	if got := db.Commits() - before; got != 3 || runs != 1 {
 		t.Errorf("%d commits, failing write ran %d times; want 3 and 1", got, runs)
+	}
+	// Two writes committed, one each: the failed one and the rolled-back
+	// batch carried none.
+	if got := db.CommittedWrites() - beforeWrites; got != 2 {
+		t.Errorf("%d committed writes, want 2", got)
 	}
 }
 
@@ -92,6 +97,9 @@ func TestUpdate_ConcurrentWritesAllDurable(t *testing.T) {
 		if !has(t, db, fmt.Sprint(i)) {
 			t.Fatalf("write %d is missing", i)
 		}
+	}
+	if got := db.CommittedWrites(); got != 201 { // the 200 and openTest's bucket
+		t.Errorf("%d committed writes, want 201", got)
 	}
 	t.Logf("200 concurrent writes in %d commits", db.Commits())
 }

@@ -70,12 +70,13 @@ type DB struct {
 	// Claims are decided on it.
 	ledger *ledger.Ledger
 
-	queue         chan *write // unbuffered; see update
-	quit          chan struct{}
-	committerDone chan struct{}
-	closeOnce     sync.Once
-	commits       atomic.Uint64
-	health        health
+	queue           chan *write // unbuffered; see update
+	quit            chan struct{}
+	committerDone   chan struct{}
+	closeOnce       sync.Once
+	commits         atomic.Uint64
+	committedWrites atomic.Uint64
+	health          health
 }
 
 // Open opens or creates the data file at path, with mode 0600. It creates

@@ -199,6 +199,9 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		if m.creds.TLS != nil {
 			m.prom.WatchCertificate(m.creds.TLS)
 		}
+		if c, ok := m.db.(interface{ CommitCounts() (uint64, uint64) }); ok { // bbolt's group commit
+			m.prom.WatchCommits(c.CommitCounts)
+		}
 		if calls != nil {
 			m.prom.WatchLimits(m.lis.Limits.Listeners, slices.Collect(maps.Values(m.lis.Limits.Refusals)), calls)
 		}

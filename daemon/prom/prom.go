@@ -96,5 +96,20 @@ func (p *Prom) WatchCertificate(s *tlsreload.Server) {
 	}, func() float64 { return float64(s.Leaf().NotAfter.Unix()) }))
 }
 
+// WatchCommits exports a group commit's counts: its commits, and the
+// writes they carried. Their rates' ratio is the batch, the writes that
+// share one fsync. counts is called at each scrape.
+func (p *Prom) WatchCommits(counts func() (commits, writes uint64)) {
+	p.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "paymentsd_store_commits_total",
+			Help: "Write transactions of the bbolt group commit, committed or tried: each is two fsyncs.",
+		}, func() float64 { c, _ := counts(); return float64(c) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "paymentsd_store_committed_writes_total",
+			Help: "Writes the bbolt group commit's commits carried: claims, completions and their units of work.",
+		}, func() float64 { _, w := counts(); return float64(w) }))
+}
+
 // Handler serves the registry in the Prometheus text format.
 func (p *Prom) Handler() http.Handler { return promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{}) }
