@@ -1,26 +1,16 @@
 package deploy
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 )
 
@@ -207,19 +197,57 @@ func TestRules_MetricSelectorsReadsPromQL(t *testing.T) {
 	}
 }
 
-// TestRules_UseOnlyWhatTheBinaryExports scrapes the real binary and wants
-// every metric the rules and the Grafana dashboard's queries select to be a
-// family it exports, with the labels they match on. The binary serves TLS,
-// so that the certificate's gauge is there. It makes creates until the
-// store fails, under a file size limit, so that the store's error counter
-// is there too. A name with a colon must be a recording rule of the file;
-// up is Prometheus's own. The dashboard's queries also group and name
-// their legends only by labels of the families they select.
+// onlyOn names the families that one backend exports and the other
+// cannot, with that backend. A rule or panel may select such a family; on
+// the other backend its query is then empty. Each backend's scrape must
+// have its own and lack the other's, so the list stays true. Today both
+// export the same families: bbolt's file and PostgreSQL's pool have no
+// metrics of their own.
+var onlyOn = map[string]string{}
+
+// backends are the stores paymentsd runs on, each with how to scrape it.
+var backends = map[string]func(t *testing.T, bin string) families{
+	"bbolt":    scrapeBolt,
+	"postgres": scrapePostgres,
+}
+
+// TestRules_UseOnlyWhatTheBinaryExports scrapes the real binary on each
+// backend. It wants every metric the rules and the Grafana dashboard's
+// queries select to be a family that backend exports, with the labels
+// they match on, unless onlyOn gives the family to the other backend.
+// Each backend's scrape follows a store failure, over TLS, so that the
+// store's error counter and the certificate's gauge are there. A name with
+// a colon must be a recording rule of the file; up is Prometheus's own.
+// The dashboard's queries also group and name their legends only by
+// labels of the families they select.
 func TestRules_UseOnlyWhatTheBinaryExports(t *testing.T) {
 	rules := promRules(t)
 	queries := dashboardQueries(t)
-	families := scrapeFamilies(t)
+	for f, b := range onlyOn {
+		if backends[b] == nil {
+			t.Errorf("onlyOn gives %s to %q, which is no backend", f, b)
+		}
+	}
+	bin := buildPaymentsd(t)
+	for _, name := range slices.Sorted(maps.Keys(backends)) {
+		t.Run(name, func(t *testing.T) {
+			checkExports(t, name, backends[name](t, bin), rules, queries)
+		})
+	}
+}
 
+// checkExports checks that what rules and queries select is in fams, the
+// families of backend's scrape, as TestRules_UseOnlyWhatTheBinaryExports
+// says.
+func checkExports(t *testing.T, backend string, fams families, rules []promRule, queries []dashboardQuery) {
+	for f, b := range onlyOn {
+		if b == backend && fams[f] == nil {
+			t.Errorf("onlyOn gives %s to %s, whose scrape lacks it", f, b)
+		}
+		if b != backend && fams[f] != nil {
+			t.Errorf("onlyOn gives %s to %s, but %s exports it too", f, b, backend)
+		}
+	}
 	recorded := map[string]bool{}
 	for _, r := range rules {
 		if r.Record != "" {
@@ -227,9 +255,11 @@ func TestRules_UseOnlyWhatTheBinaryExports(t *testing.T) {
 		}
 	}
 	// selected checks what expr selects, and returns the labels its
-	// families carry, job and instance among them.
-	selected := func(name, expr string) map[string]bool {
-		labels := map[string]bool{"job": true, "instance": true}
+	// families carry, job and instance among them. They are all there
+	// unless it selects a family of the other backend, which that
+	// backend's check covers.
+	selected := func(name, expr string) (labels map[string]bool, all bool) {
+		labels, all = map[string]bool{"job": true, "instance": true}, true
 		for metric, matched := range metricSelectors(expr) {
 			switch {
 			case metric == "up":
@@ -237,29 +267,35 @@ func TestRules_UseOnlyWhatTheBinaryExports(t *testing.T) {
 				if !recorded[metric] {
 					t.Errorf("%s: %s is no recording rule of %s", name, metric, rulesFile)
 				}
-			case families[metric] == nil:
-				t.Errorf("%s: the binary exports no %s", name, metric)
+			case fams[metric] == nil:
+				if b := onlyOn[metric]; b == "" || b == backend {
+					t.Errorf("%s: the binary on %s exports no %s", name, backend, metric)
+				}
+				all = false
 			default:
 				for _, l := range matched {
-					if !labels[l] && !families[metric][l] {
-						t.Errorf("%s: %s has no label %s in the binary's /metrics", name, metric, l)
+					if !labels[l] && !fams[metric][l] {
+						t.Errorf("%s: %s has no label %s in the binary's /metrics on %s", name, metric, l, backend)
 					}
 				}
-				for l := range families[metric] {
+				for l := range fams[metric] {
 					labels[l] = true
 				}
 			}
 		}
-		return labels
+		return labels, all
 	}
 	for _, r := range rules {
 		selected(r.Alert+r.Record, r.Expr)
 	}
 	for _, q := range queries {
-		labels := selected(q.where, q.Expr)
+		labels, all := selected(q.where, q.Expr)
+		if !all {
+			continue
+		}
 		for _, l := range groupingLabels(q.Expr) {
 			if !labels[l] {
-				t.Errorf("%s: groups by %s, which no family it selects has", q.where, l)
+				t.Errorf("%s: groups by %s, which no family it selects has on %s", q.where, l, backend)
 			}
 		}
 		// A legend names labels the query keeps: those it groups by,
@@ -273,164 +309,8 @@ func TestRules_UseOnlyWhatTheBinaryExports(t *testing.T) {
 		}
 		for _, m := range regexp.MustCompile(`\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`).FindAllStringSubmatch(q.LegendFormat, -1) {
 			if !kept[m[1]] {
-				t.Errorf("%s: its legend names %s, which the query does not keep", q.where, m[1])
+				t.Errorf("%s: its legend names %s, which the query does not keep on %s", q.where, m[1], backend)
 			}
 		}
 	}
-}
-
-// scrapeFamilies starts the real binary on bbolt with TLS, makes creates
-// over HTTP until the store fails, and returns the families of its
-// /metrics, each with the label names of its series.
-func scrapeFamilies(t *testing.T) map[string]map[string]bool {
-	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "paymentsd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/paymentsd").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	certs := filepath.Join(dir, "certs")
-	if out, err := exec.Command(bin, "dev-certs", certs).CombinedOutput(); err != nil {
-		t.Fatalf("paymentsd dev-certs: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--db", filepath.Join(dir, "paymentsd.db"),
-		"--tls-cert", filepath.Join(certs, "server.pem"), "--tls-key", filepath.Join(certs, "server-key.pem"))
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYMENTSD_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu  sync.Mutex
-		log bytes.Buffer
-	)
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			mu.Lock()
-			t.Logf("paymentsd's log:\n%s", log.String())
-			mu.Unlock()
-		}
-	})
-	addrs := map[string]string{}
-	sc := bufio.NewScanner(stderr)
-	for len(addrs) < 2 && sc.Scan() {
-		log.WriteString(sc.Text() + "\n")
-		var line struct{ Msg, Addr string }
-		if json.Unmarshal(sc.Bytes(), &line) == nil && (line.Msg == "http listening" || line.Msg == "metrics listening") {
-			addrs[line.Msg] = line.Addr
-		}
-	}
-	if len(addrs) < 2 {
-		t.Fatalf("paymentsd did not say where it listens:\n%s", log.String())
-	}
-	go func() {
-		for sc.Scan() {
-			mu.Lock()
-			log.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-		}
-	}()
-
-	ca, err := os.ReadFile(filepath.Join(certs, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-
-	// Files may grow to 64 KiB from now on: the data file, 32 KiB when
-	// new, fills with a few creates, and its next growth fails. The store
-	// then answers 503 and counts the error. Its health probe writes
-	// 64 KiB, which still fits.
-	limit := unix.Rlimit{Cur: 64 << 10, Max: 64 << 10}
-	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_FSIZE, &limit, nil); err != nil {
-		t.Fatal(err)
-	}
-	const body = `{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3",
-		"payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
-		"merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"100000000","expires_in_seconds":900}`
-	codes := map[int]int{}
-	for i := 0; i < 200 && codes[http.StatusServiceUnavailable] == 0; i++ {
-		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "https://"+addrs["http listening"]+"/v1/payment_intents", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer rules-test")
-		req.Header.Set("Idempotency-Key", fmt.Sprintf("rules-%d", i))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		codes[resp.StatusCode]++
-	}
-	if codes[http.StatusCreated] == 0 || codes[http.StatusServiceUnavailable] == 0 {
-		t.Fatalf("creates answered %v, want some 201 and then a 503 once the file could not grow", codes)
-	}
-
-	resp, err := client.Get("https://" + addrs["metrics listening"] + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	// "# TYPE name kind" names each family; a histogram's series carry
-	// _bucket, _sum and _count, which rules may select too.
-	families := map[string]map[string]bool{}
-	kinds := map[string]string{}
-	series := regexp.MustCompile(`^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})? `)
-	label := regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)="(?:[^"\\]|\\.)*"`)
-	msc := bufio.NewScanner(resp.Body)
-	msc.Buffer(nil, 1<<20)
-	for msc.Scan() {
-		line := msc.Text()
-		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
-			kinds[f[2]] = f[3]
-			families[f[2]] = map[string]bool{}
-			if f[3] == "histogram" || f[3] == "summary" {
-				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-					families[f[2]+suffix] = map[string]bool{}
-				}
-			}
-			continue
-		}
-		m := series.FindStringSubmatch(line)
-		if m == nil || families[m[1]] == nil {
-			continue
-		}
-		for _, l := range label.FindAllStringSubmatch(m[2], -1) {
-			families[m[1]][l[1]] = true
-		}
-	}
-	if err := msc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	for name, ls := range families {
-		if base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count"); base != name && kinds[base] != "" {
-			for l := range ls {
-				families[base][l] = true
-			}
-		}
-	}
-	for _, name := range []string{"idempotency_store_errors_total", "paymentsd_tls_certificate_not_after_seconds"} {
-		if families[name] == nil {
-			t.Errorf("the scrape lacks %s, which this test provokes", name)
-		}
-	}
-	return families
 }
