@@ -268,6 +268,12 @@ func decodeValue(tx *bolt.Tx, id string) (*value, error) {
 	if err != nil {
 		return nil, boltstore.DamagedValue(fmt.Errorf("intent %s: %w", id, err))
 	}
+	return parseValue(id, b)
+}
+
+// parseValue reads intent id's payload, as encodeIntent wrote it or, with
+// no key, an earlier build.
+func parseValue(id string, b []byte) (*value, error) {
 	keyed := len(b) > 0 && b[0] == keyedMark
 	if keyed {
 		b = b[1:]
