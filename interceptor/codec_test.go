@@ -2,14 +2,12 @@ package interceptor_test
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/mem"
@@ -62,21 +60,7 @@ func storedBytesServer(t *testing.T, outer grpc.UnaryServerInterceptor, wire *wi
 		interceptor.WithScope(func(context.Context) (string, error) { return "tenant", nil }))
 	srv := grpc.NewServer(append(serverOpts, grpc.ChainUnaryInterceptor(outer, idem))...)
 	testgrpc.RegisterTestServiceServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(wire)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Stop()
-		db.Close()
-	})
+	_, conn := serveAndDial(t, srv, db, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(wire)))
 	return testgrpc.NewTestServiceClient(conn), db, svc
 }
 

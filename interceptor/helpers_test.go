@@ -84,13 +84,23 @@ func startWith(t *testing.T, wrap func(*boltstore.DB) storage.Store, opts ...int
 	}, opts...)
 	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor.MustUnaryServerInterceptor(wrap(db), opts...)))
 	testgrpc.RegisterTestServiceServer(srv, h.service)
+	var conn *grpc.ClientConn
+	h.addr, conn = serveAndDial(t, srv, db)
+	h.client = testgrpc.NewTestServiceClient(conn)
+	return h
+}
+
+// serveAndDial serves srv on a loopback port and dials it with dialOpts.
+// The connection, the server and then db are closed when t ends.
+func serveAndDial(t *testing.T, srv *grpc.Server, db *boltstore.DB, dialOpts ...grpc.DialOption) (string, *grpc.ClientConn) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go srv.Serve(lis)
-	h.addr = lis.Addr().String()
-	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(lis.Addr().String(),
+		append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +109,7 @@ func startWith(t *testing.T, wrap func(*boltstore.DB) storage.Store, opts ...int
 		srv.Stop()
 		db.Close()
 	})
-	h.client = testgrpc.NewTestServiceClient(conn)
-	return h
+	return lis.Addr().String(), conn
 }
 
 // call is one answer, with its metadata.
