@@ -30,6 +30,19 @@ func Compact(path string, lockTimeout time.Duration) (before, after int64, err e
 	if resolved, err := filepath.EvalSymlinks(path); err == nil {
 		path = resolved // the file is replaced, not a link to it
 	}
+	// Two compactions of one file would each rename their copy over it,
+	// the second maybe after a server opened the first's: that server
+	// would then write to a file with no name. So compactions of a
+	// directory are kept apart, and each checks, before its rename, that
+	// the path still names the file it copied.
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer dir.Close()
+	if !lockExclusive(dir) {
+		return 0, 0, ErrCompacting
+	}
 	src, err := OpenReadOnly(path, lockTimeout)
 	if err != nil {
 		return 0, 0, err
@@ -54,6 +67,9 @@ func Compact(path string, lockTimeout time.Duration) (before, after int64, err e
 	copied, err := os.Stat(tmp.Name())
 	if err != nil {
 		return 0, 0, err
+	}
+	if now, err := os.Stat(path); err != nil || !os.SameFile(info, now) {
+		return 0, 0, fmt.Errorf("compact %s: the file was replaced while it was copied; nothing was renamed over it", path)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return 0, 0, err
@@ -98,6 +114,9 @@ func checkCompacted(path string) error {
 	defer ro.Close()
 	return ro.Check()
 }
+
+// ErrCompacting: another Compact runs in the file's directory.
+var ErrCompacting = errors.New("another paymentsd compact runs in this directory; wait for it")
 
 // errReplaced: the file at the path Open opened was replaced each time it
 // took the lock. See openLatest.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -54,6 +55,14 @@ func marshalRecord(r *storage.Record) ([]byte, error) {
 	}
 	if (r.State == storage.StateCompleted) != (r.Result != nil) {
 		return nil, fmt.Errorf("encode idempotency record: state %d with result %t", r.State, r.Result != nil)
+	}
+	for _, t := range []time.Time{r.ClaimTime, r.LeaseExpiry} {
+		if !t.IsZero() && !inNanos(t) {
+			return nil, fmt.Errorf("encode idempotency record: time %v is out of the encoding's range", t)
+		}
+	}
+	if !inNanos(r.Expiry) {
+		return nil, fmt.Errorf("encode idempotency record: expiry %v is out of the encoding's range", r.Expiry)
 	}
 	var flags byte
 	if r.State == storage.StateCompleted {
@@ -107,6 +116,12 @@ func marshalRecord(r *storage.Record) ([]byte, error) {
 	return append(b, res...), nil
 }
 
+// inNanos reports whether t is nanoseconds since 1970 in an int64, as the
+// encoding keeps it: from 1678 to 2262. Time.UnixNano is undefined beyond.
+func inNanos(t time.Time) bool {
+	return !t.Before(time.Unix(0, math.MinInt64)) && !t.After(time.Unix(0, math.MaxInt64))
+}
+
 // errCompact is a compact record cut short or otherwise malformed.
 var errCompact = errors.New("decode idempotency record: malformed compact record")
 
@@ -116,6 +131,9 @@ func unmarshalCompact(b []byte) (*storage.Record, error) {
 		return nil, errCompact
 	}
 	flags := b[1]
+	if flags&^(flagShortType<<1-1) != 0 {
+		return nil, errCompact // a flag of a later format: refused, not misread
+	}
 	d := decoder{b: b[2:]}
 	r := &storage.Record{State: storage.StateInFlight, Durability: storage.Durable, Scheme: once.FingerprintScheme}
 	if flags&flagCompleted != 0 {

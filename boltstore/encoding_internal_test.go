@@ -248,3 +248,19 @@ func TestCompactEncoding_SavesOnATypicalRecord(t *testing.T) {
 		t.Fatalf("compact %d bytes, protobuf %d: saves %d, want at least 60", len(b), len(pb), saved)
 	}
 }
+
+// A time the encoding cannot hold, nanoseconds since 1970 beyond 2262, is
+// refused, never written as another time: an expiry read back early would
+// let a retry run the request again.
+func TestCompactEncoding_TimeOutOfRange_Refused(t *testing.T) {
+	far := time.Date(2276, 1, 1, 0, 0, 0, 0, time.UTC)
+	for name, r := range map[string]*storage.Record{
+		"expiry":     {State: storage.StateInFlight, Attempt: 1, Expiry: far},
+		"claim time": {State: storage.StateInFlight, Attempt: 1, ClaimTime: far, Expiry: time.Unix(1e9, 0)},
+		"lease":      {State: storage.StateInFlight, Attempt: 1, LeaseExpiry: far, Expiry: time.Unix(1e9, 0)},
+	} {
+		if b, err := marshalRecord(r); err == nil {
+			t.Errorf("%s in %v: encoded as %x, want refused", name, far.Year(), b)
+		}
+	}
+}

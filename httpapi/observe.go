@@ -68,13 +68,16 @@ func (m *Metrics) observe(method, route string, code int, d time.Duration) {
 	m.duration.WithLabelValues(l...).Observe(d.Seconds())
 }
 
-// metricMethod is a method as a label: lower case, and "unknown" for a
-// method outside RFC 9110's and PATCH, so that clients make no new series.
-// It is the value client_golang's promhttp gives.
+// metricMethod is a method as a label: lower case, and "unknown" for any
+// other than RFC 9110's, NOTIFY and PATCH, so that clients make no new
+// series. It is the value client_golang's promhttp gives, which takes
+// each name in upper or lower case.
 func metricMethod(m string) string {
 	switch m {
-	case "GET", "PUT", "HEAD", "POST", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH":
+	case "GET", "PUT", "HEAD", "POST", "DELETE", "CONNECT", "OPTIONS", "NOTIFY", "TRACE", "PATCH":
 		return strings.ToLower(m)
+	case "get", "put", "head", "post", "delete", "connect", "options", "notify", "trace", "patch":
+		return m
 	}
 	return "unknown"
 }

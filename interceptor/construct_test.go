@@ -29,6 +29,7 @@ func TestUnaryServerInterceptor_BadOptions_AreErrors(t *testing.T) {
 		{"policy without method", interceptor.WithKeyPolicy("/shop.v1.Orders/", interceptor.KeyRequired), "/shop.v1.Orders/"},
 		{"transactional method with a space", interceptor.WithTransactional("/shop.v1.Orders/Place Order"), "Place Order"},
 		{"lease not under ttl", interceptor.WithLease(48 * time.Hour), "lease"},
+		{"ttl past the stores' times", interceptor.WithTTL(250 * 365 * 24 * time.Hour), "ttl <="},
 		{"no handler limit", interceptor.WithHandlerTimeout(0), "WithHandlerTimeout"},
 		{"no result size", interceptor.WithMaxResultSize(0), "WithMaxResultSize"},
 	} {

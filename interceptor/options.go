@@ -265,8 +265,8 @@ func WithObserver(o Observer) Option {
 // would silently leave the method without its policy. WithoutStoring(OK)
 // is refused.
 func (o *options) check() error {
-	if o.lease <= 0 || o.ttl <= o.lease {
-		return fmt.Errorf("interceptor: need 0 < lease < ttl, got lease %v, ttl %v", o.lease, o.ttl)
+	if o.lease <= 0 || o.ttl <= o.lease || o.ttl > storage.MaxTTL {
+		return fmt.Errorf("interceptor: need 0 < lease < ttl <= %v, got lease %v, ttl %v", storage.MaxTTL, o.lease, o.ttl)
 	}
 	if o.maxResult <= 0 {
 		return fmt.Errorf("interceptor: WithMaxResultSize(%d): need a positive limit", o.maxResult)

@@ -88,8 +88,8 @@ func (o Options) withDefaults() Options {
 
 // check reports options that cannot work.
 func (o Options) check() error {
-	if o.Lease <= 0 || o.TTL <= o.Lease {
-		return fmt.Errorf("need 0 < lease < ttl, got lease %v, ttl %v", o.Lease, o.TTL)
+	if o.Lease <= 0 || o.TTL <= o.Lease || o.TTL > storage.MaxTTL {
+		return fmt.Errorf("need 0 < lease < ttl <= %v, got lease %v, ttl %v", storage.MaxTTL, o.Lease, o.TTL)
 	}
 	if o.MaxResultSize < 0 {
 		return fmt.Errorf("max result size %d: need a positive limit", o.MaxResultSize)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/envflags"
 )
 
@@ -235,8 +236,8 @@ func (c *Config) Check() error {
 		return dbErr
 	case c.Listen == "":
 		return errors.New("--listen must name an address (host:port)")
-	case c.Lease <= 0 || c.TTL <= c.Lease:
-		return fmt.Errorf("need 0 < --lease < --ttl, got %v and %v", c.Lease, c.TTL)
+	case c.Lease <= 0 || c.TTL <= c.Lease || c.TTL > storage.MaxTTL:
+		return fmt.Errorf("need 0 < --lease < --ttl <= %v, got %v and %v", storage.MaxTTL, c.Lease, c.TTL)
 	case c.SweepInterval <= 0:
 		return fmt.Errorf("--sweep-interval must be positive, got %v", c.SweepInterval)
 	case c.InFlightWait < 0:

@@ -181,6 +181,11 @@ type RecordKey struct {
 	Key   string
 }
 
+// MaxTTL bounds how long a record lives. A store may keep times as
+// nanoseconds since 1970, which end in 2262; a record's expiry must stay
+// well before that.
+const MaxTTL = 100 * 365 * 24 * time.Hour
+
 // ClaimRequest is one request asking to run its handler.
 type ClaimRequest struct {
 	Key         RecordKey
