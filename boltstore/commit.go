@@ -111,11 +111,13 @@ func (db *DB) commit(batch []*write) {
 	// A damaged file takes no more writes. As it rolls a failed commit
 	// back, bbolt may panic again and leave its write lock held. Every later
 	// write would hang on that lock.
-	if err := db.health.damagedErr(); err != nil {
-		answer(batch, err)
-		return
-	}
 	for len(batch) > 0 {
+		// Checked again on each pass: the writes before a failed one,
+		// committed apart, may have found the file damaged.
+		if err := db.health.damagedErr(); err != nil {
+			answer(batch, err)
+			return
+		}
 		failed := -1
 		var txid int
 		err := db.updateBolt(func(tx *bolt.Tx) error {
