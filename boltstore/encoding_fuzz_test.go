@@ -16,7 +16,8 @@ import (
 // FuzzUnmarshalRecord feeds a record's stored payload, as a damaged file
 // might hold it, to the decoder of both encodings: it never panics, and a
 // record it accepts encodes, compactly, to bytes that decode to a record
-// that encodes to the same bytes again.
+// that encodes to the same bytes again; unless it holds a time beyond the
+// compact encoding's years, which only the encoder refuses.
 func FuzzUnmarshalRecord(f *testing.F) {
 	resp, _ := anypb.New(wrapperspb.String("hello"))
 	claimed := time.Unix(1_700_000_000, 123)
@@ -50,6 +51,12 @@ func FuzzUnmarshalRecord(f *testing.F) {
 		}
 		once, err := marshalRecord(r)
 		if err != nil {
+			// An earlier build's protobuf times reach years the compact
+			// encoding cannot hold. Such a record reads, and its next
+			// write fails rather than change a time; nothing else may.
+			if !inNanos(r.ClaimTime) && !r.ClaimTime.IsZero() || !inNanos(r.LeaseExpiry) && !r.LeaseExpiry.IsZero() || !inNanos(r.Expiry) {
+				return
+			}
 			t.Fatalf("%x decoded to a record the encoder refuses: %v", b, err)
 		}
 		r2, err := unmarshalRecord(key, once)
