@@ -164,8 +164,7 @@ func (c *call) run(ctx context.Context, fn Func) (Answer, error) {
 	detached := context.WithoutCancel(ctx) // for the completion too
 	fctx, cancel := context.WithTimeout(detached, c.g.opts.HandlerTimeout)
 	defer cancel()
-	fctx = context.WithValue(fctx, attemptKey{}, c.claim.Attempt)
-	fctx = context.WithValue(fctx, keyKey{}, c.key)
+	fctx = context.WithValue(fctx, runningKey{}, &running{attempt: c.claim.Attempt, key: c.key})
 	if c.tx != nil {
 		fctx = c.tx.Context(fctx)
 	}

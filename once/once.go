@@ -271,22 +271,32 @@ func Do[T proto.Message](ctx context.Context, g *Guard, req Request, fn func(ctx
 	return stored, nil
 }
 
-type (
-	attemptKey struct{}
-	keyKey     struct{}
-)
+// running is what a function's context says of its run: one value, for
+// both AttemptFrom and KeyFrom.
+type running struct {
+	attempt uint64
+	key     storage.RecordKey
+}
+
+type runningKey struct{}
 
 // AttemptFrom returns the attempt a function runs as: 1 for a fresh
 // claim, more after takeovers. ok is false outside a Guard's run.
 func AttemptFrom(ctx context.Context) (attempt uint64, ok bool) {
-	attempt, ok = ctx.Value(attemptKey{}).(uint64)
-	return attempt, ok
+	r, ok := ctx.Value(runningKey{}).(*running)
+	if !ok {
+		return 0, false
+	}
+	return r.attempt, true
 }
 
 // KeyFrom returns the scope and idempotency key a function runs for. A
 // store can then keep the key with what the function creates, for
 // operators. ok is false outside a Guard's run.
 func KeyFrom(ctx context.Context) (scope, key string, ok bool) {
-	k, ok := ctx.Value(keyKey{}).(storage.RecordKey)
-	return k.Scope, k.Key, ok
+	r, ok := ctx.Value(runningKey{}).(*running)
+	if !ok {
+		return "", "", false
+	}
+	return r.key.Scope, r.key.Key, true
 }
