@@ -42,7 +42,7 @@ func decodeDetail(a *anypb.Any) detail {
 		d.Unknown = true
 		return d
 	}
-	d.Value = indentedJSON(m)
+	d.Value, _ = indentedJSON(m) // none shown when it does not marshal
 	switch m := m.(type) {
 	case *errdetails.BadRequest:
 		d.BadRequest = m
@@ -71,19 +71,19 @@ func decodeDetails(details []*anypb.Any) []detail {
 	return out
 }
 
-// indentedJSON is m as protojson, indented, or nil when it does not
-// marshal. protojson varies its spacing from build to build on purpose:
-// json.Indent gives people and scripts one layout.
-func indentedJSON(m proto.Message) json.RawMessage {
+// indentedJSON is m as protojson, indented. protojson varies its spacing
+// from build to build on purpose: json.Indent gives people and scripts
+// one layout.
+func indentedJSON(m proto.Message) (json.RawMessage, error) {
 	b, err := protojson.Marshal(m)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	var indented bytes.Buffer
-	if json.Indent(&indented, b, "", "  ") != nil {
-		return nil
+	if err := json.Indent(&indented, b, "", "  "); err != nil {
+		return nil, err
 	}
-	return indented.Bytes()
+	return indented.Bytes(), nil
 }
 
 // metadataEntry is one value of a stored header or trailer.
@@ -109,17 +109,6 @@ func metadataRows(md map[string][]string) []metadataEntry {
 		}
 	}
 	return rows
-}
-
-// sortedKeys are m's keys in order, for a table of an ErrorInfo's
-// metadata.
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // attemptsText says in words what a record's attempt count means. Each

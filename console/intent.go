@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,8 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
@@ -97,17 +94,11 @@ func (s *Console) findIntent(r *http.Request, op operator, principal, id string)
 		return nil, err
 	}
 	s.c.Log.LogAttrs(r.Context(), slog.LevelInfo, "console intent lookup", attrs...)
-	b, err := protojson.Marshal(pi)
+	intent, err := indentedJSON(pi)
 	if err != nil {
 		return nil, err
 	}
-	// The spacing of protojson varies from build to build on purpose.
-	// json.Indent gives people and scripts one layout.
-	var indented bytes.Buffer
-	if err := json.Indent(&indented, b, "", "  "); err != nil {
-		return nil, err
-	}
-	a := &intentAnswer{Found: true, Key: key, Intent: indented.Bytes()}
+	a := &intentAnswer{Found: true, Key: key, Intent: intent}
 	if principal == "" {
 		a.Principal = owner
 	}

@@ -124,7 +124,7 @@ func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
 	l := &lookup{Found: true, Record: recordview.New(k, rec, now), releasable: storage.CheckRelease(rec, now) == nil}
 	if res := rec.Result; res != nil {
 		if res.Response != nil {
-			l.Response = indentedJSON(res.Response)
+			l.Response, _ = indentedJSON(res.Response) // none shown when it does not marshal
 		}
 		if res.Status != nil {
 			l.Details = decodeDetails(res.Status.Details)
