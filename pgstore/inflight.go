@@ -28,21 +28,8 @@ const selectInFlight = `SELECT r.scope, r.key, ` + recordColumns + `
 // process's transactional claims. No other process can see those before
 // they commit.
 func (db *DB) InFlight(ctx context.Context, after storage.RecordKey, limit int) ([]storage.KeyedRecord, error) {
-	rows, err := db.pool.Query(ctx, selectInFlight, after.Scope, after.Key, limit)
+	stored, err := db.queryKeyed(ctx, selectInFlight, after.Scope, after.Key, limit)
 	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var stored []storage.KeyedRecord
-	for rows.Next() {
-		var k storage.RecordKey
-		rec, err := scanRecord(rows, &k.Scope, &k.Key)
-		if err != nil {
-			return nil, err
-		}
-		stored = append(stored, storage.KeyedRecord{Key: k, Record: rec})
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	return storage.MergeInFlight(db.ledger.HeldAfter(after, limit, storage.CompareKeys), stored, limit, storage.CompareKeys), nil
@@ -54,4 +41,24 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// queryKeyed runs query, whose rows are a scope, a key and a record's
+// columns, and returns the records with their keys.
+func (db *DB) queryKeyed(ctx context.Context, query string, args ...any) ([]storage.KeyedRecord, error) {
+	rows, err := db.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var found []storage.KeyedRecord
+	for rows.Next() {
+		var k storage.RecordKey
+		rec, err := scanRecord(rows, &k.Scope, &k.Key)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, storage.KeyedRecord{Key: k, Record: rec})
+	}
+	return found, rows.Err()
 }

@@ -109,19 +109,5 @@ const selectKey = `SELECT r.scope, r.key, ` + recordColumns + `
 // scope, ordered by scope (the table's collation is "C", byte by byte). A
 // transactional claim not yet committed is not stored, so not found.
 func (db *DB) FindKey(ctx context.Context, key string, limit int) ([]storage.KeyedRecord, error) {
-	rows, err := db.pool.Query(ctx, selectKey, key, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var found []storage.KeyedRecord
-	for rows.Next() {
-		var k storage.RecordKey
-		rec, err := scanRecord(rows, &k.Scope, &k.Key)
-		if err != nil {
-			return nil, err
-		}
-		found = append(found, storage.KeyedRecord{Key: k, Record: rec})
-	}
-	return found, rows.Err()
+	return db.queryKeyed(ctx, selectKey, key, limit)
 }
