@@ -219,8 +219,11 @@ func TestLimits_StreamsWithoutData_MemoryBoundedAndCallsServed(t *testing.T) {
 	d := attackInMemoryCgroup(t, "8 connections x 25,000 streams without data", 8,
 		func(a *attacker) error { return a.streamsWithoutData(25_000) })
 	m := scrape(t, d.metricsAddr(t))
-	if got := m["paymentsd_grpc_calls_in_progress"]; got != 1024 {
-		t.Errorf("calls in progress after the attack: %v, want the limit, 1024", got)
+	// Each of the two creates took the slot of an evicted call and gave it
+	// back when it ended; an attacker's stream still on its way takes it
+	// again, and one that came earlier does not.
+	if got := m["paymentsd_grpc_calls_in_progress"]; got < 1022 || got > 1024 {
+		t.Errorf("calls in progress after the attack: %v, want the limit, 1024, less the creates' slots", got)
 	}
 	evicted := m[`paymentsd_listener_refusals_total{listener="grpc",reason="call_evicted"}`]
 	t.Logf("%v calls waiting for their request cancelled to make room", evicted)
