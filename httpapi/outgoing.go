@@ -21,8 +21,10 @@ import (
 // span's own parent. It takes back the principal's hash for the HTTP log
 // line, and the route template the gateway matched.
 func outgoing(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
+	md, ok := metadata.FromOutgoingContext(ctx) // a copy, ours to change
+	if !ok {
+		md = metadata.MD{}
+	}
 	i := infoOf(ctx)
 	if i.requestID != "" {
 		md.Set(requestid.MetadataKey, i.requestID)
