@@ -205,6 +205,11 @@ var onlyOn = map[string]string{
 	// The group commit's batch: PostgreSQL commits each write alone.
 	"paymentsd_store_commits_total":          "bbolt",
 	"paymentsd_store_committed_writes_total": "bbolt",
+	// The connection pool: bbolt has none.
+	"paymentsd_pg_pool_connections":                      "postgres",
+	"paymentsd_pg_pool_max_connections":                  "postgres",
+	"paymentsd_pg_pool_empty_acquire_wait_seconds_total": "postgres",
+	"paymentsd_pg_pool_canceled_acquires_total":          "postgres",
 }
 
 // backends are the stores paymentsd runs on, each with how to scrape it.

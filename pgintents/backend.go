@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/paymentsd/paymentsd/backend"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/server"
@@ -45,6 +47,9 @@ func (b *Backend) Records() backend.Records    { return b.db }
 func (b *Backend) Intents() server.IntentStore { return b.intents }
 func (b *Backend) String() string              { return b.db.String() }
 func (b *Backend) Close() error                { return b.db.Close() }
+
+// Pool is the connection pool, for the metrics.
+func (b *Backend) Pool() *pgxpool.Pool { return b.db.Pool() }
 
 // ClosedAttrs is nothing: the database keeps its own statistics.
 func (b *Backend) ClosedAttrs() []slog.Attr { return nil }

@@ -32,6 +32,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	embedded "github.com/paymentsd/paymentsd"
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/backend"
@@ -201,6 +202,9 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		}
 		if c, ok := m.db.(interface{ CommitCounts() (uint64, uint64) }); ok { // bbolt's group commit
 			m.prom.WatchCommits(c.CommitCounts)
+		}
+		if p, ok := m.db.(interface{ Pool() *pgxpool.Pool }); ok { // PostgreSQL's
+			m.prom.WatchPool(p.Pool())
 		}
 		if calls != nil {
 			m.prom.WatchLimits(m.lis.Limits.Listeners, slices.Collect(maps.Values(m.lis.Limits.Refusals)), calls)

@@ -144,6 +144,17 @@ func build() *dashboard.DashboardBuilder {
 			"The bbolt group commit's batch: the writes that share one commit, and its two fsyncs. Near 1 at low load; it grows with concurrent creates. PostgreSQL commits each write alone.",
 			"short", 6,
 			query(`sum by (instance) (rate(paymentsd_store_committed_writes_total{`+sel+`}[$__rate_interval])) / sum by (instance) (rate(paymentsd_store_commits_total{`+sel+`}[$__rate_interval]))`, "{{instance}}"))).
+		WithRow(dashboard.NewRowBuilder("PostgreSQL connection pool")).
+		WithPanel(series("Pool connections vs max",
+			"The PostgreSQL pool's connections by state, and the most it opens (--db-pool). Each call in progress under the interceptor holds one; acquired at the max means calls wait.",
+			"short", 12,
+			query(`sum by (instance, state) (paymentsd_pg_pool_connections{`+sel+`})`, "{{state}} {{instance}}"),
+			query(`max by (instance) (paymentsd_pg_pool_max_connections{`+sel+`})`, "max {{instance}}"))).
+		WithPanel(series("Waiting for a connection",
+			"Seconds per second that calls spent waiting for a pool connection (about the calls waiting at once), and acquires given up at their deadline.",
+			"short", 12,
+			query(`sum by (instance) (rate(paymentsd_pg_pool_empty_acquire_wait_seconds_total{`+sel+`}[$__rate_interval]))`, "waiting {{instance}}"),
+			query(`sum by (instance) (rate(paymentsd_pg_pool_canceled_acquires_total{`+sel+`}[$__rate_interval]))`, "given up/s {{instance}}"))).
 		WithRow(dashboard.NewRowBuilder("HTTP/JSON API")).
 		WithPanel(series("HTTP refusals by status",
 			"HTTP/JSON requests answered 4xx or 5xx, the face's own refusals included.",

@@ -1,0 +1,92 @@
+package prom_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsd/paymentsd/daemon/prom"
+	"github.com/paymentsd/paymentsd/testkit/pgtest"
+)
+
+var cluster *pgtest.Cluster
+
+func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
+
+// A pool of one connection on a real PostgreSQL: its first acquire opens
+// the connection, a second gives up at its deadline, and a third waits
+// until the first comes back. The scrape tells each.
+func TestProm_WatchPool(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.Require(t, cluster).NewDatabase(t, "prom_pool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	p, err := prom.New(func() (float64, error) { return 0, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.WatchPool(pool)
+
+	held, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := pool.Acquire(deadline); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an acquire from a pool whose one connection is held: %v, want its deadline", err)
+	}
+	want := []string{
+		`paymentsd_pg_pool_connections{state="acquired"} 1`,
+		`paymentsd_pg_pool_connections{state="constructing"} 0`,
+		`paymentsd_pg_pool_connections{state="idle"} 0`,
+	}
+	if got := scrape(t, p, "paymentsd_pg_pool_connections{"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("while held:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		held.Release()
+	}()
+	waited, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited.Release()
+
+	want = []string{
+		`paymentsd_pg_pool_acquires_total 2`,
+		`paymentsd_pg_pool_canceled_acquires_total 1`,
+		`paymentsd_pg_pool_connections{state="acquired"} 0`,
+		`paymentsd_pg_pool_connections{state="constructing"} 0`,
+		`paymentsd_pg_pool_connections{state="idle"} 1`,
+		`paymentsd_pg_pool_empty_acquires_total 2`, // the first opened the connection; the third waited for it
+		`paymentsd_pg_pool_max_connections 1`,
+	}
+	var got []string
+	for _, l := range scrape(t, p, "paymentsd_pg_pool_") {
+		if !strings.HasPrefix(l, "paymentsd_pg_pool_empty_acquire_wait_seconds_total ") {
+			got = append(got, l)
+			continue
+		}
+		if s, err := strconv.ParseFloat(strings.Fields(l)[1], 64); err != nil || s <= 0 {
+			t.Errorf("%s: want the time the second acquire waited", l)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
