@@ -43,7 +43,7 @@ func TestReleaseHistory_OlderFileOpensAndKeepsReleases(t *testing.T) {
 		t.Fatalf("Open of a file without the release history: %v", err)
 	}
 	defer db.Close()
-	if _, err := db.Release(ctx, req.Key, now.Add(time.Second), "oncall"); err != nil {
+	if _, err := db.Release(ctx, req.Key, now.Add(time.Second), "oncall", storage.Seen{}); err != nil {
 		t.Fatalf("Release in a file of an earlier build: %v", err)
 	}
 	got, err := db.Releases(ctx, req.Key)

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 )
@@ -47,29 +48,52 @@ func FuzzPageQuery(f *testing.F) {
 }
 
 // FuzzConfirmedQuery: a release form's attempt is confirmed exactly when
-// it is given and is a decimal number, which is what it reads as; a
-// claim time is kept as sent, to be compared, never parsed.
+// it is given as a decimal number from 1, and then reads as that number.
+// A claim time is accepted exactly when it is empty or an RFC 3339 time.
+// What is accepted matches the record it names and no other attempt, and
+// the form the console writes of that record reads back as the same.
 func FuzzConfirmedQuery(f *testing.F) {
 	f.Add("", "")
 	f.Add("1", "2026-12-03T11:41:57.123456789Z")
+	f.Add("1", "2026-12-03T12:41:57.123456789+01:00")
+	f.Add("0", "")
 	f.Add("18446744073709551616", "x")
 	f.Add("-1", "")
 	f.Add("0x10", "\x00")
 	f.Fuzz(func(t *testing.T, attempt, claimTime string) {
 		q := url.Values{"attempt": {attempt}, "claim_time": {claimTime}}
-		c, ok, err := confirmedQuery(&http.Request{Method: "GET", URL: &url.URL{RawQuery: q.Encode()}})
+		seen, err := confirmedQuery(&http.Request{Method: "GET", URL: &url.URL{RawQuery: q.Encode()}})
 		n, perr := strconv.ParseUint(attempt, 10, 64)
+		ct, terr := time.Parse(time.RFC3339Nano, claimTime)
 		switch {
 		case attempt == "":
-			if ok || err != nil {
-				t.Fatalf("no attempt: ok %t, err %v", ok, err)
+			if err != nil || seen != (storage.Seen{}) {
+				t.Fatalf("no attempt: %+v, %v; want the zero Seen", seen, err)
 			}
-		case perr != nil:
-			if ok || err == nil {
-				t.Fatalf("attempt %q: ok %t, err %v; want refused", attempt, ok, err)
+		case perr != nil || n == 0 || claimTime != "" && terr != nil:
+			if err == nil || seen != (storage.Seen{}) {
+				t.Fatalf("attempt %q, claim time %q: %+v, %v; want refused", attempt, claimTime, seen, err)
 			}
-		case !ok || err != nil || c.Attempt != n || c.ClaimTime != claimTime:
-			t.Fatalf("attempt %q, claim time %q: %+v, ok %t, err %v", attempt, claimTime, c, ok, err)
+		case err != nil || seen.Attempt != n || !seen.ClaimTime.Equal(ct):
+			t.Fatalf("attempt %q, claim time %q: %+v, %v", attempt, claimTime, seen, err)
+		default:
+			rec := &storage.Record{Attempt: n, ClaimTime: seen.ClaimTime}
+			if !seen.Matches(rec) {
+				t.Fatalf("%+v does not match the record it names", seen)
+			}
+			// The confirmation's form, written from the record, reads back
+			// as the same Seen.
+			c := confirmedOf(rec)
+			form := url.Values{"attempt": {strconv.FormatUint(c.Attempt, 10)}, "claim_time": {c.ClaimTime}}
+			back, err := confirmedQuery(&http.Request{Method: "GET", URL: &url.URL{RawQuery: form.Encode()}})
+			if err != nil || back.Attempt != seen.Attempt || !back.ClaimTime.Equal(seen.ClaimTime) {
+				t.Fatalf("the form %v of %+v reads back as %+v, %v", form, seen, back, err)
+			}
+			other := *rec
+			other.Attempt++
+			if other.Attempt != 0 && seen.Matches(&other) {
+				t.Fatalf("%+v matches attempt %d too", seen, other.Attempt)
+			}
 		}
 	})
 }

@@ -126,9 +126,6 @@ func (s *Console) pageRelease(w http.ResponseWriter, r *http.Request, op operato
 	case refused:
 		d.Refusal = why
 		s.render(w, http.StatusConflict, d)
-	case errors.Is(err, errChanged):
-		d.Refusal = changedText
-		s.render(w, http.StatusConflict, d)
 	case errors.Is(err, errBadQuery):
 		d.Error = err.Error()
 		s.render(w, http.StatusBadRequest, d)

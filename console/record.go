@@ -139,19 +139,14 @@ func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
 }
 
 // release releases k for op, logging it as every release is logged. When
-// r confirms an attempt and claim time, the record must still match them
-// (checkConfirmed).
+// r confirms an attempt and claim time, the store releases the record
+// only if it still matches them.
 func (s *Console) release(r *http.Request, op operator, k storage.RecordKey) (*storage.Record, error) {
-	want, confirming, err := confirmedQuery(r)
+	seen, err := confirmedQuery(r)
 	if err != nil {
 		return nil, err
 	}
-	if confirming {
-		if err := s.checkConfirmed(r, op, k, want); err != nil {
-			return nil, err
-		}
-	}
-	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now(), op.name)
+	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now(), op.name, seen)
 	boltadmin.LogRelease(r.Context(), s.c.Log, op.name, k, rec, err)
 	return rec, err
 }
@@ -199,8 +194,6 @@ func (s *Console) apiRelease(w http.ResponseWriter, r *http.Request, op operator
 		return
 	}
 	switch {
-	case errors.Is(err, errChanged):
-		writeJSON(w, http.StatusConflict, releaseAnswer{Refusal: "changed", Message: changedText})
 	case errors.Is(err, errBadQuery):
 		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
 	case err != nil:

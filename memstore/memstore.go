@@ -156,10 +156,11 @@ var (
 )
 
 // Release deletes key's record under the store's lock if
-// storage.CheckRelease allows it at now, and keeps the release by by. A
+// storage.CheckRelease allows it at now and seen matches it, and keeps
+// the release by by. A
 // store in memory serves one process, which reads it directly. Nothing
 // else remembers the record.
-func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Time, by string) (*storage.Record, error) {
+func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Time, by string, seen storage.Seen) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -168,6 +169,9 @@ func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Tim
 	r := s.records[key]
 	if err := storage.CheckRelease(r, now); err != nil {
 		return nil, err
+	}
+	if !seen.Matches(r) {
+		return nil, storage.ErrReleaseChanged
 	}
 	delete(s.records, key)
 	s.releases[key] = append(s.releases[key], storage.NewReleaseEntry(r, now, by))

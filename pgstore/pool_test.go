@@ -45,7 +45,7 @@ func storeAndRelease(t *testing.T, db *pgstore.DB) {
 		t.Fatal(err)
 	}
 	claim(t, db, request("k", time.Now()), storage.OutcomeReplay)
-	if _, err := db.Release(ctx, req.Key, time.Now(), "oncall"); err != nil {
+	if _, err := db.Release(ctx, req.Key, time.Now(), "oncall", storage.Seen{}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }

@@ -13,7 +13,8 @@ import (
 
 var _ storage.Releaser = (*DB)(nil)
 
-// Release deletes k's record if storage.CheckRelease allows it. It judges
+// Release deletes k's record if storage.CheckRelease allows it and seen
+// matches it. It judges
 // at now with CallerClock, else on the database's clock. In the same
 // transaction it inserts the release's entry, by by, into the release
 // history. The delete runs in
@@ -25,7 +26,7 @@ var _ storage.Releaser = (*DB)(nil)
 // sharing the database still answers from the released record (see
 // completedTrust). So after Release returns, the key's next claim, on any
 // replica, runs fresh.
-func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, by string) (*storage.Record, error) {
+func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, by string, seen storage.Seen) (*storage.Record, error) {
 	var released *storage.Record
 	err := pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error {
 		// The wait for the key's lock is bounded whatever the pool's own
@@ -46,6 +47,9 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, b
 		}
 		if err := storage.CheckRelease(stored, now); err != nil {
 			return err
+		}
+		if !seen.Matches(stored) {
+			return storage.ErrReleaseChanged
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM idempotency_records
 			WHERE scope = $1 AND key = $2 AND state = 2 AND attempt = $3 AND claim_token = $4`,

@@ -45,7 +45,7 @@ func TestRelease_TwoReplicas_OtherReplicaRunsFreshOnceReleaseReturns(t *testing.
 	storeTxError(t, a, "k")
 	claim(t, b, request("k", time.Now()), storage.OutcomeReplay) // kept in b's memory
 	claim(t, a, request("k", time.Now()), storage.OutcomeReplay) // and in a's
-	released, err := a.Release(context.Background(), request("k", time.Time{}).Key, time.Time{}, "oncall")
+	released, err := a.Release(context.Background(), request("k", time.Time{}).Key, time.Time{}, "oncall", storage.Seen{})
 	if err != nil || released == nil || released.Result.Status.GetMessage() != "bad amount" {
 		t.Fatalf("Release = %+v, %v; want the stored error", released, err)
 	}
@@ -67,7 +67,7 @@ func TestRelease_RealClock_RefusesAndKeeps(t *testing.T) {
 	if err := a.Complete(context.Background(), request("durable", time.Time{}).Key, done); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Release(context.Background(), request("durable", time.Time{}).Key, time.Time{}, "oncall"); !errors.Is(err, storage.ErrReleaseNotTransactional) {
+	if _, err := b.Release(context.Background(), request("durable", time.Time{}).Key, time.Time{}, "oncall", storage.Seen{}); !errors.Is(err, storage.ErrReleaseNotTransactional) {
 		t.Errorf("Release of a durable claim's error: %v, want ErrReleaseNotTransactional", err)
 	}
 	claim(t, b, request("durable", time.Now()), storage.OutcomeReplay)
@@ -76,13 +76,13 @@ func TestRelease_RealClock_RefusesAndKeeps(t *testing.T) {
 	if err != nil || outcome != storage.OutcomeFresh {
 		t.Fatalf("ClaimTx = %v, %v", outcome, err)
 	}
-	if _, err := b.Release(context.Background(), request("held", time.Time{}).Key, time.Time{}, "oncall"); !errors.Is(err, storage.ErrReleaseInFlight) {
+	if _, err := b.Release(context.Background(), request("held", time.Time{}).Key, time.Time{}, "oncall", storage.Seen{}); !errors.Is(err, storage.ErrReleaseInFlight) {
 		t.Errorf("Release of a key another replica's claim holds: %v, want ErrReleaseInFlight", err)
 	}
 	if err := tx.Commit(context.Background(), rec.Completed(result(t, "ok"))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Release(context.Background(), request("held", time.Time{}).Key, time.Time{}, "oncall"); !errors.Is(err, storage.ErrReleaseSuccess) {
+	if _, err := b.Release(context.Background(), request("held", time.Time{}).Key, time.Time{}, "oncall", storage.Seen{}); !errors.Is(err, storage.ErrReleaseSuccess) {
 		t.Errorf("Release of a stored success: %v, want ErrReleaseSuccess", err)
 	}
 }

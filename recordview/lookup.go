@@ -59,7 +59,7 @@ func ReleasePostgres(ctx context.Context, url string, k storage.RecordKey, opera
 		return nil, "", err
 	}
 	defer pg.Close()
-	rec, err = pg.Release(ctx, k, time.Now(), operator)
+	rec, err = pg.Release(ctx, k, time.Now(), operator, storage.Seen{})
 	boltadmin.LogRelease(ctx, log, operator, k, rec, err)
 	return rec, "in the database; logged here", err
 }

@@ -13,6 +13,7 @@ var refusalText = map[error]string{
 	storage.ErrReleaseInFlight:         "the key is in flight: its handler may still act; look again once it has completed",
 	storage.ErrReleaseSuccess:          "the stored result is a success: its effects stand, and a retry run afresh would do them again",
 	storage.ErrReleaseNotTransactional: "the stored error is of a method that is not transactional: its handler may have acted before it failed, so the key keeps its answer until it expires",
+	storage.ErrReleaseChanged:          "the record changed since you confirmed: it is not the one you saw; nothing was released; look at the key again",
 }
 
 // RefusalText says why err, a refusal of storage.Releaser's Release,

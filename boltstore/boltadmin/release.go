@@ -26,6 +26,7 @@ var refusals = map[string]error{
 	"in_flight":         storage.ErrReleaseInFlight,
 	"success":           storage.ErrReleaseSuccess,
 	"not_transactional": storage.ErrReleaseNotTransactional,
+	"changed":           storage.ErrReleaseChanged,
 }
 
 // RefusalName is the name of err's refusal, or "" when it is none. The
@@ -68,7 +69,7 @@ func LogRelease(ctx context.Context, log *slog.Logger, operator string, k storag
 // naming it. Damaged data is a 422.
 func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	k := storage.RecordKey{Scope: r.FormValue("scope"), Key: r.FormValue("key")}
-	rec, err := h.db.Release(r.Context(), k, time.Now(), r.FormValue("operator"))
+	rec, err := h.db.Release(r.Context(), k, time.Now(), r.FormValue("operator"), storage.Seen{})
 	LogRelease(r.Context(), h.log, r.FormValue("operator"), k, rec, err)
 	if name := RefusalName(err); name != "" {
 		w.Header().Set("X-Refusal", name)
@@ -114,7 +115,7 @@ func Release(ctx context.Context, path string, k storage.RecordKey, operator str
 	db, err := boltstore.Open(path, &boltstore.Options{LockTimeout: fileLockWait})
 	if err == nil {
 		defer db.Close()
-		rec, err = db.Release(ctx, k, time.Now(), operator)
+		rec, err = db.Release(ctx, k, time.Now(), operator, storage.Seen{})
 		LogRelease(ctx, log, operator, k, rec, err)
 		return rec, "in the file directly: no server holds it; logged here", err
 	}

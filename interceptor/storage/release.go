@@ -14,15 +14,32 @@ import (
 // request since corrected.
 type Releaser interface {
 	// Release deletes the record stored for key at now, if CheckRelease
-	// allows it, on behalf of the operator named by. The check and the
-	// delete run in one transaction. A store that is a ReleaseHistory
+	// allows it and seen matches it, on behalf of the operator named by.
+	// The checks and the delete run in one transaction. A store that is a ReleaseHistory
 	// writes the release's ReleaseEntry in it too. Release returns the
 	// record deleted. Otherwise it deletes nothing, records nothing, and
-	// returns CheckRelease's error. Once it returns, no process sharing
+	// returns CheckRelease's error or ErrReleaseChanged. Once it returns, no process sharing
 	// the store answers from the released record any more. A store whose
 	// processes keep completed records in memory makes sure of it before
 	// returning.
-	Release(ctx context.Context, key RecordKey, now time.Time, by string) (released *Record, err error)
+	Release(ctx context.Context, key RecordKey, now time.Time, by string, seen Seen) (released *Record, err error)
+}
+
+// Seen is what an operator saw of a record before asking for its
+// release: its attempt and when that attempt began. Release deletes the
+// record only while it still matches, in the same transaction as the
+// delete. Between the look and the release, the record may have expired
+// and a new one of the key taken its place; that one was never seen. The
+// zero Seen, of a release with no look before it, matches any record.
+type Seen struct {
+	Attempt   uint64
+	ClaimTime time.Time // zero for a record of a build that kept none
+}
+
+// Matches reports whether stored is the record s saw. Attempts start at
+// 1, so a Seen with none is the zero Seen.
+func (s Seen) Matches(stored *Record) bool {
+	return s.Attempt == 0 || stored.Attempt == s.Attempt && stored.ClaimTime.Equal(s.ClaimTime)
 }
 
 // A ReleaseEntry is one release of a key: what it held and who let it go.
@@ -81,6 +98,9 @@ var (
 	// not transactional. Its handler may have acted outside the store
 	// before it failed.
 	ErrReleaseNotTransactional = errors.New("idempotency: the stored error is of a method that is not transactional; its handler may have acted")
+	// ErrReleaseChanged: the record stored is not the one Seen. The key
+	// was taken over, or its record expired and the key was used again.
+	ErrReleaseChanged = errors.New("idempotency: the record changed since it was seen")
 )
 
 // CheckRelease reports whether stored, the record of a key (nil when

@@ -51,7 +51,7 @@ func releases(t *testing.T, h storage.ReleaseHistory, key storage.RecordKey) []s
 // release releases key at now by by, failing the test on an error.
 func release(t *testing.T, r storage.Releaser, key storage.RecordKey, now time.Time, by string) *storage.Record {
 	t.Helper()
-	rec, err := r.Release(context.Background(), key, now, by)
+	rec, err := r.Release(context.Background(), key, now, by, storage.Seen{})
 	if err != nil {
 		t.Fatalf("Release(%v at %v by %s): %v", key, now, by, err)
 	}
@@ -120,7 +120,7 @@ func testReleaseHistoryRefused(t *testing.T, open Opener) {
 		"never-used": later, "success": later, "not-transactional": later, "in-flight": later, "expired": t0.Add(ttl),
 	} {
 		k := storage.RecordKey{Scope: "scope-a", Key: key}
-		if _, err := r.Release(context.Background(), k, at, "oncall"); err == nil {
+		if _, err := r.Release(context.Background(), k, at, "oncall", storage.Seen{}); err == nil {
 			t.Fatalf("Release(%s) succeeded, want a refusal", key)
 		}
 		if got := releases(t, h, k); len(got) != 0 {

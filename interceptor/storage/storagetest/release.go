@@ -43,10 +43,10 @@ func testReleaseTxError(t *testing.T, open Opener) {
 
 	other := req.Key
 	other.Scope = "scope-b"
-	if _, err := r.Release(context.Background(), other, t0.Add(time.Minute), "oncall"); !errors.Is(err, storage.ErrNoRecord) {
+	if _, err := r.Release(context.Background(), other, t0.Add(time.Minute), "oncall", storage.Seen{}); !errors.Is(err, storage.ErrNoRecord) {
 		t.Fatalf("Release of the key in another scope: %v, want ErrNoRecord", err)
 	}
-	got, err := r.Release(context.Background(), req.Key, t0.Add(time.Minute), "oncall")
+	got, err := r.Release(context.Background(), req.Key, t0.Add(time.Minute), "oncall", storage.Seen{})
 	if err != nil {
 		t.Fatalf("Release of a transactional method's stored error: %v", err)
 	}
@@ -60,7 +60,7 @@ func testReleaseTxError(t *testing.T, open Opener) {
 	if rec := claim(t, s, request("k", "body", t0.Add(2*time.Minute)), storage.OutcomeFresh); rec.Attempt != 1 {
 		t.Errorf("claim after Release: attempt %d, want 1", rec.Attempt)
 	}
-	if _, err := r.Release(context.Background(), req.Key, t0.Add(2*time.Minute), "oncall"); !errors.Is(err, storage.ErrReleaseInFlight) {
+	if _, err := r.Release(context.Background(), req.Key, t0.Add(2*time.Minute), "oncall", storage.Seen{}); !errors.Is(err, storage.ErrReleaseInFlight) {
 		t.Errorf("Release of the new claim in flight: %v, want ErrReleaseInFlight", err)
 	}
 	if n, err := s.Sweep(context.Background(), t0.Add(ttl+time.Hour)); err != nil || n != 1 {
@@ -88,7 +88,7 @@ func testReleaseRefused(t *testing.T, open Opener) {
 		{"in-flight", later, storage.ErrReleaseInFlight, storage.OutcomeInFlight},
 		{"expired", t0.Add(ttl), storage.ErrNoRecord, storage.OutcomeReplay},
 	} {
-		rec, err := r.Release(context.Background(), storage.RecordKey{Scope: "scope-a", Key: tc.key}, tc.at, "oncall")
+		rec, err := r.Release(context.Background(), storage.RecordKey{Scope: "scope-a", Key: tc.key}, tc.at, "oncall", storage.Seen{})
 		if !errors.Is(err, tc.want) || rec != nil {
 			t.Errorf("Release(%s) = %+v, %v; want %v", tc.key, rec, err, tc.want)
 		}
@@ -107,10 +107,57 @@ func testReleasePendingTx(t *testing.T, s Store, r storage.Releaser) {
 	}
 	req := request("pending", "body", t0)
 	rec, tx := claimTx(t, ts, req, storage.Transactional, storage.OutcomeFresh)
-	_, err := r.Release(context.Background(), req.Key, t0, "oncall")
+	_, err := r.Release(context.Background(), req.Key, t0, "oncall", storage.Seen{})
 	if !errors.Is(err, storage.ErrReleaseInFlight) && !errors.Is(err, storage.ErrNoRecord) {
 		t.Errorf("Release of a claim not yet committed: %v, want ErrReleaseInFlight or ErrNoRecord", err)
 	}
 	commit(t, tx, rec, sampleResult(t, "kept"))
 	sameResult(t, claim(t, s, request("pending", "body", t0.Add(time.Minute)), storage.OutcomeReplay).Result, sampleResult(t, "kept"))
+}
+
+// testReleaseSeen: a release that names the record seen deletes only
+// that one. A record of another attempt or claim time, or the key's next
+// record after the seen one expired, is refused with ErrReleaseChanged
+// and kept, and no release is recorded.
+func testReleaseSeen(t *testing.T, open Opener) {
+	s := newStore(t, open)
+	r := as[storage.Releaser](t, s)
+	req := request("k", "body", t0)
+	storeResult(t, s, req, errorResult(t), true)
+	stored, err := s.Get(context.Background(), req.Key)
+	if err != nil || stored == nil {
+		t.Fatalf("Get = %+v, %v", stored, err)
+	}
+	seen := storage.Seen{Attempt: stored.Attempt, ClaimTime: stored.ClaimTime}
+	refused := func(at time.Time, seen storage.Seen, what string) {
+		t.Helper()
+		if rec, err := r.Release(context.Background(), req.Key, at, "oncall", seen); !errors.Is(err, storage.ErrReleaseChanged) {
+			t.Fatalf("Release naming %s = %+v, %v; want ErrReleaseChanged", what, rec, err)
+		}
+		if rec, err := s.Get(context.Background(), req.Key); err != nil || rec == nil {
+			t.Fatalf("Get after a refused release = %+v, %v; want the record kept", rec, err)
+		}
+		if h, ok := s.(storage.ReleaseHistory); ok {
+			if got, err := h.Releases(context.Background(), req.Key); err != nil || len(got) != 0 {
+				t.Fatalf("Releases after a refused release = %+v, %v; want none", got, err)
+			}
+		}
+	}
+	refused(t0.Add(time.Minute), storage.Seen{Attempt: seen.Attempt + 1, ClaimTime: seen.ClaimTime}, "another attempt")
+	refused(t0.Add(time.Minute), storage.Seen{Attempt: seen.Attempt, ClaimTime: seen.ClaimTime.Add(-time.Second)}, "another claim time")
+
+	// The seen record expires, and the key's next request stores another
+	// error of its own: attempt 1 again, a later claim time.
+	next := request("k", "body", t0.Add(ttl+time.Minute))
+	storeResult(t, s, next, errorResult(t), true)
+	refused(t0.Add(ttl+2*time.Minute), seen, "the expired record, replaced")
+
+	now, err := s.Get(context.Background(), req.Key)
+	if err != nil || now == nil {
+		t.Fatalf("Get = %+v, %v", now, err)
+	}
+	got, err := r.Release(context.Background(), req.Key, t0.Add(ttl+2*time.Minute), "oncall", storage.Seen{Attempt: now.Attempt, ClaimTime: now.ClaimTime})
+	if err != nil || got.Attempt != now.Attempt || !got.ClaimTime.Equal(now.ClaimTime) {
+		t.Fatalf("Release naming the record stored = %+v, %v; want it released", got, err)
+	}
 }

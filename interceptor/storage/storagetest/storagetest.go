@@ -113,6 +113,7 @@ func RunTests(t *testing.T, open Opener) {
 		// Releasing a key: run when the store is an storage.Releaser.
 		{"Release_TransactionalError_DeletesAndKeyRunsFresh", testReleaseTxError},
 		{"Release_SuccessNonTransactionalInFlightOrNone_IsRefused", testReleaseRefused},
+		{"Release_OfARecordNotTheOneSeen_IsRefused", testReleaseSeen},
 
 		// Listing claims in flight: run when the store is an
 		// storage.InFlightLister.
