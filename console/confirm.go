@@ -12,8 +12,8 @@ import (
 // confirmed is what an operator saw of a record when they confirmed its
 // release: its attempt and when that attempt began. The confirmation's
 // form carries it, and the store releases the record only while it still
-// matches (storage.Seen). Otherwise the key was taken over, or its record
-// expired and the key was used again: the operator never saw what it holds.
+// matches (storage.Seen). Otherwise the record was released, or it
+// expired, and the key was used again: the operator never saw what it holds.
 type confirmed struct {
 	Attempt   uint64
 	ClaimTime string // RFC 3339 with nanoseconds; empty when not kept
@@ -29,13 +29,18 @@ func confirmedOf(rec *storage.Record) confirmed {
 }
 
 // confirmedQuery reads the attempt and claim_time r confirms, as Release
-// checks them. It returns the zero Seen when r names no attempt: a
-// release by the JSON API need not. Attempt 0, which no record has, is
-// refused rather than read as no attempt.
+// checks them. It returns the zero Seen when r names neither: a release
+// by the JSON API need not. A claim time without an attempt is refused,
+// as is attempt 0, which no record has: neither may pass for no check.
+// A claim time must be one a record can have, with a year from 1 to 9999
+// in UTC, as the confirmation writes it.
 func confirmedQuery(r *http.Request) (storage.Seen, error) {
 	var seen storage.Seen
-	a := r.FormValue("attempt")
+	a, ct := r.FormValue("attempt"), r.FormValue("claim_time")
 	if a == "" {
+		if ct != "" {
+			return seen, fmt.Errorf("%w: claim_time without the attempt it began", errBadQuery)
+		}
 		return seen, nil
 	}
 	n, err := strconv.ParseUint(a, 10, 64)
@@ -43,10 +48,12 @@ func confirmedQuery(r *http.Request) (storage.Seen, error) {
 		return seen, fmt.Errorf("%w: attempt %q is not a number from 1", errBadQuery, a)
 	}
 	seen.Attempt = n
-	if ct := r.FormValue("claim_time"); ct != "" {
-		if seen.ClaimTime, err = time.Parse(time.RFC3339Nano, ct); err != nil {
-			return storage.Seen{}, fmt.Errorf("%w: claim_time %q is not an RFC 3339 time", errBadQuery, ct)
+	if ct != "" {
+		t, err := time.Parse(time.RFC3339Nano, ct)
+		if y := t.UTC().Year(); err != nil || y < 1 || y > 9999 {
+			return storage.Seen{}, fmt.Errorf("%w: claim_time %q is not an RFC 3339 time of a record", errBadQuery, ct)
 		}
+		seen.ClaimTime = t
 	}
 	return seen, nil
 }

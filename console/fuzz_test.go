@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -49,13 +50,17 @@ func FuzzPageQuery(f *testing.F) {
 
 // FuzzConfirmedQuery: a release form's attempt is confirmed exactly when
 // it is given as a decimal number from 1, and then reads as that number.
-// A claim time is accepted exactly when it is empty or an RFC 3339 time.
-// What is accepted matches the record it names and no other attempt, and
-// the form the console writes of that record reads back as the same.
+// A claim time is accepted exactly when it is empty or an RFC 3339 time
+// whose year in UTC is 1 to 9999, and only with an attempt. What is
+// accepted matches the record it names and no other attempt or claim
+// time, and the form the console writes of that record reads back as the
+// same.
 func FuzzConfirmedQuery(f *testing.F) {
 	f.Add("", "")
+	f.Add("", "2026-12-03T11:41:57Z")
 	f.Add("1", "2026-12-03T11:41:57.123456789Z")
 	f.Add("1", "2026-12-03T12:41:57.123456789+01:00")
+	f.Add("1", "9999-12-31T23:00:00-23:00")
 	f.Add("0", "")
 	f.Add("18446744073709551616", "x")
 	f.Add("-1", "")
@@ -65,12 +70,15 @@ func FuzzConfirmedQuery(f *testing.F) {
 		seen, err := confirmedQuery(&http.Request{Method: "GET", URL: &url.URL{RawQuery: q.Encode()}})
 		n, perr := strconv.ParseUint(attempt, 10, 64)
 		ct, terr := time.Parse(time.RFC3339Nano, claimTime)
+		if y := ct.UTC().Year(); terr == nil && (y < 1 || y > 9999) {
+			terr = errors.New("out of range")
+		}
 		switch {
-		case attempt == "":
+		case attempt == "" && claimTime == "":
 			if err != nil || seen != (storage.Seen{}) {
 				t.Fatalf("no attempt: %+v, %v; want the zero Seen", seen, err)
 			}
-		case perr != nil || n == 0 || claimTime != "" && terr != nil:
+		case attempt == "" || perr != nil || n == 0 || claimTime != "" && terr != nil:
 			if err == nil || seen != (storage.Seen{}) {
 				t.Fatalf("attempt %q, claim time %q: %+v, %v; want refused", attempt, claimTime, seen, err)
 			}
@@ -93,6 +101,11 @@ func FuzzConfirmedQuery(f *testing.F) {
 			other.Attempt++
 			if other.Attempt != 0 && seen.Matches(&other) {
 				t.Fatalf("%+v matches attempt %d too", seen, other.Attempt)
+			}
+			other = *rec
+			other.ClaimTime = rec.ClaimTime.Add(time.Nanosecond)
+			if seen.Matches(&other) {
+				t.Fatalf("%+v matches the claim time %v too", seen, other.ClaimTime)
 			}
 		}
 	})

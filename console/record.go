@@ -147,7 +147,11 @@ func (s *Console) release(r *http.Request, op operator, k storage.RecordKey) (*s
 		return nil, err
 	}
 	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now(), op.name, seen)
-	boltadmin.LogRelease(r.Context(), s.c.Log, op.name, k, rec, err)
+	var confirmed []slog.Attr
+	if seen != (storage.Seen{}) {
+		confirmed = []slog.Attr{slog.Uint64("confirmed_attempt", seen.Attempt), slog.Time("confirmed_claim_time", seen.ClaimTime)}
+	}
+	boltadmin.LogRelease(r.Context(), s.c.Log, op.name, k, rec, err, confirmed...)
 	return rec, err
 }
 

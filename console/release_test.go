@@ -130,8 +130,9 @@ func (f *fixture) confirmForm(t *testing.T, browser *http.Client, key string) ur
 // A release confirmed for one record refuses, 409 and nothing deleted,
 // once the key holds another: here it was released and used again
 // meanwhile, and the new error is a new claim. By the JSON API, an attempt
-// that does not match is refused alike, and one that is no number is a
-// 400.
+// that does not match is refused alike. An attempt that is no number or
+// 0, or a claim time without an attempt, is a 400: none may pass for a
+// release with no check.
 func TestRelease_OfARecordChangedSinceConfirmed_IsRefused(t *testing.T) {
 	f := start(t)
 	f.store(t, "tx-error", invalid(), true)
@@ -154,8 +155,8 @@ func TestRelease_OfARecordChangedSinceConfirmed_IsRefused(t *testing.T) {
 	if a := f.call(t, "GET", "/api/v1/record"+query("tx-error"), operatorToken, nil); a.status != http.StatusOK {
 		t.Errorf("the new record after the refusal: %d %s", a.status, a.body)
 	}
-	if log := f.log.String(); !strings.Contains(log, `"refusal":"changed"`) {
-		t.Errorf("no log line of the refusal:\n%s", log)
+	if log := f.log.String(); !strings.Contains(log, `"refusal":"changed"`) || !strings.Contains(log, `"confirmed_attempt":1`) {
+		t.Errorf("no log line of the refusal, with the attempt confirmed:\n%s", log)
 	}
 
 	api := url.Values{"principal": {principal}, "key": {"tx-error"}, "attempt": {"2"}}
@@ -163,9 +164,16 @@ func TestRelease_OfARecordChangedSinceConfirmed_IsRefused(t *testing.T) {
 	if v := decode(t, a); a.status != http.StatusConflict || v["refusal"] != "changed" || v["released"] != false {
 		t.Errorf("a release by the API of attempt 2, the record's being 1: %d %s", a.status, a.body)
 	}
-	api.Set("attempt", "two")
-	if a := f.call(t, "POST", "/api/v1/release", operatorToken, api); a.status != http.StatusBadRequest {
-		t.Errorf("a release by the API of attempt \"two\": %d %s", a.status, a.body)
+	for _, bad := range []url.Values{
+		{"attempt": {"two"}},
+		{"attempt": {"0"}, "claim_time": {form.Get("claim_time")}}, // no record has attempt 0
+		{"claim_time": {form.Get("claim_time")}},                   // not the attempt it began
+	} {
+		bad.Set("principal", principal)
+		bad.Set("key", "tx-error")
+		if a := f.call(t, "POST", "/api/v1/release", operatorToken, bad); a.status != http.StatusBadRequest {
+			t.Errorf("a release by the API of %v: %d %s", bad, a.status, a.body)
+		}
 	}
 	form = f.confirmForm(t, browser, "tx-error")
 	form.Del("attempt")

@@ -43,10 +43,11 @@ func RefusalName(err error) string {
 // LogRelease logs a release of k by operator and how it ended. Every
 // release leaves this line, whoever makes it. The principal is logged by
 // its hash (auth.PrincipalHash), as every log names one. The key itself is
-// logged, since finding the released key is the line's purpose.
-func LogRelease(ctx context.Context, log *slog.Logger, operator string, k storage.RecordKey, released *storage.Record, err error) {
-	attrs := []slog.Attr{slog.String("operator", operator), slog.String("principal_hash", auth.PrincipalHash(k.Scope)),
-		slog.String("key", k.Key)}
+// logged, since finding the released key is the line's purpose. The
+// caller's extra attributes follow, such as what the operator confirmed.
+func LogRelease(ctx context.Context, log *slog.Logger, operator string, k storage.RecordKey, released *storage.Record, err error, extra ...slog.Attr) {
+	attrs := append([]slog.Attr{slog.String("operator", operator), slog.String("principal_hash", auth.PrincipalHash(k.Scope)),
+		slog.String("key", k.Key)}, extra...)
 	switch name := RefusalName(err); {
 	case err == nil:
 		c := code.Code_OK

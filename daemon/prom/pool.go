@@ -22,7 +22,7 @@ var (
 	poolEmptyAcquiresDesc = prometheus.NewDesc("paymentsd_pg_pool_empty_acquires_total",
 		"Acquires that found no idle connection and waited for one to open or come back.", nil, nil)
 	poolEmptyWaitDesc = prometheus.NewDesc("paymentsd_pg_pool_empty_acquire_wait_seconds_total",
-		"Time the acquires that found no idle connection waited.", nil, nil)
+		"Time waited by the acquires that found no idle connection and then got one, added as each gets it. Acquires given up add nothing: see paymentsd_pg_pool_canceled_acquires_total.", nil, nil)
 	poolCanceledDesc = prometheus.NewDesc("paymentsd_pg_pool_canceled_acquires_total",
 		"Acquires given up before a connection came: the call's deadline or cancellation.", nil, nil)
 )

@@ -31,15 +31,22 @@ type Releaser interface {
 // delete. Between the look and the release, the record may have expired
 // and a new one of the key taken its place; that one was never seen. The
 // zero Seen, of a release with no look before it, matches any record.
+//
+// A record of a build that kept no claim time is told by its attempt
+// alone.
 type Seen struct {
 	Attempt   uint64
 	ClaimTime time.Time // zero for a record of a build that kept none
 }
 
-// Matches reports whether stored is the record s saw. Attempts start at
-// 1, so a Seen with none is the zero Seen.
+// Matches reports whether stored is the record s saw. The zero Seen
+// matches any record. Any other matches only the record of its attempt
+// and claim time; attempts start at 1, so one of attempt 0 matches none.
 func (s Seen) Matches(stored *Record) bool {
-	return s.Attempt == 0 || stored.Attempt == s.Attempt && stored.ClaimTime.Equal(s.ClaimTime)
+	if s.Attempt == 0 && s.ClaimTime.IsZero() {
+		return true
+	}
+	return stored.Attempt == s.Attempt && stored.ClaimTime.Equal(s.ClaimTime)
 }
 
 // A ReleaseEntry is one release of a key: what it held and who let it go.
@@ -98,8 +105,8 @@ var (
 	// not transactional. Its handler may have acted outside the store
 	// before it failed.
 	ErrReleaseNotTransactional = errors.New("idempotency: the stored error is of a method that is not transactional; its handler may have acted")
-	// ErrReleaseChanged: the record stored is not the one Seen. The key
-	// was taken over, or its record expired and the key was used again.
+	// ErrReleaseChanged: the record stored is not the one Seen. It was
+	// released, or it expired, and the key was used again.
 	ErrReleaseChanged = errors.New("idempotency: the record changed since it was seen")
 )
 

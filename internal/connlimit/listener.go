@@ -53,8 +53,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if tracked, ok := l.admit(c); ok {
 			return tracked, nil
 		}
-		c.Close()
+		// Counted before the close, so that whoever sees the close also
+		// sees it counted.
 		l.refusals.add(ConnectionLimit, "connection refused: every connection has a call in progress", "max_connections", l.max)
+		c.Close()
 	}
 }
 
@@ -87,8 +89,8 @@ func (l *Listener) admit(c net.Conn) (net.Conn, bool) {
 	l.conns[key] = tracked
 	l.mu.Unlock()
 	if victim != nil {
-		victim.Conn.Close()
 		l.refusals.add(IdleEvicted, "idle connection closed to make room for a new one", "max_connections", l.max)
+		victim.Conn.Close()
 	}
 	return tracked, true
 }

@@ -151,7 +151,7 @@ func build() *dashboard.DashboardBuilder {
 			query(`sum by (instance, state) (paymentsd_pg_pool_connections{`+sel+`})`, "{{state}} {{instance}}"),
 			query(`max by (instance) (paymentsd_pg_pool_max_connections{`+sel+`})`, "max {{instance}}"))).
 		WithPanel(series("Waiting for a connection",
-			"Seconds per second that calls spent waiting for a pool connection (about the calls waiting at once), and acquires given up at their deadline.",
+			"Seconds per second that calls waited for a pool connection and then got one, counted as each gets it, and acquires given up at their deadline, which count no wait. A pool starved for good shows in the second.",
 			"short", 12,
 			query(`sum by (instance) (rate(paymentsd_pg_pool_empty_acquire_wait_seconds_total{`+sel+`}[$__rate_interval]))`, "waiting {{instance}}"),
 			query(`sum by (instance) (rate(paymentsd_pg_pool_canceled_acquires_total{`+sel+`}[$__rate_interval]))`, "given up/s {{instance}}"))).
