@@ -26,13 +26,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	embedded "github.com/paymentsd/paymentsd"
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/backend"
