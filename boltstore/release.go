@@ -12,11 +12,12 @@ import (
 var _ storage.Releaser = (*DB)(nil)
 
 // Release deletes k's record, with its expiry index entry, if
-// storage.CheckRelease allows it at now and seen matches it. It writes the release's entry,
-// by by, to the release history. The check, the delete and the entry take
-// one write of the group commit. This process keeps completed records decoded.
-// It forgets this one before Release returns. No other process uses the
-// file. So no replay of the released result follows Release.
+// storage.CheckRelease allows it at now and seen matches it. It writes
+// the release's entry, by by, to the release history. The checks, the
+// delete and the entry take one write of the group commit. This process
+// keeps completed records decoded. It forgets this one before Release
+// returns. No other process uses the file. So no replay of the released
+// result follows Release.
 func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, by string, seen storage.Seen) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -20,7 +20,7 @@ var (
 	poolAcquiresDesc = prometheus.NewDesc("paymentsd_pg_pool_acquires_total",
 		"Connections acquired from the pool.", nil, nil)
 	poolEmptyAcquiresDesc = prometheus.NewDesc("paymentsd_pg_pool_empty_acquires_total",
-		"Acquires that found no idle connection and waited for one to open or come back.", nil, nil)
+		"Acquires that found no idle connection, waited for one to open or come back, and got it.", nil, nil)
 	poolEmptyWaitDesc = prometheus.NewDesc("paymentsd_pg_pool_empty_acquire_wait_seconds_total",
 		"Time waited by the acquires that found no idle connection and then got one, added as each gets it. Acquires given up add nothing: see paymentsd_pg_pool_canceled_acquires_total.", nil, nil)
 	poolCanceledDesc = prometheus.NewDesc("paymentsd_pg_pool_canceled_acquires_total",

@@ -15,13 +15,13 @@ import (
 type Releaser interface {
 	// Release deletes the record stored for key at now, if CheckRelease
 	// allows it and seen matches it, on behalf of the operator named by.
-	// The checks and the delete run in one transaction. A store that is a ReleaseHistory
-	// writes the release's ReleaseEntry in it too. Release returns the
-	// record deleted. Otherwise it deletes nothing, records nothing, and
-	// returns CheckRelease's error or ErrReleaseChanged. Once it returns, no process sharing
-	// the store answers from the released record any more. A store whose
-	// processes keep completed records in memory makes sure of it before
-	// returning.
+	// The checks and the delete run in one transaction. A store that is a
+	// ReleaseHistory writes the release's ReleaseEntry in it too. Release
+	// returns the record deleted. Otherwise it deletes nothing, records
+	// nothing, and returns CheckRelease's error or ErrReleaseChanged. Once
+	// it returns, no process sharing the store answers from the released
+	// record any more. A store whose processes keep completed records in
+	// memory makes sure of it before returning.
 	Release(ctx context.Context, key RecordKey, now time.Time, by string, seen Seen) (released *Record, err error)
 }
 
