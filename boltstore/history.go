@@ -155,12 +155,22 @@ func (db *DB) FindKey(ctx context.Context, key string, limit int) ([]storage.Key
 				return err
 			}
 			found = append(found, storage.KeyedRecord{Key: rk, Record: rec})
+			if len(found) > 2*limit {
+				found = firstKeyed(found, limit) // memory bounded by the limit, not by the scopes holding key
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	return firstKeyed(found, limit), nil
+}
+
+// firstKeyed returns the first n of found in the order of their keys.
+// The records' keys begin with their scope's length, so the cursor meets
+// scopes out of that order.
+func firstKeyed(found []storage.KeyedRecord, n int) []storage.KeyedRecord {
 	slices.SortFunc(found, func(a, b storage.KeyedRecord) int { return storage.CompareKeys(a.Key, b.Key) })
-	return found[:min(limit, len(found))], nil
+	return found[:max(0, min(n, len(found)))]
 }

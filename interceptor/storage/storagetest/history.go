@@ -218,6 +218,20 @@ func testFindKey(t *testing.T, open Opener) {
 	if got, want := find("k", 2), []string{"scope-a", "scope-b"}; !slices.Equal(got, want) {
 		t.Errorf("FindKey(k, 2) found in %v, want %v", got, want)
 	}
+	// Scopes of other lengths, more than twice the limits below: found in
+	// the order of their names, whatever order a store keeps them in.
+	scopes := []string{"zz-long-scope", "b", "scope-a", "y", "a-long-scope"}
+	for _, scope := range scopes {
+		req := request("j", "body", t0)
+		req.Key.Scope = scope
+		claim(t, s, req, storage.OutcomeFresh)
+	}
+	slices.Sort(scopes)
+	for _, limit := range []int{1, 2, 10} {
+		if got, want := find("j", limit), scopes[:min(limit, len(scopes))]; !slices.Equal(got, want) {
+			t.Errorf("FindKey(j, %d) found in %v, want %v", limit, got, want)
+		}
+	}
 	if got := find("missing", 10); len(got) != 0 {
 		t.Errorf("FindKey(missing) found in %v, want none", got)
 	}
