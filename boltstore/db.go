@@ -172,13 +172,7 @@ func create(path string) error {
 // will read again. So openLatest opens path afresh, a few times at most.
 func openLatest(path string, opts *bolt.Options) (*bolt.DB, error) {
 	for range 3 {
-		var file *os.File
-		opts.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
-			f, err := os.OpenFile(name, flag, perm)
-			file = f
-			return f, err
-		}
-		b, err := openBolt(path, opts)
+		b, file, err := openBolt(path, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -199,14 +193,10 @@ func openLatest(path string, opts *bolt.Options) (*bolt.DB, error) {
 // does not unlock and close the file, so openBolt does. The lock would
 // keep every later opening out, this process's own included. (The mapping,
 // if made, stays: bbolt keeps no handle on it that openBolt can reach.)
-func openBolt(path string, opts *bolt.Options) (b *bolt.DB, err error) {
-	var file *os.File
-	openFile := opts.OpenFile
-	if openFile == nil {
-		openFile = os.OpenFile
-	}
+// openBolt also returns the file bbolt opened, which bbolt does not show.
+func openBolt(path string, opts *bolt.Options) (b *bolt.DB, file *os.File, err error) {
 	opts.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
-		f, err := openFile(name, flag, perm)
+		f, err := os.OpenFile(name, flag, perm)
 		file = f
 		return f, err
 	}
@@ -223,7 +213,7 @@ func openBolt(path string, opts *bolt.Options) (b *bolt.DB, err error) {
 	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
 		err = &damaged{cause: err, latch: true}
 	}
-	return b, err
+	return b, file, err
 }
 
 // refuse is Open's error for a file that cannot be opened. For a damaged

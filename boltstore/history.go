@@ -107,15 +107,8 @@ func (db *DB) Releases(ctx context.Context, k storage.RecordKey) ([]storage.Rele
 func (db *DB) sweepReleasesOnce(ctx context.Context, now time.Time) (full bool, err error) {
 	err = db.update(ctx, func(tx *bolt.Tx) error {
 		releases, index := tx.Bucket(bucketReleases), tx.Bucket(bucketReleaseExpiry)
-		var batch [][]byte
-		c := index.Cursor()
-		for k, _ := c.First(); k != nil && len(batch) < db.sweepBatch; k, _ = c.Next() {
-			if expiry, _ := splitExpiryKey(k); expiry.After(now) {
-				break
-			}
-			batch = append(batch, clone(k))
-		}
-		for _, k := range batch { // after the walk: a cursor skips keys deleted under it
+		batch := expired(index, now, db.sweepBatch)
+		for _, k := range batch {
 			_, key := splitExpiryKey(k)
 			if err := releases.Delete(key); err != nil {
 				return err

@@ -39,7 +39,7 @@ func OpenReadOnly(path string, lockTimeout time.Duration) (*ReadOnly, error) {
 	}
 	lockTimeout = cmp.Or(lockTimeout, time.Second)
 	restore := guardFaults() // a fault reading a damaged file's mapping is an ErrDamaged too
-	b, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: lockTimeout, FreelistType: bolt.FreelistMapType})
+	b, _, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: lockTimeout, FreelistType: bolt.FreelistMapType})
 	restore()
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: %w (waited %v for its lock)", path, ErrLocked, lockTimeout)

@@ -293,8 +293,7 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 }
 
 // sweepBatchOnce deletes up to one batch of expired index entries and the
-// records they point to, in one transaction. It collects the batch before
-// deleting. A bbolt cursor skips keys when deleted under.
+// records they point to, in one transaction.
 func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, deleted int, err error) {
 	var batch [][]byte
 	defer func() {
@@ -311,14 +310,7 @@ func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, delet
 	err = db.update(ctx, func(tx *bolt.Tx) error {
 		scanned, deleted = 0, 0 // in case the batch runs again
 		records, index := tx.Bucket(bucketRecords), tx.Bucket(bucketRecordExpiry)
-		batch = batch[:0]
-		c := index.Cursor()
-		for k, _ := c.First(); k != nil && len(batch) < db.sweepBatch; k, _ = c.Next() {
-			if expiry, _ := splitExpiryKey(k); expiry.After(now) {
-				break
-			}
-			batch = append(batch, clone(k))
-		}
+		batch = expired(index, now, db.sweepBatch)
 		for _, k := range batch {
 			expiry, key := splitExpiryKey(k)
 			// Delete the record only if this entry is still its own. The
@@ -346,6 +338,21 @@ func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, delet
 		return nil
 	})
 	return scanned, deleted, err
+}
+
+// expired returns up to limit keys of index, an expiry index, that
+// expired by now, oldest first. They are copies, collected before any is
+// deleted: a bbolt cursor skips keys deleted under it.
+func expired(index *bolt.Bucket, now time.Time, limit int) [][]byte {
+	var keys [][]byte
+	c := index.Cursor()
+	for k, _ := c.First(); k != nil && len(keys) < limit; k, _ = c.Next() {
+		if expiry, _ := splitExpiryKey(k); expiry.After(now) {
+			break
+		}
+		keys = append(keys, clone(k))
+	}
+	return keys
 }
 
 func recordKey(rk storage.RecordKey) []byte {
