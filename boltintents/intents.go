@@ -74,9 +74,8 @@ func New(ctx context.Context, db *boltstore.DB) (*Store, error) {
 }
 
 // CreateIntent stores a new intent owned by owner, created under key. It
-// returns
-// server.ErrExists if the id is taken. Inside a boltstore.Tx, the write is
-// staged. A taken id then fails the Tx when it commits.
+// returns server.ErrExists if the id is taken. Inside a boltstore.Tx, the
+// write is staged. A taken id then fails the Tx when it commits.
 func (s *Store) CreateIntent(ctx context.Context, owner, key string, pi *paymentsv1.PaymentIntent) error {
 	v, err := encodeIntent(owner, key, pi)
 	if err != nil {

@@ -157,9 +157,8 @@ var (
 
 // Release deletes key's record under the store's lock if
 // storage.CheckRelease allows it at now and seen matches it, and keeps
-// the release by by. A
-// store in memory serves one process, which reads it directly. Nothing
-// else remembers the record.
+// the release by by. A store in memory serves one process, which reads it
+// directly. Nothing else remembers the record.
 func (s *Store) Release(ctx context.Context, key storage.RecordKey, now time.Time, by string, seen storage.Seen) (*storage.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

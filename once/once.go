@@ -181,9 +181,8 @@ type Observation struct {
 // Func runs an operation once and returns its result to store: a
 // response or an error status, with any metadata. Its ctx carries the
 // claim's Tx on a TxStore, its attempt (AttemptFrom) and its key
-// (KeyFrom). An error means
-// the result cannot be stored at all. It goes to the caller, and a
-// durable claim stays in flight for the lease rule.
+// (KeyFrom). An error means the result cannot be stored at all. It goes
+// to the caller, and a durable claim stays in flight for the lease rule.
 type Func func(ctx context.Context) (*storage.Result, error)
 
 // Answer is a request's result, as stored.

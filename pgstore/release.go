@@ -14,12 +14,10 @@ import (
 var _ storage.Releaser = (*DB)(nil)
 
 // Release deletes k's record if storage.CheckRelease allows it and seen
-// matches it. It judges
-// at now with CallerClock, else on the database's clock. In the same
-// transaction it inserts the release's entry, by by, into the release
-// history. The delete runs in
-// one transaction holding the key's lock, so no claim of the key runs
-// meanwhile. A transactional claim not yet committed holds that lock. Once
+// matches it. It judges at now with CallerClock, else on the database's
+// clock. In the same transaction it inserts the release's entry, by by,
+// into the release history. The delete runs in one transaction holding
+// the key's lock, so no claim of the key runs meanwhile. A transactional claim not yet committed holds that lock. Once
 // LockTimeout has passed, Release refuses its key as in flight.
 //
 // Release then waits completedTrust before returning. By then no process
