@@ -107,12 +107,15 @@ generate:
 ## image: the container image $(IMAGE) (Containerfile) with Podman, or
 ## Buildah when Podman is missing (apt-get install podman): the static
 ## binary (CGO off, time zones embedded) built here into the build context
-## $(IMAGE_CONTEXT)/, on scratch; no base image is pulled
+## $(IMAGE_CONTEXT)/, on scratch; no base image is pulled. Built without
+## the layer cache: Podman and Buildah reuse a cached LABEL layer whatever
+## its build arguments, which would keep an earlier build's created label,
+## and each layer is a copy of a file built just before, nothing to save
 image: image-context
 	if command -v podman >/dev/null; then \
-	  podman build --format docker $(IMAGE_ARGS) -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
+	  podman build --no-cache --format docker $(IMAGE_ARGS) -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
 	elif command -v buildah >/dev/null; then \
-	  buildah bud --format docker $(IMAGE_ARGS) -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
+	  buildah bud --no-cache --format docker $(IMAGE_ARGS) -f Containerfile -t $(IMAGE) $(IMAGE_CONTEXT); \
 	else \
 	  echo 'make image: needs podman or buildah (apt-get install podman)'; exit 1; \
 	fi

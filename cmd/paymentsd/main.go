@@ -227,7 +227,7 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 	paymentsv1.RegisterPaymentIntentServiceServer(m.grpc, server.New(m.db.Intents(), nil))
 	m.health = health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, m.health)
-	if m.Config.Reflection {
+	if m.Config.ServesReflection() {
 		if err := grpcreflect.Register(m.grpc, embedded.Descriptors); err != nil {
 			return err
 		}

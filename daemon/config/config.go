@@ -48,8 +48,9 @@ type Config struct {
 	// MetricsTokenPath names the file of the bearer token /metrics
 	// requires; empty requires none.
 	MetricsTokenPath string
-	// Reflection serves the gRPC reflection service.
-	Reflection bool
+	// Reflection serves the gRPC reflection service when set; unset (nil),
+	// it is served in dev mode only (see ServesReflection).
+	Reflection *bool
 	// Limits bound what clients can hold: connections, calls, header
 	// blocks.
 	Limits Limits
@@ -74,7 +75,6 @@ func Default() Config {
 		HandlerTimeout: interceptor.DefaultHandlerTimeout,
 		HTTPListen:     "localhost:8080",
 		PrincipalFrom:  "bearer",
-		Reflection:     true,
 		Limits:         DefaultLimits(),
 	}
 }
@@ -157,6 +157,38 @@ func (l *Limits) check() error {
 	return nil
 }
 
+// ServesReflection reports whether the server serves gRPC reflection. It
+// does when --reflection says so. Unsaid, it does in dev mode alone: it
+// answers anyone, and a server that requires credentials need not list
+// its API to strangers (grpcurl reads the proto files instead).
+func (c *Config) ServesReflection() bool {
+	if c.Reflection != nil {
+		return *c.Reflection
+	}
+	return c.Open()
+}
+
+// optionalBool is a boolean flag that may be left unset (nil).
+type optionalBool struct{ v **bool }
+
+func (b optionalBool) String() string {
+	if b.v == nil || *b.v == nil {
+		return ""
+	}
+	return strconv.FormatBool(**b.v)
+}
+
+func (b optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("must be true or false, got %q", s)
+	}
+	*b.v = &v
+	return nil
+}
+
+func (b optionalBool) IsBoolFlag() bool { return true }
+
 // uint32Flag is a flag of a positive 32-bit count.
 type uint32Flag uint32
 
@@ -221,7 +253,7 @@ func (c *Config) DefineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminKeysPath, "admin-keys", c.AdminKeysPath, `with --admin-listen, required: file of operators' credentials, in the --api-keys format, the names being operators'; read again when it changes or on SIGHUP`)
 	fs.BoolVar(&c.Dev, "dev", c.Dev, "dev mode on any address: without --api-keys any bearer token is accepted as a principal of its own, which paymentsd serves on loopback addresses only unless this is given")
 	fs.StringVar(&c.MetricsTokenPath, "metrics-token-file", c.MetricsTokenPath, "file holding the bearer token that /metrics requires (a Prometheus scrape config's authorization credentials_file); /healthz stays open; read again when it changes or on SIGHUP")
-	fs.BoolVar(&c.Reflection, "reflection", c.Reflection, "serve gRPC server reflection, which lists the services and their messages to any caller (grpcurl uses it)")
+	fs.Var(optionalBool{&c.Reflection}, "reflection", "serve gRPC server reflection, which lists the services and their messages to any caller, without a credential (grpcurl uses it); default: on in dev mode, off when credentials are required")
 	c.Limits.defineFlags(fs)
 	fs.StringVar(&c.PrincipalFrom, "principal-from", c.PrincipalFrom, "where a caller's principal, which owns its intents and idempotency keys, comes from: bearer (the token, as --api-keys lists it), cert (the client certificate's URI SAN, else its first DNS SAN) or either (the token when one is sent, else the certificate)")
 }

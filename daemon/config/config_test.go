@@ -22,7 +22,7 @@ func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {
 		Listen: "localhost:50051", DB: filepath.Join("data", "paymentsd.db"),
 		Lease: interceptor.DefaultLease, TTL: interceptor.DefaultTTL, SweepInterval: time.Minute,
 		ShutdownGrace: 30 * time.Second, HandlerTimeout: interceptor.DefaultHandlerTimeout,
-		HTTPListen: "localhost:8080", PrincipalFrom: "bearer", Reflection: true,
+		HTTPListen: "localhost:8080", PrincipalFrom: "bearer",
 		Limits: config.Limits{
 			MaxConnections: 4096, MaxCalls: 1024, MaxStreams: 256, MaxHeaderBytes: 64 << 10, HeaderTimeout: 10 * time.Second,
 			KeepaliveMinTime: 10 * time.Second, KeepaliveNoStream: true, KeepaliveInterval: time.Minute, KeepaliveTimeout: 20 * time.Second,
@@ -204,5 +204,39 @@ func TestSharedDefaults_OnlyTheServersFlags(t *testing.T) {
 	}
 	if *db != "from-env.db" || *json {
 		t.Errorf("db %q, json %t: want from-env.db, false", *db, *json)
+	}
+}
+
+// Reflection answers anyone: unsaid, it is served in dev mode alone. Said,
+// by flag or variable, it is what was said.
+func TestParse_Reflection_OnInDevModeUnlessSaid(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "api-keys")
+	for _, c := range []struct {
+		args []string
+		env  string
+		want bool
+	}{
+		{nil, "", true},
+		{[]string{"--reflection=false"}, "", false},
+		{[]string{"--api-keys", keys}, "", false},
+		{[]string{"--api-keys", keys, "--reflection"}, "", true},
+		{[]string{"--api-keys", keys}, "true", true},
+		{nil, "false", false},
+	} {
+		t.Run(strings.Join(c.args, " ")+" env="+c.env, func(t *testing.T) {
+			if c.env != "" {
+				t.Setenv("PAYMENTSD_REFLECTION", c.env)
+			}
+			cfg := config.Default()
+			if err := cfg.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.ServesReflection(); got != c.want {
+				t.Errorf("ServesReflection() = %v, want %v", got, c.want)
+			}
+		})
+	}
+	if cfg := config.Default(); cfg.Parse([]string{"--reflection=maybe"}) == nil {
+		t.Error("--reflection=maybe taken")
 	}
 }
