@@ -130,6 +130,11 @@ type DB struct {
 
 	mu     sync.Mutex
 	health error // the last probe's finding; nil when healthy
+	// writeFailed is the last failure of a write that says the database
+	// cannot write (cannotWrite), until a probe writes. writeFailures counts
+	// them, so that a probe clears only those noted before it began.
+	writeFailed   error
+	writeFailures uint64
 	// clockOffset is the database's clock minus this process's.
 	clockOffset time.Duration
 }
@@ -293,7 +298,7 @@ func (db *DB) Run(ctx context.Context, fn func(q Querier) error) error {
 	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
 		return t.run(ctx, fn)
 	}
-	return pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error { return fn(tx) })
+	return db.noteFailure(pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error { return fn(tx) }))
 }
 
 // Read calls fn with the transaction of the Tx that ctx carries, as Run
@@ -309,39 +314,3 @@ func (db *DB) Read(ctx context.Context, fn func(q Querier) error) error {
 // Claimant is who this DB claims as. It is not exclusive, since other
 // processes share the database. So the lease rule alone decides takeovers.
 func (db *DB) Claimant() storage.Claimant { return db.ledger.Claimant() }
-
-// Health returns the last probe's finding: nil while the database answers.
-func (db *DB) Health() error {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	return db.health
-}
-
-// Probe checks that the database answers and that its user may read and
-// write the tables. They are this store's table and tables: others the
-// embedder's requests write, named as its statements name them. Probe
-// records the finding for Health and returns it. A table renamed, dropped
-// or out of the user's reach fails every request while the database itself
-// answers. A probe that finds the database unreachable ends the
-// connections held. They may lead to a server that went silent (see
-// dropConnections).
-func (db *DB) Probe(ctx context.Context, tables ...string) error {
-	tables = append([]string{"idempotency_records"}, tables...)
-	var writable *bool
-	err := db.pool.QueryRow(ctx, `SELECT bool_and(has_table_privilege(t, 'SELECT, INSERT, UPDATE, DELETE')) FROM unnest($1::text[]) AS t`,
-		tables).Scan(&writable)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr):
-		err = fmt.Errorf("pgstore: the database answers, but not for its tables: %w", err)
-	case err != nil:
-		err = fmt.Errorf("pgstore: database unreachable: %w", err)
-		db.dropConnections()
-	case writable == nil || !*writable:
-		err = fmt.Errorf("pgstore: the database user may not read and write the tables %v", tables)
-	}
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	db.health = err
-	return err
-}

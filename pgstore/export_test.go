@@ -5,3 +5,6 @@ const SelectInFlight = selectInFlight
 
 // SelectKey is the query of FindKey, for its plan's test.
 const SelectKey = selectKey
+
+// CannotWrite is the classification of errors that makes Probe write.
+var CannotWrite = cannotWrite

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/storage/ledger"
@@ -71,7 +70,7 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 	for backoff := lockPollFirst; ; backoff = min(2*backoff, lockPollMax) {
 		l, err := db.look(ctx, req)
 		if err != nil {
-			return 0, nil, nil, err
+			return 0, nil, nil, db.noteFailure(err)
 		}
 		outcome, rec := db.ledger.Decide(l.req, d, l.stored)
 		switch {
@@ -224,7 +223,7 @@ func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Reco
 	b.Queue(beginReadCommitted)
 	b.Queue(`SELECT pg_try_advisory_xact_lock($1), clock_timestamp()`, t.lock)
 	b.Queue(selectRecord, t.key.Scope, t.key.Key)
-	err = sendBatch(ctx, t.conn, b, func(br pgx.BatchResults) error {
+	err = t.sendBatch(ctx, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -262,7 +261,7 @@ func (t *Tx) writeDurableClaim(ctx context.Context) error {
 		return err
 	}
 	b.Queue(`COMMIT`)
-	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
+	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
 		return replaced(err)
 	}
 	t.conn.Release()
@@ -348,10 +347,11 @@ func execAll(b *pgx.Batch) func(pgx.BatchResults) error {
 	}
 }
 
-// sendBatch sends b in one round trip and reads its results with read. A
-// lock wait that ran out is errLocked.
-func sendBatch(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, read func(pgx.BatchResults) error) error {
-	br := conn.SendBatch(ctx, b)
+// sendBatch sends b on t's connection in one round trip and reads its
+// results with read. A lock wait that ran out is errLocked. A failure that
+// says the database cannot write is noted for Probe.
+func (t *Tx) sendBatch(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	br := t.conn.SendBatch(ctx, b)
 	err := read(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -359,7 +359,7 @@ func sendBatch(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, read func(
 	if isLockTimeout(err) {
 		return errLocked
 	}
-	return err
+	return t.db.noteFailure(err)
 }
 
 // inFlightGuess is the record a claim answers in flight with. Another
@@ -491,7 +491,7 @@ func (db *DB) Renew(ctx context.Context, k storage.RecordKey, claim *storage.Rec
 		WHERE scope = $1 AND key = $2 AND state = 1 AND attempt = $3 AND claim_token = $4`,
 		k.Scope, k.Key, int64(claim.Attempt), claim.Token[:], to)
 	if err != nil {
-		return err
+		return db.noteFailure(err)
 	}
 	if tag.RowsAffected() != 1 {
 		return storage.ErrSuperseded
@@ -507,7 +507,7 @@ func (db *DB) Complete(ctx context.Context, k storage.RecordKey, done *storage.R
 		return err
 	}
 	_, err = db.pool.Exec(ctx, stmt, args...)
-	return superseded(commitOutcome(err))
+	return superseded(commitOutcome(db.noteFailure(err)))
 }
 
 // commitOutcome is the error of a commit. The commit is a batch that ends
@@ -571,7 +571,7 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 				ORDER BY expire_time LIMIT $2
 				FOR UPDATE SKIP LOCKED)`, at, sweepBatch)
 		if err != nil {
-			return total, err
+			return total, db.noteFailure(err)
 		}
 		n := int(tag.RowsAffected())
 		total += n
@@ -586,7 +586,7 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 				ORDER BY expire_time LIMIT $2
 				FOR UPDATE SKIP LOCKED)`, at, sweepBatch)
 		if err != nil || tag.RowsAffected() < sweepBatch {
-			return total, err
+			return total, db.noteFailure(err)
 		}
 	}
 }

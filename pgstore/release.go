@@ -72,7 +72,7 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, b
 		return nil, fmt.Errorf("%w: a claim of the key holds its lock", storage.ErrReleaseInFlight)
 	}
 	if err != nil {
-		return nil, err
+		return nil, db.noteFailure(err)
 	}
 	db.ledger.Forget(k)
 	time.Sleep(completedTrust) // not cut short by ctx: the delete has committed, and the caller is to hear so only once it holds

@@ -102,13 +102,13 @@ func (t *Tx) run(ctx context.Context, fn func(Querier) error) error {
 			}
 		}
 		if err != nil {
-			t.failed = err
+			t.failed = t.db.noteFailure(err)
 			return err
 		}
 		t.conn = conn
 	}
 	if err := fn(t.conn); err != nil {
-		t.failed = err
+		t.failed = t.db.noteFailure(err)
 		return err
 	}
 	return nil
@@ -163,7 +163,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 	if !keepWrites {
 		b.Queue(`SELECT pg_advisory_unlock_all()`)
 	}
-	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
+	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
 		t.rollbackLocked()
 		return replaced(commitOutcome(err))
 	}
@@ -188,14 +188,14 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, noti
 		if err == nil {
 			t.db.ledger.Remember(t.key, done, nil, t.committing)
 		}
-		return superseded(commitOutcome(err))
+		return superseded(commitOutcome(t.db.noteFailure(err)))
 	}
 	// A completion that finds the claim superseded raises, and the COMMIT
 	// after it does not run.
 	b := &pgx.Batch{}
 	b.Queue(stmt, args...)
 	b.Queue(`COMMIT`)
-	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
+	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
 		t.rollbackLocked()
 		return superseded(commitOutcome(err))
 	}
@@ -249,7 +249,7 @@ func (t *Tx) rollbackLocked() {
 	if t.sessionLock {
 		b.Queue(`SELECT pg_advisory_unlock_all()`)
 	}
-	if err := sendBatch(ctx, t.conn, b, execAll(b)); err != nil {
+	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
 		t.conn.Conn().Close(ctx)
 	}
 	t.conn.Release()
