@@ -1,8 +1,9 @@
 // Package tlsreload serves a TLS certificate from PEM files that can be
 // replaced while the server runs. It can also serve the CAs that verify
-// client certificates. Each new handshake gets what was loaded last, and
-// connections already made keep theirs. A set of files that does not load
-// leaves the last good one in place.
+// client certificates, and the CRLs that revoke some. Each new handshake
+// gets what was loaded last, and connections already made keep theirs. A
+// set of files that does not load leaves the last good one in place. A
+// gRPC connection that a new CRL revokes is closed.
 package tlsreload
 
 import (
@@ -11,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,13 +45,17 @@ type Server struct {
 	files Files
 	now   func() time.Time
 	cur   atomic.Pointer[loaded]
+	conns conns // the gRPC connections client certificates opened
+	// reloading serialises reloads: each compares its CRLs with those
+	// in force, then stores its own.
+	reloading sync.Mutex
 }
 
 type loaded struct {
 	cert      tls.Certificate
 	clientCAs *x509.CertPool  // nil without Files.ClientCA
 	caRaw     map[string]bool // the DER of each of clientCAs
-	revoked   revoked         // by Files.ClientCRL; nil without it
+	crls      *CRLs           // by Files.ClientCRL; nil without it
 }
 
 // Load loads files, and fails if they do not make a usable identity.
@@ -63,13 +69,18 @@ func Load(files Files) (*Server, error) {
 
 // Reload loads the files again. If they do not load, it returns why and
 // keeps serving what it had. Causes include a key that is not the
-// certificate's, an unreadable file, or a certificate out of its validity.
+// certificate's, an unreadable file, a certificate out of its validity,
+// and a CRL out of its validity or older than the one in force. Once the
+// new files are in use, it closes the connections their CRLs revoke.
 func (s *Server) Reload() error {
+	s.reloading.Lock()
+	defer s.reloading.Unlock()
 	l, err := s.load()
 	if err != nil {
 		return err
 	}
 	s.cur.Store(l)
+	s.conns.closeRefused(l.crls, s.now())
 	return nil
 }
 
@@ -91,7 +102,11 @@ func (s *Server) load() (*loaded, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tls client CRL: %w", err)
 		}
-		if l.revoked, err = ParseCRLs(data, cas); err != nil {
+		var prev *CRLs
+		if cur := s.cur.Load(); cur != nil {
+			prev = cur.crls
+		}
+		if l.crls, err = ParseCRLs(data, cas, s.now(), prev); err != nil {
 			return nil, fmt.Errorf("tls client CRL: %s: %w", s.files.ClientCRL, err)
 		}
 	}
@@ -179,11 +194,34 @@ func (s *Server) StillTrusted(chain []*x509.Certificate, now time.Time) error {
 	if root := chain[len(chain)-1]; !l.caRaw[string(root.Raw)] {
 		return fmt.Errorf("its CA %+q is no longer among the client CAs", root.Subject.CommonName)
 	}
-	return l.revoked.check(chain)
+	return l.crls.check(chain, now)
 }
 
 // Leaf returns the certificate served now.
 func (s *Server) Leaf() *x509.Certificate { return s.cur.Load().cert.Leaf }
+
+// CRLs returns the client CRLs in force, in the file's order; nil without
+// Files.ClientCRL.
+func (s *Server) CRLs() []CRL {
+	if c := s.cur.Load().crls; c != nil {
+		return c.List()
+	}
+	return nil
+}
+
+// EnforceCRL says why no client certificate is admitted at now: a CRL in
+// force is past its nextUpdate. Handshakes and calls are then refused,
+// and it closes the gRPC connections that client certificates opened. It
+// returns nil while every CRL is in force, and without CRLs. Call it
+// often, as a health check does: a CRL expires without a reload.
+func (s *Server) EnforceCRL(now time.Time) error {
+	crls := s.cur.Load().crls
+	err := crls.expired(now)
+	if err != nil {
+		s.conns.closeRefused(crls, now)
+	}
+	return err
+}
 
 // ClientAuth says whether a listener verifies client certificates.
 type ClientAuth bool
@@ -218,19 +256,26 @@ func (s *Server) Config(clientAuth ClientAuth, nextProtos ...string) *tls.Config
 				}
 				c.ClientAuth = tls.RequireAndVerifyClientCert
 				c.ClientCAs = l.clientCAs
-				if l.revoked != nil {
-					c.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
-						for _, chain := range chains {
-							if err := l.revoked.check(chain); err != nil {
-								return fmt.Errorf("tls: client certificate %w", err)
-							}
-						}
-						return nil
-					}
+				if l.crls != nil {
+					c.VerifyConnection = s.refuseRevoked(l.crls)
 				}
 			}
 			return c, nil
 		},
+	}
+}
+
+// refuseRevoked refuses a handshake whose client certificate crls refuse
+// now. It is a VerifyConnection, which unlike VerifyPeerCertificate sees
+// resumed sessions too.
+func (s *Server) refuseRevoked(crls *CRLs) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		for _, chain := range cs.VerifiedChains {
+			if err := crls.check(chain, s.now()); err != nil {
+				return fmt.Errorf("tls: client certificate refused: %w", err)
+			}
+		}
+		return nil
 	}
 }
 

@@ -199,6 +199,9 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		m.metrics = m.prom.Idem
 		if m.creds.TLS != nil {
 			m.prom.WatchCertificate(m.creds.TLS)
+			if m.Config.TLSClientCRL != "" {
+				m.prom.WatchCRLs(m.creds.TLS)
+			}
 		}
 		if c, ok := m.db.(interface{ CommitCounts() (uint64, uint64) }); ok { // bbolt's group commit
 			m.prom.WatchCommits(c.CommitCounts)
@@ -284,7 +287,7 @@ func (m *Main) serve(ctx context.Context) {
 		}
 	})
 	m.wg.Go(func() { storage.RunSweeper(ctx, m.db.Records(), m.Config.SweepInterval, m.swept) })
-	m.wg.Go(func() { storehealth.Watch(ctx, m.health, m.db.Check, m.Logger, storehealth.Interval) })
+	m.wg.Go(func() { storehealth.Watch(ctx, m.health, m.healthCheck, m.Logger, storehealth.Interval) })
 	context.AfterFunc(ctx, func() { signal.Stop(m.hup) })
 	m.creds.Watch(ctx, &m.wg, m.hup, m.prom.Reloaded)
 	m.serveHTTP()
@@ -292,13 +295,29 @@ func (m *Main) serve(ctx context.Context) {
 	m.serveConsole()
 }
 
+// healthCheck is the store's check, then the client CRLs'. While a CRL in
+// force is past its nextUpdate, no client certificate is admitted, so
+// paymentsd serves no one: it reports NOT_SERVING. The CRLs are enforced
+// whatever the store's state.
+func (m *Main) healthCheck(ctx context.Context) error {
+	var crl error
+	if m.creds.TLS != nil {
+		crl = m.creds.TLS.EnforceCRL(time.Now())
+	}
+	if err := m.db.Check(ctx); err != nil {
+		return err
+	}
+	return crl
+}
+
 // networkCredentials are the gRPC server's on the network: TLS with ALPN
-// h2 when --tls-cert is set, nil for plaintext otherwise.
+// h2 when --tls-cert is set, nil for plaintext otherwise. A connection a
+// new CRL revokes is closed.
 func (m *Main) networkCredentials() credentials.TransportCredentials {
 	if m.creds.TLS == nil {
 		return nil
 	}
-	return credentials.NewTLS(m.creds.TLS.Config(m.creds.ClientAuth(), "h2"))
+	return m.creds.TLS.Credentials(m.creds.ClientAuth())
 }
 
 // serveMetrics serves /metrics on lis, behind --metrics-token-file's token

@@ -146,6 +146,17 @@ func (cr *Credentials) Log() {
 	}
 	if cr.TLS != nil {
 		cr.logCertificate("tls certificate loaded", cr.TLS.Leaf())
+		cr.logCRLs()
+	}
+}
+
+// logCRLs logs each client CRL in force: whose it is, its number, when it
+// was issued and when it must be replaced.
+func (cr *Credentials) logCRLs(attrs ...any) {
+	for _, crl := range cr.TLS.CRLs() {
+		cr.logger.Info("tls client CRL in force", append(attrs, "file", cr.config.TLSClientCRL, "issuer", crl.Issuer,
+			"crl_number", crl.Number.String(), "this_update", crl.ThisUpdate.UTC().Format(time.RFC3339),
+			"next_update", crl.NextUpdate.UTC().Format(time.RFC3339), "revoked", crl.Revoked)...)
 	}
 }
 
@@ -251,7 +262,8 @@ func (cr *Credentials) reloadKeys(why string, reloaded func(string, error), f ke
 }
 
 // reloadTLS reads the TLS files again. New connections get the new
-// certificate and client CAs; connections made keep theirs.
+// certificate, client CAs and CRLs; connections made keep theirs, unless
+// a new CRL revokes their client certificate.
 func (cr *Credentials) reloadTLS(why string, reloaded func(string, error)) {
 	cr.reloading.Lock()
 	defer cr.reloading.Unlock()
@@ -262,4 +274,5 @@ func (cr *Credentials) reloadTLS(why string, reloaded func(string, error)) {
 		return
 	}
 	cr.logCertificate("tls certificate reloaded", cr.TLS.Leaf(), "trigger", why)
+	cr.logCRLs("trigger", why)
 }

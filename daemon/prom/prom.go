@@ -7,6 +7,7 @@ package prom
 import (
 	"net/http"
 	"runtime"
+	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,6 +95,35 @@ func (p *Prom) WatchCertificate(s *tlsreload.Server) {
 		Name: "paymentsd_tls_certificate_not_after_seconds",
 		Help: "When the TLS certificate served now expires, in seconds since the Unix epoch.",
 	}, func() float64 { return float64(s.Leaf().NotAfter.Unix()) }))
+}
+
+// WatchCRLs exports when each client CRL in force must be replaced, for an
+// alert hours before: past it, no client certificate is admitted.
+func (p *Prom) WatchCRLs(s *tlsreload.Server) {
+	p.registry.MustRegister(crlCollector{s})
+}
+
+var crlNextUpdate = prometheus.NewDesc("paymentsd_tls_client_crl_next_update_seconds",
+	"The nextUpdate of each client CRL in force, by issuer (the CA's subject), in seconds since the Unix epoch. Past it, no client certificate is admitted.",
+	[]string{"issuer"}, nil)
+
+// crlCollector reads the CRLs in force at each scrape.
+type crlCollector struct{ s *tlsreload.Server }
+
+func (c crlCollector) Describe(ch chan<- *prometheus.Desc) { ch <- crlNextUpdate }
+
+// Collect exports one series per issuer. Two CAs of one subject have one
+// series: the earlier nextUpdate, the first to matter.
+func (c crlCollector) Collect(ch chan<- prometheus.Metric) {
+	next := map[string]time.Time{}
+	for _, crl := range c.s.CRLs() {
+		if t, ok := next[crl.Issuer]; !ok || crl.NextUpdate.Before(t) {
+			next[crl.Issuer] = crl.NextUpdate
+		}
+	}
+	for issuer, t := range next {
+		ch <- prometheus.MustNewConstMetric(crlNextUpdate, prometheus.GaugeValue, float64(t.Unix()), issuer)
+	}
 }
 
 // WatchCommits exports a group commit's counts: its commits, and the

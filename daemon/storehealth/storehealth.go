@@ -20,7 +20,9 @@ const Interval = time.Second
 // Watch reports check's answer on h, every interval until ctx ends. Every
 // service and the server as a whole are NOT_SERVING while check fails: a
 // damaged data file, failing commits, a database that does not answer.
-// They are SERVING again once it succeeds. Each change is logged.
+// paymentsd's check adds a client CRL past its nextUpdate, which admits no
+// client. They are SERVING again once it succeeds. Each change is logged
+// with check's error, which says what failed.
 func Watch(ctx context.Context, h *health.Server, check func(context.Context) error, logger *slog.Logger, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -32,10 +34,10 @@ func Watch(ctx context.Context, h *health.Server, check func(context.Context) er
 		}
 		if (err == nil) != (last == nil) {
 			if err != nil {
-				logger.Error("store unhealthy: reporting NOT_SERVING", "err", err)
+				logger.Error("unhealthy: reporting NOT_SERVING", "err", err)
 				h.Shutdown() // every service NOT_SERVING
 			} else {
-				logger.Info("store healthy again: reporting SERVING")
+				logger.Info("healthy again: reporting SERVING")
 				h.Resume()
 			}
 		}

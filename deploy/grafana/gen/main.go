@@ -166,9 +166,10 @@ func build() *dashboard.DashboardBuilder {
 			query(`sum by (code) (rate(http_server_requests_total{`+sel+`}[$__rate_interval]))`, "{{code}}"))).
 		WithRow(dashboard.NewRowBuilder("TLS and credentials")).
 		WithPanel(certificateExpiry()).
+		WithPanel(crlNextUpdate()).
 		WithPanel(series("Credential reloads",
 			"Reloads of the credential files, by file and result; a failed reload keeps the previous credentials.",
-			"short", 16,
+			"short", 8,
 			query(`sum by (file, result) (increase(paymentsd_credential_reloads_total{`+sel+`}[$__rate_interval]))`, "{{file}} {{result}}"))).
 		WithRow(dashboard.NewRowBuilder("Listener limits")).
 		WithPanel(series("Connections vs max",
@@ -255,4 +256,30 @@ func certificateExpiry() *stat.PanelBuilder {
 				{Value: cog.ToPtr(14 * day), Color: "green"},
 			})).
 		WithTarget(query(`min by (instance) (paymentsd_tls_certificate_not_after_seconds{`+sel+`}) - time()`, "{{instance}}").RefId("A"))
+}
+
+// crlNextUpdate is a stat of the time left before each instance's client
+// CRL reaches its nextUpdate, past which no client certificate is
+// admitted: orange under 6 hours, when PaymentsdClientCRLExpiresSoon
+// fires, red under 1.
+func crlNextUpdate() *stat.PanelBuilder {
+	hour := 3600.0
+	return stat.NewPanelBuilder().
+		Title("Client CRL next update in").
+		Description("Time left before the client CRL each instance holds reaches its nextUpdate; past it, no client certificate is admitted (docs/alerts.md#paymentsdclientcrlexpiressoon). Empty without --tls-client-crl.").
+		Datasource(datasource).
+		Unit("dtdurations").
+		Span(8).
+		Height(8).
+		ColorMode(common.BigValueColorModeBackground).
+		GraphMode(common.BigValueGraphModeNone).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"})).
+		Thresholds(dashboard.NewThresholdsConfigBuilder().
+			Mode(dashboard.ThresholdsModeAbsolute).
+			Steps([]dashboard.Threshold{
+				{Value: nil, Color: "red"},
+				{Value: cog.ToPtr(hour), Color: "orange"},
+				{Value: cog.ToPtr(6 * hour), Color: "green"},
+			})).
+		WithTarget(query(`min by (instance) (paymentsd_tls_client_crl_next_update_seconds{`+sel+`}) - time()`, "{{instance}}").RefId("A"))
 }
