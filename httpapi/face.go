@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/internal/connlimit"
 )
 
 // Face is the API served on an address of its own, in front of a gRPC
@@ -24,6 +25,8 @@ type Face struct {
 	observe Observe
 	// connState, if set, is told of each connection's state.
 	connState func(net.Conn, http.ConnState)
+	// writeTimeout, if set, bounds how long an answer takes to write.
+	writeTimeout time.Duration
 }
 
 // Listen binds addr for the API.
@@ -43,9 +46,11 @@ func (f *Face) Addr() net.Addr { return f.lis.Addr() }
 func (f *Face) Observe(o Observe) { f.observe = o }
 
 // Limit puts f's listener behind limit, which bounds its connections.
-// It tells connState of each connection's state. Call it before Start.
-func (f *Face) Limit(limit func(net.Listener) net.Listener, connState func(net.Conn, http.ConnState)) {
-	f.lis, f.connState = limit(f.lis), connState
+// It tells connState of each connection's state. An answer that takes
+// longer than writeTimeout to write, from its first byte, closes its
+// connection. Call it before Start.
+func (f *Face) Limit(limit func(net.Listener) net.Listener, connState func(net.Conn, http.ConnState), writeTimeout time.Duration) {
+	f.lis, f.connState, f.writeTimeout = limit(f.lis), connState, writeTimeout
 }
 
 // Close closes the listener of a Face never started.
@@ -57,7 +62,11 @@ func (f *Face) Close() error { return f.lis.Close() }
 // serve returns http.ErrServerClosed.
 func (f *Face) Start(srv *grpc.Server, authn *auth.Authenticator, tlsConfig *tls.Config, logger *slog.Logger) (serve func() error) {
 	f.conn = Dial(srv)
-	f.server = NewServer(Observed(New(f.conn, authn), logger, f.observe), logger)
+	h := Observed(New(f.conn, authn), logger, f.observe)
+	if f.writeTimeout > 0 {
+		h = connlimit.WriteDeadline(h, f.writeTimeout)
+	}
+	f.server = NewServer(h, logger)
 	f.server.ConnState = f.connState
 	lis := f.lis
 	if tlsConfig != nil {

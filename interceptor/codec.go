@@ -3,6 +3,7 @@ package interceptor
 import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -14,15 +15,31 @@ import (
 // A response is then encoded once, for its record, not again for the
 // wire, and a replay is sent without being decoded. Every answer to a key
 // is thus the same bytes, the first one included.
+//
+// A protobuf message over 32 KiB is encoded into a buffer of its own size.
+// grpc-go's pool has no size between 32 KiB and 1 MiB, so a page of 200
+// KB would hold a 1 MiB buffer for as long as its answer waits to be
+// written, which is as long as its client does not read.
 func Codec(base encoding.CodecV2) encoding.CodecV2 { return storedBytesCodec{base} }
 
 type storedBytesCodec struct{ encoding.CodecV2 }
+
+// largeMessage is the size past which a message gets a buffer of its own
+// size rather than one of the pool's.
+const largeMessage = 32 << 10
 
 func (c storedBytesCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if r, ok := v.(*StoredResponse); ok {
 		// The bytes are the record's, shared and never written to: a
 		// SliceBuffer is not freed into a pool.
 		return mem.BufferSlice{mem.SliceBuffer(r.any.Value)}, nil
+	}
+	if m, ok := v.(proto.Message); ok {
+		// The size computed here is the one Marshal uses.
+		if size := proto.Size(m); size > largeMessage {
+			b, err := proto.MarshalOptions{UseCachedSize: true}.Marshal(m)
+			return mem.BufferSlice{mem.SliceBuffer(b)}, err
+		}
 	}
 	return c.CodecV2.Marshal(v)
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -75,12 +76,21 @@ const (
 	MaxPageSize     = 1000
 )
 
+// ListBudget is the most intents the Lists in progress read at once. A
+// List holds its page in memory, about a kilobyte an intent, until its
+// answer is encoded. Without a bound, one client could hold a thousand
+// Lists of a thousand intents at once: a gigabyte. A List that finds no
+// room is refused at once, UNAVAILABLE: waiting, it would hold a call
+// slot that a create could use.
+const ListBudget = 16 * MaxPageSize
+
 // Server is the PaymentIntentService.
 type Server struct {
 	paymentsv1.UnimplementedPaymentIntentServiceServer
 
-	store IntentStore
-	now   func() time.Time
+	store   IntentStore
+	now     func() time.Time
+	listing *semaphore.Weighted // of ListBudget intents
 }
 
 // New returns a Server keeping intents in store and reading time from now
@@ -89,7 +99,7 @@ func New(store IntentStore, now func() time.Time) *Server {
 	if now == nil {
 		now = time.Now
 	}
-	return &Server{store: store, now: now}
+	return &Server{store: store, now: now, listing: semaphore.NewWeighted(ListBudget)}
 }
 
 // CreatePaymentIntent creates an intent owned by the caller.
@@ -181,6 +191,10 @@ func (s *Server) ListPaymentIntents(ctx context.Context, req *paymentsv1.ListPay
 	if err != nil {
 		return nil, err
 	}
+	if !s.listing.TryAcquire(int64(size)) {
+		return nil, status.Errorf(codes.Unavailable, "the server is listing its limit of %d intents at once; retry later, or ask for smaller pages", ListBudget)
+	}
+	defer s.listing.Release(int64(size))
 	page, next, err := s.store.ListIntents(ctx, owner, after, size)
 	if err != nil {
 		return nil, storeError(err, "")

@@ -364,3 +364,48 @@ func TestUnknownFields_Rejected(t *testing.T) {
 		t.Errorf("after rejected requests: %v, want the one created intent", list.PaymentIntents)
 	}
 }
+
+// Lists read at most ListBudget intents at once: one more is refused at
+// once, UNAVAILABLE, rather than wait holding a call slot; once a List
+// ends, its room is free again.
+func TestList_Budget_RefusesAtOnceThenFrees(t *testing.T) {
+	held := make(chan struct{})
+	release := make(chan struct{})
+	s := server.New(blockingLists{held: held, release: release}, nil)
+	lists := server.ListBudget / server.MaxPageSize
+	errs := make(chan error, lists)
+	for range lists {
+		go func() {
+			_, err := s.ListPaymentIntents(as("alice"), &paymentsv1.ListPaymentIntentsRequest{PageSize: server.MaxPageSize})
+			errs <- err
+		}()
+		<-held
+	}
+	_, err := s.ListPaymentIntents(as("bob"), &paymentsv1.ListPaymentIntentsRequest{PageSize: 1})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a List past the budget: %v, want UNAVAILABLE", err)
+	}
+	close(release)
+	for range lists {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { <-held }()
+	if _, err := s.ListPaymentIntents(as("bob"), &paymentsv1.ListPaymentIntentsRequest{PageSize: server.MaxPageSize}); err != nil {
+		t.Fatalf("a List once the others ended: %v", err)
+	}
+}
+
+// blockingLists holds each List until release is closed, telling held
+// when one is held.
+type blockingLists struct {
+	server.IntentStore
+	held, release chan struct{}
+}
+
+func (b blockingLists) ListIntents(ctx context.Context, owner string, after []byte, limit int) ([]*paymentsv1.PaymentIntent, []byte, error) {
+	b.held <- struct{}{}
+	<-b.release
+	return nil, nil, nil
+}

@@ -50,6 +50,7 @@ import (
 	"github.com/paymentsd/paymentsd/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/grpcreflect"
 	"github.com/paymentsd/paymentsd/internal/grpcslog"
+	"github.com/paymentsd/paymentsd/internal/memlimit"
 	"github.com/paymentsd/paymentsd/internal/traceexport"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/server"
@@ -286,6 +287,7 @@ func (m *Main) serve(ctx context.Context) {
 			m.Logger.Error("serve", "err", err)
 		}
 	})
+	m.wg.Go(func() { memlimit.Follow(ctx, m.Logger, time.Second) })
 	m.wg.Go(func() { storage.RunSweeper(ctx, m.db.Records(), m.Config.SweepInterval, m.swept) })
 	m.wg.Go(func() { storehealth.Watch(ctx, m.health, m.healthCheck, m.Logger, storehealth.Interval) })
 	context.AfterFunc(ctx, func() { signal.Stop(m.hup) })

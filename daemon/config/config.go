@@ -93,6 +93,10 @@ type Limits struct {
 	MaxConnectionIdle  time.Duration // a gRPC connection without calls is closed after this
 	MaxConnectionAge   time.Duration // a gRPC connection is asked to go away after this
 	MaxConnectionGrace time.Duration // and then closed, calls or not, after this
+	MaxUnreadPerConn   int64         // bytes of gRPC answers one connection leaves unread
+	MaxUnread          int64         // bytes of gRPC answers all connections leave unread
+	UnreadGrace        time.Duration // how long a connection may stay over its bound
+	WriteTimeout       time.Duration // to write an HTTP answer, from its first byte
 }
 
 // DefaultLimits hold on the deployment files' limits: a 512 MiB memory
@@ -111,6 +115,10 @@ func DefaultLimits() Limits {
 		MaxConnectionIdle:  5 * time.Minute,
 		MaxConnectionAge:   30 * time.Minute,
 		MaxConnectionGrace: 30 * time.Second,
+		MaxUnreadPerConn:   4 << 20,
+		MaxUnread:          32 << 20,
+		UnreadGrace:        10 * time.Second,
+		WriteTimeout:       30 * time.Second,
 	}
 }
 
@@ -128,6 +136,10 @@ func (l *Limits) defineFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&l.MaxConnectionIdle, "grpc-max-connection-idle", l.MaxConnectionIdle, "how long a gRPC connection may go without a call before it is closed (GOAWAY; clients reconnect when they next call)")
 	fs.DurationVar(&l.MaxConnectionAge, "grpc-max-connection-age", l.MaxConnectionAge, "how long a gRPC connection may live (±10%) before it is asked to go away, so that long-lived clients rebalance across replicas")
 	fs.DurationVar(&l.MaxConnectionGrace, "grpc-max-connection-age-grace", l.MaxConnectionGrace, "how long calls in progress on a connection past its age may take before it is closed")
+	fs.Int64Var(&l.MaxUnreadPerConn, "grpc-max-unread-bytes-per-connection", l.MaxUnreadPerConn, "bytes of answers one gRPC connection may leave unread (waiting for its client's flow-control window); past them its new calls get RESOURCE_EXHAUSTED, and past --grpc-unread-grace it is closed")
+	fs.Int64Var(&l.MaxUnread, "grpc-max-unread-bytes", l.MaxUnread, "bytes of answers all gRPC connections may leave unread; past them the connection leaving most is closed")
+	fs.DurationVar(&l.UnreadGrace, "grpc-unread-grace", l.UnreadGrace, "how long a gRPC connection may leave more than --grpc-max-unread-bytes-per-connection unread before it is closed")
+	fs.DurationVar(&l.WriteTimeout, "http-write-timeout", l.WriteTimeout, "how long an HTTP answer (the HTTP face's, /metrics, the console's) may take to write, from its first byte; a client that reads slower has its connection closed")
 }
 
 // check refuses a limit out of range, naming its flag.
@@ -149,6 +161,10 @@ func (l *Limits) check() error {
 		{"--grpc-max-connection-idle", l.MaxConnectionIdle > 0, "positive", l.MaxConnectionIdle},
 		{"--grpc-max-connection-age", l.MaxConnectionAge > 0, "positive", l.MaxConnectionAge},
 		{"--grpc-max-connection-age-grace", l.MaxConnectionGrace >= 0, "0 or more", l.MaxConnectionGrace},
+		{"--grpc-max-unread-bytes-per-connection", l.MaxUnreadPerConn >= 64<<10, "at least 65536, an HTTP/2 window", l.MaxUnreadPerConn},
+		{"--grpc-max-unread-bytes", l.MaxUnread >= l.MaxUnreadPerConn, "at least --grpc-max-unread-bytes-per-connection", l.MaxUnread},
+		{"--grpc-unread-grace", l.UnreadGrace > 0, "positive", l.UnreadGrace},
+		{"--http-write-timeout", l.WriteTimeout > 0, "positive", l.WriteTimeout},
 	} {
 		if !d.ok {
 			return fmt.Errorf("%s must be %s, got %v", d.flag, d.want, d.got)

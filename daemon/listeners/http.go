@@ -5,13 +5,18 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/paymentsd/paymentsd/internal/connlimit"
 )
 
 // HTTPServer is the server of the metrics or console listener, named
-// name. It bounds header blocks and idle connections. Its connections are
-// counted, and net/http's lines (a failed TLS handshake, say) logged as
-// JSON WARN lines.
+// name. It bounds header blocks, idle connections and how long an answer
+// takes to write. Its connections are counted, and net/http's lines (a
+// failed TLS handshake, say) logged as JSON WARN lines.
 func (s *Set) HTTPServer(name string, h http.Handler) *http.Server {
+	if !s.config.WithoutLimits {
+		h = connlimit.WriteDeadline(h, s.config.Limits.WriteTimeout)
+	}
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: 64 << 10, ConnState: s.connState(name), ErrorLog: s.errorLog(name)}
 }

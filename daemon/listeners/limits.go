@@ -32,7 +32,9 @@ func (s *Set) limit() {
 	}
 	max := s.config.Limits.MaxConnections
 	s.GRPC = limit("grpc", s.GRPC, max)
-	l.Calls = connlimit.NewCalls(s.config.Limits.MaxCalls, l.Listeners["grpc"], l.Refusals["grpc"])
+	c := s.config.Limits
+	unread := connlimit.Unread{PerConnection: c.MaxUnreadPerConn, Grace: c.UnreadGrace, Total: c.MaxUnread}
+	l.Calls = connlimit.NewCalls(c.MaxCalls, unread, l.Listeners["grpc"], l.Refusals["grpc"])
 	if s.Metrics != nil {
 		s.Metrics = limit("metrics", s.Metrics, smallListenerConnections)
 	}
@@ -44,7 +46,7 @@ func (s *Set) limit() {
 		// after Limit has made it.
 		var limited *connlimit.Listener
 		s.API.Limit(func(lis net.Listener) net.Listener { limited = limit("http", lis, max); return limited },
-			func(c net.Conn, state http.ConnState) { limited.ConnState(c, state) })
+			func(c net.Conn, state http.ConnState) { limited.ConnState(c, state) }, c.WriteTimeout)
 	}
 	s.checkFileLimit()
 }
@@ -71,7 +73,7 @@ const handshakeTimeout = 10 * time.Second
 func (s *Set) GRPCOptions(network credentials.TransportCredentials) []grpc.ServerOption {
 	creds := httpapi.ServerCredentials(network)
 	if !s.config.WithoutLimits {
-		creds = connlimit.Credentials(creds, s.config.Limits.HeaderTimeout, s.Limits.Refusals["grpc"])
+		creds = connlimit.Credentials(creds, s.config.Limits.HeaderTimeout, s.Limits.Calls, s.Limits.Refusals["grpc"])
 	}
 	return append(s.grpcLimits(), grpc.Creds(creds), grpc.ConnectionTimeout(handshakeTimeout))
 }
@@ -86,6 +88,11 @@ func (s *Set) grpcLimits() []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(c.MaxStreams),
 		grpc.MaxHeaderListSize(c.MaxHeaderBytes),
 		grpc.InTapHandle(s.Limits.Calls.Tap),
+		grpc.StatsHandler(s.Limits.Calls.StatsHandler()),
+		// Frames are read straight from the connection, which buffers
+		// them itself: Calls learns which stream each call is from the
+		// last frame read (connlimit.Credentials).
+		grpc.ReadBufferSize(0),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinTime, PermitWithoutStream: c.KeepaliveNoStream}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     c.MaxConnectionIdle,

@@ -21,12 +21,23 @@ var (
 		"What a listener's limits refused or closed, by reason: connection_limit (a new connection, all busy), "+
 			"idle_evicted (an idle connection, for a new one), accept_error, handshake (TLS), preface (not HTTP/2), "+
 			"header_timeout (an unfinished header block), call_limit (a call, every slot handling one), "+
-			"call_evicted (a call not yet sent its request, for a new one).",
+			"call_evicted (a call not yet sent its request, for a new one), answer_evicted (a connection whose "+
+			"answers waited for a window its client did not grant, for a new call), unread_refused (a call on a "+
+			"connection over its unread bytes), unread_closed (a connection over its unread bytes past the grace, "+
+			"or the largest with the server over its own), slow_reader_evicted (a connection whose write was blocked, "+
+			"for a new one), write_timeout (an HTTP answer not written in time).",
 		[]string{"listener", "reason"}, nil)
 	callsDesc = prometheus.NewDesc("paymentsd_grpc_calls_in_progress",
-		"gRPC calls in progress, the HTTP face's among them.", nil, nil)
+		"gRPC calls in progress, the HTTP face's among them: from their headers until their answers have left.", nil, nil)
 	maxCallsDesc = prometheus.NewDesc("paymentsd_grpc_max_calls",
 		"The most gRPC calls in progress at once (--max-calls).", nil, nil)
+	leavingDesc = prometheus.NewDesc("paymentsd_grpc_calls_leaving",
+		"gRPC calls in progress whose handlers are done and whose answers have not yet been written to their connections.", nil, nil)
+	unreadDesc = prometheus.NewDesc("paymentsd_grpc_unread_bytes",
+		"Bytes of gRPC answers handlers wrote that are not yet written to their connections: their clients have not read them.", nil, nil)
+	maxUnreadDesc = prometheus.NewDesc("paymentsd_grpc_max_unread_bytes",
+		"The most bytes of unread gRPC answers, in all (--grpc-max-unread-bytes) and on one connection "+
+			"(--grpc-max-unread-bytes-per-connection).", []string{"scope"}, nil)
 )
 
 type limitsCollector struct {
@@ -36,7 +47,7 @@ type limitsCollector struct {
 }
 
 func (c limitsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{connectionsDesc, maxConnectionsDesc, refusalsDesc, callsDesc, maxCallsDesc} {
+	for _, d := range []*prometheus.Desc{connectionsDesc, maxConnectionsDesc, refusalsDesc, callsDesc, maxCallsDesc, leavingDesc, unreadDesc, maxUnreadDesc} {
 		ch <- d
 	}
 }
@@ -53,4 +64,9 @@ func (c limitsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.GaugeValue, float64(c.calls.Active()))
 	ch <- prometheus.MustNewConstMetric(maxCallsDesc, prometheus.GaugeValue, float64(c.calls.Max()))
+	ch <- prometheus.MustNewConstMetric(leavingDesc, prometheus.GaugeValue, float64(c.calls.Leaving()))
+	ch <- prometheus.MustNewConstMetric(unreadDesc, prometheus.GaugeValue, float64(c.calls.Unsent()))
+	b := c.calls.Bounds()
+	ch <- prometheus.MustNewConstMetric(maxUnreadDesc, prometheus.GaugeValue, float64(b.Total), "total")
+	ch <- prometheus.MustNewConstMetric(maxUnreadDesc, prometheus.GaugeValue, float64(b.PerConnection), "connection")
 }

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -19,26 +22,70 @@ import (
 // (grpc.InTapHandle). The tap handle sees each call as its headers arrive,
 // before its request is read or its caller authenticated.
 //
+// A call is in progress from its headers until its answer has left: its
+// status written to the connection, or the stream reset, or the
+// connection closed. A handler that has returned does not end it, as its
+// answer may still wait, in the server's memory, for a client that does
+// not read. (Calls on connections it does not follow, such as the HTTP
+// face's in memory, end when their handlers return.)
+//
 // A call that has sent its headers but not yet its request holds a slot
-// without having asked for anything. When every slot is taken, a new call
-// cancels the oldest such call to make room. So streams opened and left
-// waiting cannot lock out a client that calls. Only when every call is
-// being handled is the new one refused.
+// without having asked for anything. So does an answer that waits for a
+// flow-control window its client does not grant. When every slot is
+// taken, a new call cancels the oldest call of the first kind, or else
+// closes the connection of the oldest answer of the second, to make room.
+// So streams opened and left waiting, and answers left unread, cannot lock
+// out a client that calls. Only when every call is being handled or is
+// leaving is the new one refused.
+//
+// The bytes of answers not yet written are bounded too, on each
+// connection and in all (see Unread).
 type Calls struct {
 	max      int
+	unread   Unread
 	lis      *Listener // the gRPC listener, told which connections are busy
 	refusals *Refusals
+	unsent   atomic.Int64 // bytes of answers not yet written, in all
 
 	mu      sync.Mutex
 	active  int
 	waiting list.List // of *call not yet handled, oldest first
+	leaving list.List // of *call handled whose answers have not left, oldest first
+	conns   map[*answers]bool
 }
 
-// call is one admitted call; its fields are guarded by Calls.mu.
+// Unread bounds the bytes of answers written by handlers and not yet
+// written to their connections: those their clients have not read.
+type Unread struct {
+	// PerConnection is what one connection may hold. Past it, its new
+	// calls are refused with RESOURCE_EXHAUSTED, and if it still holds
+	// more after Grace, it is closed.
+	PerConnection int64
+	Grace         time.Duration
+	// Total is what all connections may hold. Past it, the connection
+	// holding most is closed.
+	Total int64
+}
+
+// call is one admitted call.
 type call struct {
-	cancel  context.CancelCauseFunc
-	waiting *list.Element // nil once handled or evicted
-	evicted bool          // its slot went to a newer call
+	cancel   context.CancelCauseFunc
+	end      func()    // tells the listener the call is over
+	answers  *answers  // its connection's; nil when not followed
+	admitted time.Time // when the tap admitted it
+
+	// Guarded by Calls.mu.
+	waiting  *list.Element // while not yet handled
+	leaving  *list.Element // while handled, its answer not yet left
+	evicted  bool          // its slot went to a newer call
+	ended    bool          // its stream's context ended: the handler is done
+	left     bool          // its answer has left, or never will
+	released bool          // its slot is free
+
+	// Guarded by answers.mu.
+	stream uint32
+	credit int64 // the client's updates to the stream's window, less what was sent
+	unsent int64 // bytes of its answer produced and not yet written
 }
 
 // errEvicted ends a call whose slot a newer call took.
@@ -46,10 +93,10 @@ var errEvicted = errors.New("connlimit: call cancelled to make room for a newer 
 
 type callKey struct{}
 
-// NewCalls returns a bound of max calls in progress. It tells lis of each
-// call on its connections.
-func NewCalls(max int, lis *Listener, refusals *Refusals) *Calls {
-	return &Calls{max: max, lis: lis, refusals: refusals}
+// NewCalls returns a bound of max calls in progress, and of the bytes of
+// their answers unread. It tells lis of each call on its connections.
+func NewCalls(max int, unread Unread, lis *Listener, refusals *Refusals) *Calls {
+	return &Calls{max: max, unread: unread, lis: lis, refusals: refusals, conns: map[*answers]bool{}}
 }
 
 // Active is the number of calls in progress.
@@ -59,64 +106,201 @@ func (c *Calls) Active() int64 {
 	return int64(c.active)
 }
 
+// Leaving is the number of calls whose handlers are done and whose
+// answers have not yet left.
+func (c *Calls) Leaving() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(c.leaving.Len())
+}
+
+// Unsent is the bytes of answers not yet written, on every connection.
+func (c *Calls) Unsent() int64 { return c.unsent.Load() }
+
 // Max is the most calls in progress at once.
 func (c *Calls) Max() int64 { return int64(c.max) }
 
-// Tap admits a call, making room if it must by cancelling the oldest call
-// not yet handled. When every call is being handled, it refuses the new
-// one with UNAVAILABLE. Nothing ran, so the client may retry it, with the
-// same key or without one. The call counts until its stream ends.
+// Bounds is the bounds of unread answers.
+func (c *Calls) Bounds() Unread { return c.unread }
+
+// Tap admits a call, making room if it must. When every call is being
+// handled, it refuses the new one with UNAVAILABLE. Nothing ran, so the
+// client may retry it, with the same key or without one. A call on a
+// connection holding more unread answers than its bound is refused with
+// RESOURCE_EXHAUSTED: its client should read them first.
 func (c *Calls) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	c.mu.Lock()
-	var victim *call
-	if c.active >= c.max {
-		oldest := c.waiting.Front()
-		if oldest == nil {
-			c.mu.Unlock()
-			c.refusals.add(CallLimit, "call refused: the server is handling as many calls as it may", "max_calls", c.max)
-			return nil, status.Errorf(codes.Unavailable, "the server is handling its limit of %d calls; retry later", c.max)
-		}
-		victim = c.waiting.Remove(oldest).(*call)
-		victim.waiting, victim.evicted = nil, true
-		c.active--
+	end, a := func() {}, (*answers)(nil)
+	if p, ok := peer.FromContext(ctx); ok && c.lis != nil {
+		end, a = c.lis.begin(p.Addr.String())
+	}
+	if a != nil && a.unsent.Load() > c.unread.PerConnection {
+		end()
+		c.refusals.add(UnreadRefused, "call refused: its connection holds more unread answers than its bound", "remote", a.conn.key, "unread_bytes", a.unsent.Load())
+		return nil, status.Errorf(codes.ResourceExhausted, "this connection holds %d bytes of answers its client has not read, over the bound of %d; read them first", a.unsent.Load(), c.unread.PerConnection)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	cl := &call{cancel: cancel}
+	cl := &call{cancel: cancel, end: end, answers: a, admitted: time.Now()}
+	c.mu.Lock()
+	if c.active >= c.max && !c.makeRoomLocked() {
+		c.mu.Unlock()
+		cancel(nil)
+		end()
+		c.refusals.add(CallLimit, "call refused: the server is handling as many calls as it may", "max_calls", c.max)
+		return nil, status.Errorf(codes.Unavailable, "the server is handling its limit of %d calls; retry later", c.max)
+	}
 	cl.waiting = c.waiting.PushBack(cl)
 	c.active++
+	if a == nil || !a.open(cl) {
+		cl.left = true
+	}
 	c.mu.Unlock()
+	// The stream's context ends when its handler is done, or the stream
+	// or its connection is.
+	context.AfterFunc(ctx, func() { c.handlerDone(cl) })
+	return context.WithValue(ctx, callKey{}, cl), nil
+}
 
-	if victim != nil {
-		victim.cancel(errEvicted)
-		c.refusals.add(CallEvicted, "call cancelled before its request arrived, to make room for a new one", "max_calls", c.max)
-	}
-	end := func() {}
-	if p, ok := peer.FromContext(ctx); ok && c.lis != nil {
-		end = c.lis.begin(p.Addr.String())
-	}
-	// The stream's context ends with the stream, whichever way it ends.
-	context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		if !cl.evicted {
-			c.active--
-			if cl.waiting != nil {
-				c.waiting.Remove(cl.waiting)
+// settle is how long a call's request has to arrive before the call may
+// be cancelled to make room. A request sent with its headers arrives in
+// far less; one that has not arrived by then was never sent.
+const settle = 100 * time.Millisecond
+
+// makeRoomLocked frees a slot. It closes the connection of the oldest
+// answer waiting for a window its client does not grant: that client
+// provably does not read, and closing its connection frees all it holds.
+// Failing one, it cancels the oldest call whose request has not arrived
+// within settle. It reports false when neither exists.
+func (c *Calls) makeRoomLocked() bool {
+	for e := c.leaving.Front(); e != nil; e = e.Next() {
+		if cl := e.Value.(*call); cl.answers.blocked(cl) {
+			c.closeLocked(cl.answers, AnswerEvicted, "connection closed: its client does not read its answers, and a new call needed the slot")
+			if c.active < c.max {
+				return true
 			}
 		}
-		c.mu.Unlock()
-		end()
-	})
-	return context.WithValue(ctx, callKey{}, cl), nil
+	}
+	if oldest := c.waiting.Front(); oldest != nil && time.Since(oldest.Value.(*call).admitted) >= settle {
+		victim := oldest.Value.(*call)
+		victim.evicted = true
+		c.releaseLocked(victim)
+		c.refusals.add(CallEvicted, "call cancelled before its request arrived, to make room for a new one", "max_calls", c.max)
+		victim.cancel(errEvicted)
+		return true
+	}
+	return false
+}
+
+// closeLocked closes a's connection, and frees the slots of its calls
+// whose handlers are done. The rest are freed as their handlers end.
+func (c *Calls) closeLocked(a *answers, r Reason, msg string) {
+	unsent := a.unsent.Load()
+	for _, cl := range a.end() {
+		cl.left = true
+		if cl.ended {
+			c.releaseLocked(cl)
+		}
+	}
+	delete(c.conns, a)
+	// Counted before the close, so that whoever sees the close also sees
+	// it counted.
+	c.refusals.add(r, msg, "remote", a.conn.key, "unread_bytes", unsent)
+	// Not under the lock: a close waits for the writes in progress.
+	go a.conn.Conn.Close()
+}
+
+// releaseLocked frees cl's slot.
+func (c *Calls) releaseLocked(cl *call) {
+	if cl.released {
+		return
+	}
+	cl.released = true
+	c.active--
+	if cl.waiting != nil {
+		c.waiting.Remove(cl.waiting)
+		cl.waiting = nil
+	}
+	if cl.leaving != nil {
+		c.leaving.Remove(cl.leaving)
+		cl.leaving = nil
+	}
+	cl.end()
+}
+
+// handlerDone is cl's stream context ended. Its slot is free once its
+// answer has left too.
+func (c *Calls) handlerDone(cl *call) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl.ended = true
+	switch {
+	case cl.released:
+	case cl.left:
+		c.releaseLocked(cl)
+	default:
+		if cl.waiting != nil {
+			c.waiting.Remove(cl.waiting)
+			cl.waiting = nil
+		}
+		cl.leaving = c.leaving.PushBack(cl)
+	}
+}
+
+// answerLeft is cl's answer written, or dropped with its stream.
+func (c *Calls) answerLeft(cl *call) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl.left = true
+	if cl.ended {
+		c.releaseLocked(cl)
+	}
+}
+
+// forget drops a closed connection.
+func (c *Calls) forget(a *answers) {
+	c.mu.Lock()
+	delete(c.conns, a)
+	c.mu.Unlock()
+}
+
+// checkUnread enforces the bounds on unread answers after a's grew.
+func (c *Calls) checkUnread(a *answers) {
+	if a.unsent.Load() > c.unread.PerConnection {
+		a.startGrace(c.unread.Grace, func() {
+			if a.unsent.Load() > c.unread.PerConnection {
+				c.mu.Lock()
+				c.closeLocked(a, UnreadClosed, "connection closed: it held more unread answers than its bound past the grace")
+				c.mu.Unlock()
+			}
+		})
+	}
+	if c.unsent.Load() <= c.unread.Total {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var most *answers
+	for o := range c.conns {
+		if most == nil || o.unsent.Load() > most.unsent.Load() {
+			most = o
+		}
+	}
+	if most != nil && c.unsent.Load() > c.unread.Total {
+		c.closeLocked(most, UnreadClosed, "connection closed: the server holds more unread answers than its bound, this connection most")
+	}
 }
 
 // Handled marks the call of ctx as being handled. Its request has arrived,
 // so it is no longer cancelled to make room. The server's first unary
-// interceptor calls it. Streaming calls stay evictable.
+// interceptor calls it. On a connection Calls follows, a call is marked
+// so as soon as the last frame of its request is read, streaming calls
+// too.
 func (c *Calls) Handled(ctx context.Context) {
-	cl, _ := ctx.Value(callKey{}).(*call)
-	if cl == nil {
-		return
+	if cl, _ := ctx.Value(callKey{}).(*call); cl != nil {
+		c.handled(cl)
 	}
+}
+
+func (c *Calls) handled(cl *call) {
 	c.mu.Lock()
 	if cl.waiting != nil {
 		c.waiting.Remove(cl.waiting)
@@ -126,7 +310,31 @@ func (c *Calls) Handled(ctx context.Context) {
 }
 
 // UnaryServerInterceptor calls Handled. It must come first in the chain.
+// A call cancelled to make room before it got here is answered
+// UNAVAILABLE: nothing ran, and a retry is safe.
 func (c *Calls) UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	c.Handled(ctx)
+	if context.Cause(ctx) == errEvicted {
+		return nil, status.Error(codes.Unavailable, "the call was cancelled before its request arrived, to make room for others; nothing ran, retry")
+	}
 	return handler(ctx, req)
 }
+
+// StatsHandler is the server's stats handler (grpc.StatsHandler) that
+// counts the bytes of each answer as the transport takes them.
+func (c *Calls) StatsHandler() stats.Handler { return unsentCounter{c} }
+
+type unsentCounter struct{ c *Calls }
+
+func (u unsentCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if p, ok := s.(*stats.OutPayload); ok {
+		if cl, _ := ctx.Value(callKey{}).(*call); cl != nil && cl.answers != nil {
+			cl.answers.produced(cl, int64(p.WireLength))
+			u.c.checkUnread(cl.answers)
+		}
+	}
+}
+
+func (unsentCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (unsentCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (unsentCounter) HandleConn(context.Context, stats.ConnStats)                       {}

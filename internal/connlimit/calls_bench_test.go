@@ -8,7 +8,7 @@ import (
 // BenchmarkCalls is what the call bound adds to one call: its admission,
 // its handling mark, and its release when the stream ends.
 func BenchmarkCalls(b *testing.B) {
-	c := NewCalls(1<<30, nil, refusals()) // releases run in goroutines of their own, behind the loop
+	c := NewCalls(1<<30, unread, nil, refusals()) // releases run in goroutines of their own, behind the loop
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

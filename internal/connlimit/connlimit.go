@@ -38,10 +38,27 @@ const (
 	// CallEvicted: a call whose request had not arrived was cancelled to
 	// make room for a new one.
 	CallEvicted Reason = "call_evicted"
+	// AnswerEvicted: a connection was closed to make room for a new call.
+	// An answer of its waited for a window its client did not grant.
+	AnswerEvicted Reason = "answer_evicted"
+	// UnreadRefused: a call was refused, its connection holding more
+	// unread answers than its bound.
+	UnreadRefused Reason = "unread_refused"
+	// UnreadClosed: a connection was closed. It held more unread answers
+	// than its bound past the grace, or the most of all when the server's
+	// total was over its bound.
+	UnreadClosed Reason = "unread_closed"
+	// SlowReaderEvicted: a connection whose write had been blocked, its
+	// client not reading, was closed to make room for a new one.
+	SlowReaderEvicted Reason = "slow_reader_evicted"
+	// WriteTimeout: an HTTP answer could not be written within its bound,
+	// and its connection was closed.
+	WriteTimeout Reason = "write_timeout"
 )
 
 // Reasons lists every Reason, for metrics that start at zero.
-var Reasons = [...]Reason{ConnectionLimit, IdleEvicted, AcceptError, Handshake, Preface, HeaderTimeout, CallLimit, CallEvicted}
+var Reasons = [...]Reason{ConnectionLimit, IdleEvicted, AcceptError, Handshake, Preface, HeaderTimeout, CallLimit, CallEvicted,
+	AnswerEvicted, UnreadRefused, UnreadClosed, SlowReaderEvicted, WriteTimeout}
 
 // Refusals counts and logs what the limits of one listener refused.
 type Refusals struct {
@@ -54,7 +71,13 @@ type Refusals struct {
 	suppressed map[Reason]int
 }
 
-var reasonIndex = map[Reason]int{ConnectionLimit: 0, IdleEvicted: 1, AcceptError: 2, Handshake: 3, Preface: 4, HeaderTimeout: 5, CallLimit: 6, CallEvicted: 7}
+var reasonIndex = func() map[Reason]int {
+	m := map[Reason]int{}
+	for i, r := range Reasons {
+		m[r] = i
+	}
+	return m
+}()
 
 // NewRefusals returns the refusals of the listener named listener
 // ("grpc", "http", "metrics", "console"), logged to logger.

@@ -1,6 +1,7 @@
 package connlimit
 
 import (
+	"bufio"
 	"errors"
 	"net"
 	"os"
@@ -10,50 +11,75 @@ import (
 )
 
 // Credentials wraps a gRPC server's transport credentials. It counts and
-// logs a failed TLS handshake, and times each connection's header blocks.
-// A HEADERS frame that does not end its block starts a clock. If the
-// block's last CONTINUATION has not arrived within headerTimeout, the
-// connection is closed. What the block held is dropped with it. The header
-// list limit bounds the bytes of a block. This bounds how long a client
-// may hold them.
-func Credentials(inner credentials.TransportCredentials, headerTimeout time.Duration, refusals *Refusals) credentials.TransportCredentials {
-	return &creds{TransportCredentials: inner, timeout: headerTimeout, refusals: refusals}
+// logs a failed TLS handshake, and follows each connection's frames, both
+// ways, on the far side of TLS.
+//
+// It times header blocks. A HEADERS frame that does not end its block
+// starts a clock. If the block's last CONTINUATION has not arrived within
+// headerTimeout, the connection is closed. What the block held is dropped
+// with it. The header list limit bounds the bytes of a block. This bounds
+// how long a client may hold them.
+//
+// It tells calls which stream each call is, and when its answer has left
+// (see Calls). For that the server must read frames straight from the
+// connection: grpc.ReadBufferSize(0). The connection buffers its reads
+// itself, and hands gRPC no byte of a frame it has not asked for, so that
+// when the server's tap handle runs, the last HEADERS frame read is the
+// call's.
+func Credentials(inner credentials.TransportCredentials, headerTimeout time.Duration, calls *Calls, refusals *Refusals) credentials.TransportCredentials {
+	return &creds{TransportCredentials: inner, timeout: headerTimeout, calls: calls, refusals: refusals}
 }
 
 type creds struct {
 	credentials.TransportCredentials
 	timeout  time.Duration
+	calls    *Calls
 	refusals *Refusals
 }
 
 func (c *creds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	secured, info, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
 		c.refusals.add(Handshake, "tls handshake failed", "remote", raw.RemoteAddr().String(), "err", err.Error())
 		return nil, nil, err
 	}
 	if _, isTCP := raw.RemoteAddr().(*net.TCPAddr); !isTCP { // the HTTP face's in-memory connection
-		return conn, info, nil
+		return secured, info, nil
 	}
-	return &timedConn{Conn: conn, timeout: c.timeout, refusals: c.refusals}, info, nil
+	sc := &serverConn{Conn: secured, r: bufio.NewReaderSize(secured, readBuffer), timeout: c.timeout, refusals: c.refusals}
+	if tracked, ok := raw.(*conn); ok && c.calls != nil {
+		sc.answers = c.calls.follow(tracked)
+		sc.scan.answers = sc.answers
+	}
+	return sc, info, nil
 }
 
 func (c *creds) Clone() credentials.TransportCredentials {
-	return &creds{TransportCredentials: c.TransportCredentials.Clone(), timeout: c.timeout, refusals: c.refusals}
+	return &creds{TransportCredentials: c.TransportCredentials.Clone(), timeout: c.timeout, calls: c.calls, refusals: c.refusals}
 }
 
-// timedConn reads a server's side of an HTTP/2 connection, following its
-// frames to time its header blocks. Only the reading goroutine uses it.
-type timedConn struct {
+// readBuffer is the read buffer of a gRPC connection, grpc-go's own
+// default.
+const readBuffer = 32 << 10
+
+// serverConn is the server's side of an HTTP/2 connection, past TLS. It
+// follows the client's frames as gRPC reads them, to time header blocks
+// and to see streams open and windows granted, and the server's frames as
+// they are written, to see answers leave. Only the reading goroutine
+// reads, and only one goroutine at a time writes.
+type serverConn struct {
 	net.Conn
+	r        *bufio.Reader
 	timeout  time.Duration
 	refusals *Refusals
 	scan     frameScanner
 	deadline time.Time // when the open header block must be finished
 	armed    bool      // whether the read deadline is ours
+	answers  *answers  // nil when no Calls follows them
+	written  frameReader
 }
 
-func (c *timedConn) Read(p []byte) (int, error) {
+func (c *serverConn) Read(p []byte) (int, error) {
 	switch {
 	case c.scan.blockOpen:
 		if !c.armed {
@@ -64,7 +90,7 @@ func (c *timedConn) Read(p []byte) (int, error) {
 		c.armed = false
 		c.Conn.SetReadDeadline(time.Time{})
 	}
-	n, err := c.Conn.Read(p)
+	n, err := c.r.Read(p)
 	wasOpen, opens, wasBad := c.scan.blockOpen, c.scan.opens, c.scan.badPreface
 	c.scan.scan(p[:n])
 	switch {
@@ -80,6 +106,40 @@ func (c *timedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write writes the server's frames, and tells answers of those written.
+func (c *serverConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if c.answers != nil {
+		c.written.scan(p[:n], (*serverFrames)(c.answers))
+	}
+	return n, err
+}
+
+func (c *serverConn) Close() error {
+	if c.answers != nil {
+		c.answers.closed()
+	}
+	return c.Conn.Close()
+}
+
+// serverFrames reads the frames the server wrote for answers.
+type serverFrames answers
+
+func (s *serverFrames) frame(h frameHeader) {
+	a := (*answers)(s)
+	switch {
+	case h.typ == frameData:
+		a.sent(h.stream, int64(h.length))
+		if h.flags&flagEndStream != 0 {
+			a.ended(h.stream)
+		}
+	case h.typ == frameHeaders && h.flags&flagEndStream != 0, h.typ == frameRSTStream:
+		a.ended(h.stream)
+	}
+}
+
+func (s *serverFrames) field(frameHeader, []byte) {}
+
 var errBadPreface = errors.New("connlimit: the connection did not begin with the HTTP/2 preface")
 
 // clientPreface begins every HTTP/2 connection.
@@ -89,58 +149,61 @@ const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // connection. It is fed the bytes in pieces of any size. It follows them
 // far enough to know whether a header block is open. A HEADERS frame
 // without END_HEADERS opens one, and a CONTINUATION frame with END_HEADERS
-// closes it.
+// closes it. With answers set, it tells them of the streams the client
+// opens and resets, and of the flow-control windows it grants.
 type frameScanner struct {
 	preface    int // bytes of the preface seen
 	badPreface bool
-	header     [9]byte
-	headerLen  int    // bytes of the current frame header seen
-	skip       uint32 // payload bytes of the current frame still to come
+	frames     frameReader
 	blockOpen  bool
 	opens      int // header blocks opened
+	answers    *answers
 }
 
-const (
-	frameHeaders      = 0x1
-	frameContinuation = 0x9
-	flagEndHeaders    = 0x4
-)
-
 func (s *frameScanner) scan(b []byte) {
-	for len(b) > 0 && !s.badPreface {
-		if s.preface < len(clientPreface) {
-			n := min(len(clientPreface)-s.preface, len(b))
-			if string(b[:n]) != clientPreface[s.preface:s.preface+n] {
-				s.badPreface = true
-				return
-			}
-			s.preface += n
-			b = b[n:]
-			continue
+	if s.preface < len(clientPreface) && !s.badPreface {
+		n := min(len(clientPreface)-s.preface, len(b))
+		if string(b[:n]) != clientPreface[s.preface:s.preface+n] {
+			s.badPreface = true
 		}
-		if s.skip > 0 {
-			n := min(s.skip, uint32(len(b)))
-			s.skip -= n
-			b = b[n:]
-			continue
-		}
-		n := copy(s.header[s.headerLen:], b)
-		s.headerLen += n
+		s.preface += n
 		b = b[n:]
-		if s.headerLen < len(s.header) {
-			return
+	}
+	if !s.badPreface {
+		s.frames.scan(b, s)
+	}
+}
+
+func (s *frameScanner) frame(h frameHeader) {
+	switch h.typ {
+	case frameHeaders:
+		if s.blockOpen = h.flags&flagEndHeaders == 0; s.blockOpen {
+			s.opens++
 		}
-		s.headerLen = 0
-		s.skip = uint32(s.header[0])<<16 | uint32(s.header[1])<<8 | uint32(s.header[2])
-		switch typ, flags := s.header[3], s.header[4]; typ {
-		case frameHeaders:
-			if s.blockOpen = flags&flagEndHeaders == 0; s.blockOpen {
-				s.opens++
-			}
-		case frameContinuation:
-			if flags&flagEndHeaders != 0 {
-				s.blockOpen = false
-			}
+		if s.answers != nil {
+			s.answers.opened.Store(h.stream)
 		}
+	case frameContinuation:
+		if h.flags&flagEndHeaders != 0 {
+			s.blockOpen = false
+		}
+	case frameRSTStream:
+		if s.answers != nil {
+			s.answers.ended(h.stream)
+		}
+	case frameData:
+		if s.answers != nil && h.flags&flagEndStream != 0 {
+			s.answers.requested(h.stream)
+		}
+	}
+}
+
+func (s *frameScanner) field(h frameHeader, f []byte) {
+	switch {
+	case s.answers == nil:
+	case h.typ == frameWindowUpdate:
+		s.answers.granted(h.stream, int64(be32(f)&(1<<31-1)))
+	case h.typ == frameSettings && f[0] == 0 && f[1] == settingInitialWindowSize:
+		s.answers.initialWindow(int64(be32(f[2:])))
 	}
 }

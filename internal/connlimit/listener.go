@@ -1,9 +1,12 @@
 package connlimit
 
 import (
+	"errors"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -68,16 +71,18 @@ func isTemporary(err error) bool {
 }
 
 // admit tracks c if there is room, or if closing the connection idle
-// longest makes room.
+// longest makes room. A connection whose write has been blocked for
+// slowWrite, its client not reading, is closed when no idle one is.
 func (l *Listener) admit(c net.Conn) (net.Conn, bool) {
 	key := c.RemoteAddr().String()
 	l.mu.Lock()
 	var victim *conn
+	reason, msg := IdleEvicted, "idle connection closed to make room for a new one"
 	if len(l.conns) >= l.max {
-		for _, o := range l.conns {
-			if o.busy() == 0 && (victim == nil || o.idleSince.Before(victim.idleSince)) {
-				victim = o
-			}
+		victim = l.idlest()
+		if victim == nil {
+			victim = l.slowest()
+			reason, msg = SlowReaderEvicted, "connection closed to make room for a new one: its client did not read what was written"
 		}
 		if victim == nil {
 			l.mu.Unlock()
@@ -89,24 +94,54 @@ func (l *Listener) admit(c net.Conn) (net.Conn, bool) {
 	l.conns[key] = tracked
 	l.mu.Unlock()
 	if victim != nil {
-		l.refusals.add(IdleEvicted, "idle connection closed to make room for a new one", "max_connections", l.max)
+		l.refusals.add(reason, msg, "max_connections", l.max)
 		victim.Conn.Close()
 	}
 	return tracked, true
 }
 
+// idlest is the connection idle longest, or nil when all are busy.
+func (l *Listener) idlest() *conn {
+	var victim *conn
+	for _, o := range l.conns {
+		if o.busy() == 0 && (victim == nil || o.idleSince.Before(victim.idleSince)) {
+			victim = o
+		}
+	}
+	return victim
+}
+
+// slowWrite is how long a write may block before its connection counts
+// as one whose client does not read.
+const slowWrite = time.Second
+
+// slowest is the connection whose write has been blocked longest, past
+// slowWrite, or nil.
+func (l *Listener) slowest() *conn {
+	var victim *conn
+	oldest := time.Now().Add(-slowWrite).UnixNano()
+	for _, o := range l.conns {
+		if since := o.writingSince.Load(); since != 0 && since < oldest {
+			victim, oldest = o, since
+		}
+	}
+	return victim
+}
+
 // begin marks the connection from remote busy with one more call. It
-// returns what marks the call done. A remote unknown to l, such as an
-// in-memory connection, gives a no-op.
-func (l *Listener) begin(remote string) (end func()) {
+// returns what marks the call done, and the connection's answers (nil
+// when not followed). A remote unknown to l, such as an in-memory
+// connection, gives a no-op.
+func (l *Listener) begin(remote string) (end func(), a *answers) {
 	l.mu.Lock()
 	c := l.conns[remote]
 	if c != nil {
 		c.calls++
+		a = c.answers
 	}
 	l.mu.Unlock()
 	if c == nil {
-		return func() {}
+		return func() {}, nil
 	}
 	return func() {
 		l.mu.Lock()
@@ -114,7 +149,14 @@ func (l *Listener) begin(remote string) (end func()) {
 			c.idleSince = time.Now()
 		}
 		l.mu.Unlock()
-	}
+	}, a
+}
+
+// setAnswers ties c to the answers that follow its calls.
+func (c *conn) setAnswers(a *answers) {
+	c.l.mu.Lock()
+	c.answers = a
+	c.l.mu.Unlock()
 }
 
 // ConnState is an http.Server's ConnState hook. A connection serving a
@@ -149,9 +191,13 @@ type conn struct {
 	l         *Listener
 	key       string
 	calls     int       // gRPC calls in progress
+	answers   *answers  // what follows its gRPC calls, if anything does
 	http      bool      // an HTTP request in progress
 	idleSince time.Time // when it last became idle, or was accepted
-	closeOnce sync.Once
+	// writingSince is when the write in progress began, in Unix
+	// nanoseconds; 0 when none is.
+	writingSince atomic.Int64
+	closeOnce    sync.Once
 }
 
 func (c *conn) busy() int {
@@ -159,6 +205,18 @@ func (c *conn) busy() int {
 		return c.calls + 1
 	}
 	return c.calls
+}
+
+// Write notes how long it blocks: a client that does not read blocks it.
+// A write past its deadline is counted.
+func (c *conn) Write(b []byte) (int, error) {
+	c.writingSince.Store(time.Now().UnixNano())
+	n, err := c.Conn.Write(b)
+	c.writingSince.Store(0)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		c.l.refusals.add(WriteTimeout, "answer not written within its bound: its connection is closed", "remote", c.key)
+	}
+	return n, err
 }
 
 func (c *conn) Close() error {

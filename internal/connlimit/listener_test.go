@@ -101,7 +101,7 @@ func TestListener_FullOfBusy_RefusesUntilOneIsIdle(t *testing.T) {
 	l, rs := listen(t, 1)
 	l.dial(t)
 	busy := l.next(t)
-	end := l.begin(busy.RemoteAddr().String())
+	end, _ := l.begin(busy.RemoteAddr().String())
 
 	refused := l.dial(t)
 	if !closedByServer(refused) {
@@ -138,7 +138,7 @@ func TestListener_HTTPRequestInProgressIsBusy(t *testing.T) {
 
 func TestCalls_FullOfWaiting_CancelsTheOldestForANewOne(t *testing.T) {
 	rs := refusals()
-	c := NewCalls(2, nil, rs)
+	c := NewCalls(2, unread, nil, rs)
 	tap := func() (context.Context, context.CancelFunc) {
 		parent, end := context.WithCancel(context.Background())
 		ctx, err := c.Tap(parent, nil)
@@ -149,6 +149,11 @@ func TestCalls_FullOfWaiting_CancelsTheOldestForANewOne(t *testing.T) {
 	}
 	oldest, _ := tap()
 	second, _ := tap()
+	// A call is cancelled only once its request has had time to come.
+	if _, err := c.Tap(context.Background(), nil); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call while the waiting ones are fresh: %v, want UNAVAILABLE", err)
+	}
+	time.Sleep(settle)
 	third, _ := tap()
 	if context.Cause(oldest) != errEvicted {
 		t.Fatalf("the oldest waiting call: %v, want evicted", context.Cause(oldest))
@@ -167,8 +172,8 @@ func TestCalls_FullOfWaiting_CancelsTheOldestForANewOne(t *testing.T) {
 	if _, err := c.Tap(context.Background(), nil); status.Code(err) != codes.Unavailable {
 		t.Fatalf("a call beyond handled ones: %v, want UNAVAILABLE", err)
 	}
-	if got := rs.Count(CallLimit); got != 1 {
-		t.Errorf("refusals %d, want 1", got)
+	if got := rs.Count(CallLimit); got != 2 {
+		t.Errorf("refusals %d, want 2", got)
 	}
 	if got := c.Active(); got != 2 {
 		t.Errorf("active %d, want 2", got)
@@ -176,7 +181,7 @@ func TestCalls_FullOfWaiting_CancelsTheOldestForANewOne(t *testing.T) {
 }
 
 func TestCalls_EndedCallFreesItsSlot(t *testing.T) {
-	c := NewCalls(1, nil, refusals())
+	c := NewCalls(1, unread, nil, refusals())
 	parent, end := context.WithCancel(context.Background())
 	ctx, err := c.Tap(parent, nil)
 	if err != nil {
@@ -195,3 +200,7 @@ func TestCalls_EndedCallFreesItsSlot(t *testing.T) {
 		t.Fatalf("a call after the slot freed: %v", err)
 	}
 }
+
+// unread is the bounds of unread answers the tests use where they do not
+// test them.
+var unread = Unread{PerConnection: 4 << 20, Grace: 10 * time.Second, Total: 64 << 20}

@@ -185,7 +185,14 @@ func build() *dashboard.DashboardBuilder {
 			"gRPC calls in progress, the HTTP face's among them, and the most there may be (--max-calls).",
 			"short", 8,
 			query(`sum by (instance) (paymentsd_grpc_calls_in_progress{`+sel+`})`, "{{instance}}"),
-			query(`max by (instance) (paymentsd_grpc_max_calls{`+sel+`})`, "max {{instance}}")))
+			query(`max by (instance) (paymentsd_grpc_max_calls{`+sel+`})`, "max {{instance}}"))).
+		WithPanel(series("Unread answers",
+			"Bytes of gRPC answers waiting for clients that do not read them, and the bound (--grpc-max-unread-bytes); "+
+				"calls whose handlers are done and whose answers have not left (docs/limits.md#answers-nobody-reads).",
+			"bytes", 8,
+			query(`sum by (instance) (paymentsd_grpc_unread_bytes{`+sel+`})`, "{{instance}}"),
+			query(`max by (instance) (paymentsd_grpc_max_unread_bytes{`+sel+`,scope="total"})`, "max {{instance}}"),
+			query(`sum by (instance) (paymentsd_grpc_calls_leaving{`+sel+`})`, "leaving {{instance}}")))
 }
 
 // series is a time series panel of the given width, 8 units high; its
