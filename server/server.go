@@ -77,8 +77,8 @@ const (
 )
 
 // ListBudget is the most intents the Lists in progress read at once. A
-// List holds its page in memory, about a kilobyte an intent, until its
-// answer is encoded. Without a bound, one client could hold a thousand
+// List holds its page in memory, about a kilobyte an intent, while it
+// reads it. Without a bound, one client could hold a thousand
 // Lists of a thousand intents at once: a gigabyte. A List that finds no
 // room is refused at once, UNAVAILABLE: waiting, it would hold a call
 // slot that a create could use.

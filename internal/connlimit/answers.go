@@ -85,14 +85,27 @@ func (a *answers) add(n int64) {
 	a.calls.unsent.Add(n)
 }
 
+// maxWindow is the largest flow-control window HTTP/2 allows (RFC 9113,
+// section 6.9.1).
+const maxWindow = 1<<31 - 1
+
 // granted counts a client's WINDOW_UPDATE: on stream 0, the connection's.
+// A window past maxWindow is a flow-control error, which grpc-go does not
+// catch: its window would wrap and send nothing, while this one would
+// read open. The connection is closed.
 func (a *answers) granted(stream uint32, n int64) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	over := false
 	if stream == 0 {
 		a.connWindow += n
+		over = a.connWindow > maxWindow
 	} else if cl := a.byStream[stream]; cl != nil {
 		cl.credit += n
+		over = a.window+cl.credit > maxWindow
+	}
+	a.mu.Unlock()
+	if over {
+		a.calls.closeFlowError(a)
 	}
 }
 
@@ -103,17 +116,6 @@ func (a *answers) initialWindow(n int64) {
 	a.mu.Lock()
 	a.window = n
 	a.mu.Unlock()
-}
-
-// requested is a stream's request arrived whole: its call waits for the
-// server now, not for its client.
-func (a *answers) requested(stream uint32) {
-	a.mu.Lock()
-	cl := a.byStream[stream]
-	a.mu.Unlock()
-	if cl != nil {
-		a.calls.handled(cl)
-	}
 }
 
 // ended is a stream done: its END_STREAM or RST_STREAM written, or the
@@ -134,12 +136,34 @@ func (a *answers) ended(stream uint32) {
 	a.calls.answerLeft(cl)
 }
 
-// blocked reports whether cl's answer waits for a window its client has
-// not granted.
+// blocked reports whether cl's answer waits on its client: for a window
+// the client has not granted, or for the client to read what the server
+// wrote, whatever the windows say.
 func (a *answers) blocked(cl *call) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.byStream[cl.stream] == cl && cl.unsent > 0 && (a.window+cl.credit <= 0 || a.connWindow <= 0)
+	return a.byStream[cl.stream] == cl && (cl.unsent > 0 && a.closedWindow(cl) || a.conn.writeStalled())
+}
+
+// closedWindow reports whether cl's stream or its connection has no
+// window left. Guarded by a.mu.
+func (a *answers) closedWindow(cl *call) bool {
+	return a.window+cl.credit <= 0 || a.connWindow <= 0
+}
+
+// stuck reports whether an answer of the connection waits on its client.
+func (a *answers) stuck() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn.writeStalled() {
+		return true
+	}
+	for _, cl := range a.byStream {
+		if cl.unsent > 0 && a.closedWindow(cl) {
+			return true
+		}
+	}
+	return false
 }
 
 // end marks the connection closed and returns its calls, their answers

@@ -148,6 +148,7 @@ func TestAnswers_UnreadAnswersClosedToMakeRoom(t *testing.T) {
 		s.get(t, u, 10)
 	}
 	eventually(t, "four answers left unread", func() bool { return s.calls.Leaving() == 4 })
+	time.Sleep(stuck) // the answers are stuck on their client only after this
 
 	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -206,5 +207,53 @@ func TestAnswers_TotalBound_ClosesTheLargest(t *testing.T) {
 	}
 	if got := s.rs.Count(UnreadClosed); got != 1 {
 		t.Errorf("unread_closed: %d, want 1", got)
+	}
+}
+
+// A client that grants every window and then does not read at all holds
+// the server's writes instead: its answers are stuck on it all the same,
+// and its connection is closed to make room.
+func TestAnswers_ClientNotReadingTCP_ClosedToMakeRoom(t *testing.T) {
+	s := serve(t, 4, Unread{PerConnection: 1 << 30, Grace: time.Hour, Total: 1 << 30})
+	u := unreader(t, s.addr)
+	if err := u.GrantStreams(1<<31 - 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.GrantConnection(1<<31 - 1 - 65535); err != nil {
+		t.Fatal(err)
+	}
+	u.StopReading()
+	for range 4 {
+		s.get(t, u, 4<<20) // far more than the sockets' buffers
+	}
+	// The windows are open: only the blocked write says the client does
+	// not read.
+	eventually(t, "four answers left unread", func() bool { return s.calls.Leaving() == 4 })
+	time.Sleep(stuck)
+
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("a call with every slot held by answers the client does not read: %v", err)
+	}
+	if got := s.rs.Count(AnswerEvicted); got != 1 {
+		t.Errorf("answer_evicted: %d, want 1", got)
+	}
+}
+
+// A window raised past what HTTP/2 allows closes the connection: grpc-go
+// would wrap it and send nothing, while it would read open here.
+func TestAnswers_WindowPastTheMaximum_ClosesTheConnection(t *testing.T) {
+	s := serve(t, 4, unread)
+	u := unreader(t, s.addr)
+	if err := u.GrantConnection(1<<31 - 1); err != nil {
+		t.Fatal(err)
+	}
+	<-u.Closed()
+	if got := s.rs.Count(FlowControl); got != 1 {
+		t.Errorf("flow_control: %d, want 1", got)
 	}
 }

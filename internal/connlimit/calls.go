@@ -29,14 +29,14 @@ import (
 // not read. (Calls on connections it does not follow, such as the HTTP
 // face's in memory, end when their handlers return.)
 //
-// A call that has sent its headers but not yet its request holds a slot
-// without having asked for anything. So does an answer that waits for a
-// flow-control window its client does not grant. When every slot is
-// taken, a new call cancels the oldest call of the first kind, or else
-// closes the connection of the oldest answer of the second, to make room.
-// So streams opened and left waiting, and answers left unread, cannot lock
-// out a client that calls. Only when every call is being handled or is
-// leaving is the new one refused.
+// An answer that waits on its client, for a window it does not grant or
+// for it to read what was written, holds a slot the client does not use.
+// So does a call that has sent its headers but not its request. When
+// every slot is taken, a new call closes the connection of the oldest
+// answer stuck so for a second, or else cancels the oldest call of the
+// second kind, to make room. So answers left unread, and streams opened
+// and left waiting, cannot lock out a client that calls. Only when
+// neither exists is the new one refused.
 //
 // The bytes of answers not yet written are bounded too, on each
 // connection and in all (see Unread).
@@ -78,7 +78,8 @@ type call struct {
 	waiting  *list.Element // while not yet handled
 	leaving  *list.Element // while handled, its answer not yet left
 	evicted  bool          // its slot went to a newer call
-	ended    bool          // its stream's context ended: the handler is done
+	done     bool          // its stream's context ended: the handler is done
+	doneAt   time.Time     // when the handler was done
 	left     bool          // its answer has left, or never will
 	released bool          // its slot is free
 
@@ -165,19 +166,28 @@ func (c *Calls) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 // far less; one that has not arrived by then was never sent.
 const settle = 100 * time.Millisecond
 
+// stuck is how long an answer must have waited for its client before its
+// connection may be closed to make room. A client that reads has its
+// window at zero for a round trip at a time, not for a second.
+const stuck = time.Second
+
 // makeRoomLocked frees a slot. It closes the connection of the oldest
-// answer waiting for a window its client does not grant: that client
-// provably does not read, and closing its connection frees all it holds.
-// Failing one, it cancels the oldest call whose request has not arrived
-// within settle. It reports false when neither exists.
+// answer stuck on its client: waiting, for a second or more, for a window
+// the client does not grant or for the client to read what was written.
+// That client does not read, and closing its connection frees all it
+// holds. Failing one, it cancels the oldest call whose request has not
+// arrived within settle. It reports false when neither exists.
 func (c *Calls) makeRoomLocked() bool {
-	for e := c.leaving.Front(); e != nil; e = e.Next() {
-		if cl := e.Value.(*call); cl.answers.blocked(cl) {
+	for e := c.leaving.Front(); e != nil; {
+		cl, next := e.Value.(*call), e.Next()
+		if time.Since(cl.doneAt) >= stuck && cl.answers.blocked(cl) {
 			c.closeLocked(cl.answers, AnswerEvicted, "connection closed: its client does not read its answers, and a new call needed the slot")
 			if c.active < c.max {
 				return true
 			}
+			next = c.leaving.Front() // closing removed others of the list
 		}
+		e = next
 	}
 	if oldest := c.waiting.Front(); oldest != nil && time.Since(oldest.Value.(*call).admitted) >= settle {
 		victim := oldest.Value.(*call)
@@ -196,7 +206,7 @@ func (c *Calls) closeLocked(a *answers, r Reason, msg string) {
 	unsent := a.unsent.Load()
 	for _, cl := range a.end() {
 		cl.left = true
-		if cl.ended {
+		if cl.done {
 			c.releaseLocked(cl)
 		}
 	}
@@ -231,7 +241,7 @@ func (c *Calls) releaseLocked(cl *call) {
 func (c *Calls) handlerDone(cl *call) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cl.ended = true
+	cl.done, cl.doneAt = true, time.Now()
 	switch {
 	case cl.released:
 	case cl.left:
@@ -250,8 +260,17 @@ func (c *Calls) answerLeft(cl *call) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cl.left = true
-	if cl.ended {
+	if cl.done {
 		c.releaseLocked(cl)
+	}
+}
+
+// closeFlowError closes a's connection: its client broke flow control.
+func (c *Calls) closeFlowError(a *answers) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conns[a] {
+		c.closeLocked(a, FlowControl, "connection closed: its client raised a flow-control window past 2^31-1")
 	}
 }
 
@@ -278,10 +297,14 @@ func (c *Calls) checkUnread(a *answers) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The connection holding most of the answers stuck on their clients;
+	// failing one, the one holding most.
 	var most *answers
+	mostStuck := false
 	for o := range c.conns {
-		if most == nil || o.unsent.Load() > most.unsent.Load() {
-			most = o
+		isStuck := o.stuck()
+		if most == nil || isStuck && !mostStuck || isStuck == mostStuck && o.unsent.Load() > most.unsent.Load() {
+			most, mostStuck = o, isStuck
 		}
 	}
 	if most != nil && c.unsent.Load() > c.unread.Total {
@@ -291,16 +314,13 @@ func (c *Calls) checkUnread(a *answers) {
 
 // Handled marks the call of ctx as being handled. Its request has arrived,
 // so it is no longer cancelled to make room. The server's first unary
-// interceptor calls it. On a connection Calls follows, a call is marked
-// so as soon as the last frame of its request is read, streaming calls
-// too.
+// interceptor calls it. Streaming calls stay evictable: a stream such as
+// a health Watch may last as long as its client likes.
 func (c *Calls) Handled(ctx context.Context) {
-	if cl, _ := ctx.Value(callKey{}).(*call); cl != nil {
-		c.handled(cl)
+	cl, _ := ctx.Value(callKey{}).(*call)
+	if cl == nil {
+		return
 	}
-}
-
-func (c *Calls) handled(cl *call) {
 	c.mu.Lock()
 	if cl.waiting != nil {
 		c.waiting.Remove(cl.waiting)

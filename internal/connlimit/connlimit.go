@@ -54,11 +54,14 @@ const (
 	// WriteTimeout: an HTTP answer could not be written within its bound,
 	// and its connection was closed.
 	WriteTimeout Reason = "write_timeout"
+	// FlowControl: a client raised a flow-control window past what
+	// HTTP/2 allows, and its connection was closed.
+	FlowControl Reason = "flow_control"
 )
 
 // Reasons lists every Reason, for metrics that start at zero.
 var Reasons = [...]Reason{ConnectionLimit, IdleEvicted, AcceptError, Handshake, Preface, HeaderTimeout, CallLimit, CallEvicted,
-	AnswerEvicted, UnreadRefused, UnreadClosed, SlowReaderEvicted, WriteTimeout}
+	AnswerEvicted, UnreadRefused, UnreadClosed, SlowReaderEvicted, WriteTimeout, FlowControl}
 
 // Refusals counts and logs what the limits of one listener refused.
 type Refusals struct {

@@ -191,10 +191,6 @@ func (s *frameScanner) frame(h frameHeader) {
 		if s.answers != nil {
 			s.answers.ended(h.stream)
 		}
-	case frameData:
-		if s.answers != nil && h.flags&flagEndStream != 0 {
-			s.answers.requested(h.stream)
-		}
 	}
 }
 

@@ -207,6 +207,13 @@ func (c *conn) busy() int {
 	return c.calls
 }
 
+// writeStalled reports whether a write has been blocked for slowWrite:
+// the client does not read.
+func (c *conn) writeStalled() bool {
+	since := c.writingSince.Load()
+	return since != 0 && time.Since(time.Unix(0, since)) >= slowWrite
+}
+
 // Write notes how long it blocks: a client that does not read blocks it.
 // A write past its deadline is counted.
 func (c *conn) Write(b []byte) (int, error) {

@@ -33,7 +33,7 @@ func Follow(ctx context.Context, logger *slog.Logger, interval time.Duration) {
 		logger.Info("memory limit from GOMEMLIMIT", "go_soft_limit_bytes", debug.SetMemoryLimit(-1))
 		return
 	}
-	var last int64
+	last := int64(-1) // no limit read yet: the first is logged, whatever it is
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

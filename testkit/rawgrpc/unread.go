@@ -25,6 +25,8 @@ type Unreader struct {
 	next    uint32     // the next stream to open
 	streams []uint32
 	closed  chan struct{}
+	quit    chan struct{} // closed by Close
+	noRead  atomic.Bool   // stop reading the connection at all
 	goAway  atomic.Bool
 	resets  atomic.Int64 // streams the server reset (refused among them)
 	ended   atomic.Int64 // streams the server ended with END_STREAM
@@ -48,7 +50,7 @@ func Unread(ctx context.Context, addr string, tlsConfig *tls.Config) (*Unreader,
 		}
 		conn = tc
 	}
-	u := &Unreader{conn: conn, fr: http2.NewFramer(conn, conn), next: 1, closed: make(chan struct{})}
+	u := &Unreader{conn: conn, fr: http2.NewFramer(conn, conn), next: 1, closed: make(chan struct{}), quit: make(chan struct{})}
 	u.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	u.fr.MaxHeaderListSize = 1 << 20
 	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
@@ -82,6 +84,21 @@ func (u *Unreader) Call(fields []Field, message []byte) error {
 		return err
 	}
 	return u.fr.WriteData(stream, true, msg)
+}
+
+// GrantStreams sets the initial window of every stream, those open and
+// those to come, to n.
+func (u *Unreader) GrantStreams(n uint32) error {
+	u.wmu.Lock()
+	defer u.wmu.Unlock()
+	return u.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: n})
+}
+
+// GrantConnection raises the connection's window by n.
+func (u *Unreader) GrantConnection(n uint32) error {
+	u.wmu.Lock()
+	defer u.wmu.Unlock()
+	return u.fr.WriteWindowUpdate(0, n)
 }
 
 // Grant opens every window wide: the answers may now leave.
@@ -122,14 +139,30 @@ func (u *Unreader) Ended() (ended, reset int64) { return u.ended.Load(), u.reset
 // Received is how many DATA bytes the server sent.
 func (u *Unreader) Received() int64 { return u.data.Load() }
 
+// StopReading stops reading the connection at all, after the frame being
+// read: once the sockets' buffers are full, the server's writes block,
+// whatever windows were granted.
+func (u *Unreader) StopReading() { u.noRead.Store(true) }
+
 // Close closes the connection.
-func (u *Unreader) Close() error { return u.conn.Close() }
+func (u *Unreader) Close() error {
+	select {
+	case <-u.quit:
+	default:
+		close(u.quit)
+	}
+	return u.conn.Close()
+}
 
 // read answers the connection's SETTINGS and PINGs, and counts what the
 // server sends, until the connection ends.
 func (u *Unreader) read() {
 	defer close(u.closed)
 	for {
+		if u.noRead.Load() {
+			<-u.quit
+			return
+		}
 		f, err := u.fr.ReadFrame()
 		if err != nil {
 			return
