@@ -215,8 +215,12 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		}
 		interceptors = append(interceptors, m.prom.GRPC.UnaryServerInterceptor())
 	}
+	authenticated := "/" + string(paymentsService) + "/"
+	if calls := m.lis.Limits.Calls; calls != nil {
+		calls.Anonymous(m.Config.Limits.MaxAnonymousCalls, authenticated)
+	}
 	interceptors = append(interceptors, rpclog.Interceptor(m.Logger), strictcodec.Reject,
-		auth.UnaryServerInterceptor(m.creds.Authn, "/"+string(paymentsService)+"/"))
+		auth.UnaryServerInterceptor(m.creds.Authn, authenticated))
 	if !m.Config.WithoutIdempotency {
 		interceptors = append(interceptors, m.idempotency())
 	}

@@ -182,7 +182,7 @@ func surviveUnread(t *testing.T, d *daemon, what string, attack func(ctx context
 	peak := peakRSS(t, d.cmd.Process.Pid)
 	m := scrape(t, d.metricsAddr(t))
 	held := 0.0
-	for _, r := range []string{"answer_evicted", "unread_refused", "unread_closed", "slow_reader_evicted", "write_timeout"} {
+	for _, r := range []string{"answer_evicted", "unread_refused", "unread_closed", "slow_reader_evicted", "write_timeout", "anonymous_limit"} {
 		for _, l := range []string{"grpc", "http"} {
 			held += m[fmt.Sprintf(`paymentsd_listener_refusals_total{listener=%q,reason=%q}`, l, r)]
 		}
@@ -210,7 +210,9 @@ func rawFields(addr, path, token string) []rawgrpc.Field {
 
 func TestUnread_Reflection_WithoutACredential(t *testing.T) {
 	d := startKeyed(t, "--reflection")
-	msg, _ := proto.Marshal(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+	// The service's file with its comments: some 12 KB an answer.
+	msg, _ := proto.Marshal(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{
+		FileContainingSymbol: "payments.v1.PaymentIntentService"}})
 	fields := rawFields(d.addr, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "")
 	surviveUnread(t, d, "150 connections x 256 unread reflection answers", func(ctx context.Context) int64 {
 		return unreadAttack(ctx, d.addr, 150, 256, func(u *rawgrpc.Unreader) error { return u.Call(fields, msg) })

@@ -97,6 +97,7 @@ type Limits struct {
 	MaxUnread          int64         // bytes of gRPC answers all connections leave unread
 	UnreadGrace        time.Duration // how long a connection may stay over its bound
 	WriteTimeout       time.Duration // to write an HTTP answer, from its first byte
+	MaxAnonymousCalls  int           // gRPC calls in progress that need no credential
 }
 
 // DefaultLimits hold on the deployment files' limits: a 512 MiB memory
@@ -119,6 +120,7 @@ func DefaultLimits() Limits {
 		MaxUnread:          32 << 20,
 		UnreadGrace:        10 * time.Second,
 		WriteTimeout:       30 * time.Second,
+		MaxAnonymousCalls:  128,
 	}
 }
 
@@ -139,6 +141,7 @@ func (l *Limits) defineFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&l.MaxUnreadPerConn, "grpc-max-unread-bytes-per-connection", l.MaxUnreadPerConn, "bytes of answers one gRPC connection may leave unread (waiting for its client's flow-control window); past them its new calls get RESOURCE_EXHAUSTED, and past --grpc-unread-grace it is closed")
 	fs.Int64Var(&l.MaxUnread, "grpc-max-unread-bytes", l.MaxUnread, "bytes of answers all gRPC connections may leave unread; past them the connection leaving most is closed")
 	fs.DurationVar(&l.UnreadGrace, "grpc-unread-grace", l.UnreadGrace, "how long a gRPC connection may leave more than --grpc-max-unread-bytes-per-connection unread before it is closed")
+	fs.IntVar(&l.MaxAnonymousCalls, "max-anonymous-calls", l.MaxAnonymousCalls, "of --max-calls, the gRPC calls that need no credential (health checks, reflection) in progress at once; more are refused with UNAVAILABLE")
 	fs.DurationVar(&l.WriteTimeout, "http-write-timeout", l.WriteTimeout, "how long an HTTP answer (the HTTP face's, /metrics, the console's) may take to write, from its first byte; a client that reads slower has its connection closed")
 }
 
@@ -165,6 +168,7 @@ func (l *Limits) check() error {
 		{"--grpc-max-unread-bytes", l.MaxUnread >= l.MaxUnreadPerConn, "at least --grpc-max-unread-bytes-per-connection", l.MaxUnread},
 		{"--grpc-unread-grace", l.UnreadGrace > 0, "positive", l.UnreadGrace},
 		{"--http-write-timeout", l.WriteTimeout > 0, "positive", l.WriteTimeout},
+		{"--max-anonymous-calls", l.MaxAnonymousCalls >= 1 && l.MaxAnonymousCalls <= l.MaxCalls, "1 to --max-calls", l.MaxAnonymousCalls},
 	} {
 		if !d.ok {
 			return fmt.Errorf("%s must be %s, got %v", d.flag, d.want, d.got)

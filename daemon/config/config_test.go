@@ -27,7 +27,7 @@ func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {
 			MaxConnections: 4096, MaxCalls: 1024, MaxStreams: 256, MaxHeaderBytes: 64 << 10, HeaderTimeout: 10 * time.Second,
 			KeepaliveMinTime: 10 * time.Second, KeepaliveNoStream: true, KeepaliveInterval: time.Minute, KeepaliveTimeout: 20 * time.Second,
 			MaxConnectionIdle: 5 * time.Minute, MaxConnectionAge: 30 * time.Minute, MaxConnectionGrace: 30 * time.Second,
-			MaxUnreadPerConn: 4 << 20, MaxUnread: 32 << 20, UnreadGrace: 10 * time.Second, WriteTimeout: 30 * time.Second,
+			MaxUnreadPerConn: 4 << 20, MaxUnread: 32 << 20, UnreadGrace: 10 * time.Second, WriteTimeout: 30 * time.Second, MaxAnonymousCalls: 128,
 		},
 	}
 	if c != want {

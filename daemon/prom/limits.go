@@ -25,7 +25,7 @@ var (
 			"answers waited for a window its client did not grant, for a new call), unread_refused (a call on a "+
 			"connection over its unread bytes), unread_closed (a connection over its unread bytes past the grace, "+
 			"or the largest with the server over its own), slow_reader_evicted (a connection whose write was blocked, "+
-			"for a new one), write_timeout (an HTTP answer not written in time), flow_control (a window past 2^31-1).",
+			"for a new one), write_timeout (an HTTP answer not written in time), flow_control (a window past 2^31-1), anonymous_limit (a call that needs no credential, their slots all taken).",
 		[]string{"listener", "reason"}, nil)
 	callsDesc = prometheus.NewDesc("paymentsd_grpc_calls_in_progress",
 		"gRPC calls in progress, the HTTP face's among them: from their headers until their answers have left.", nil, nil)

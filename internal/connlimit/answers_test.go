@@ -257,3 +257,27 @@ func TestAnswers_WindowPastTheMaximum_ClosesTheConnection(t *testing.T) {
 		t.Errorf("flow_control: %d, want 1", got)
 	}
 }
+
+// Calls that need no credential hold at most their own share of the
+// slots: past it they are refused, and a customer's call still finds
+// room.
+func TestAnswers_AnonymousCallsBoundApart(t *testing.T) {
+	s := serve(t, 8, unread)
+	s.calls.Anonymous(2, "/test.Big/")
+	u := unreader(t, s.addr)
+	for range 4 {
+		if err := u.Call(rawgrpc.Fields(s.addr, "/grpc.health.v1.Health/Check"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "two health checks held, two refused", func() bool {
+		return s.calls.Leaving() == 2 && s.rs.Count(AnonymousLimit) == 2
+	})
+	for range 6 {
+		s.get(t, u, 10)
+	}
+	eventually(t, "the customer's calls to take the other six slots", func() bool { return s.calls.Leaving() == 8 })
+	if got := s.rs.Count(AnonymousLimit); got != 2 {
+		t.Errorf("anonymous_limit: %d, want 2", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,11 +48,15 @@ type Calls struct {
 	refusals *Refusals
 	unsent   atomic.Int64 // bytes of answers not yet written, in all
 
-	mu      sync.Mutex
-	active  int
-	waiting list.List // of *call not yet handled, oldest first
-	leaving list.List // of *call handled whose answers have not left, oldest first
-	conns   map[*answers]bool
+	maxAnon       int      // slots for calls that need no credential; 0: no bound apart
+	authenticated []string // prefixes of the methods that need one
+
+	mu         sync.Mutex
+	active     int
+	anonActive int       // of active, the calls that need no credential
+	waiting    list.List // of *call not yet handled, oldest first
+	leaving    list.List // of *call handled whose answers have not left, oldest first
+	conns      map[*answers]bool
 }
 
 // Unread bounds the bytes of answers written by handlers and not yet
@@ -69,10 +74,11 @@ type Unread struct {
 
 // call is one admitted call.
 type call struct {
-	cancel   context.CancelCauseFunc
-	end      func()    // tells the listener the call is over
-	answers  *answers  // its connection's; nil when not followed
-	admitted time.Time // when the tap admitted it
+	cancel    context.CancelCauseFunc
+	end       func()    // tells the listener the call is over
+	answers   *answers  // its connection's; nil when not followed
+	admitted  time.Time // when the tap admitted it
+	anonymous bool      // its method needs no credential
 
 	// Guarded by Calls.mu.
 	waiting  *list.Element // while not yet handled
@@ -129,7 +135,7 @@ func (c *Calls) Bounds() Unread { return c.unread }
 // client may retry it, with the same key or without one. A call on a
 // connection holding more unread answers than its bound is refused with
 // RESOURCE_EXHAUSTED: its client should read them first.
-func (c *Calls) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+func (c *Calls) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	end, a := func() {}, (*answers)(nil)
 	if p, ok := peer.FromContext(ctx); ok && c.lis != nil {
 		end, a = c.lis.begin(p.Addr.String())
@@ -140,17 +146,19 @@ func (c *Calls) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 		return nil, status.Errorf(codes.ResourceExhausted, "this connection holds %d bytes of answers its client has not read, over the bound of %d; read them first", a.unsent.Load(), c.unread.PerConnection)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	cl := &call{cancel: cancel, end: end, answers: a, admitted: time.Now()}
+	cl := &call{cancel: cancel, end: end, answers: a, admitted: time.Now(), anonymous: c.isAnonymous(info)}
 	c.mu.Lock()
-	if c.active >= c.max && !c.makeRoomLocked() {
+	if err := c.admitLocked(cl); err != nil {
 		c.mu.Unlock()
 		cancel(nil)
 		end()
-		c.refusals.add(CallLimit, "call refused: the server is handling as many calls as it may", "max_calls", c.max)
-		return nil, status.Errorf(codes.Unavailable, "the server is handling its limit of %d calls; retry later", c.max)
+		return nil, err
 	}
 	cl.waiting = c.waiting.PushBack(cl)
 	c.active++
+	if cl.anonymous {
+		c.anonActive++
+	}
 	if a == nil || !a.open(cl) {
 		cl.left = true
 	}
@@ -159,6 +167,44 @@ func (c *Calls) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 	// or its connection is.
 	context.AfterFunc(ctx, func() { c.handlerDone(cl) })
 	return context.WithValue(ctx, callKey{}, cl), nil
+}
+
+// admitLocked makes room for cl, or says why there is none.
+func (c *Calls) admitLocked(cl *call) error {
+	anonymousFull := func() bool { return c.anonActive >= c.maxAnon }
+	if cl.anonymous && anonymousFull() && !c.makeRoomLocked(func(o *call) bool { return o.anonymous }, anonymousFull) {
+		c.refusals.add(AnonymousLimit, "call refused: as many calls without a credential are in progress as may be", "max_anonymous_calls", c.maxAnon)
+		return status.Errorf(codes.Unavailable, "the server is handling its limit of %d calls that need no credential; retry later", c.maxAnon)
+	}
+	full := func() bool { return c.active >= c.max }
+	if full() && !c.makeRoomLocked(func(*call) bool { return true }, full) {
+		c.refusals.add(CallLimit, "call refused: the server is handling as many calls as it may", "max_calls", c.max)
+		return status.Errorf(codes.Unavailable, "the server is handling its limit of %d calls; retry later", c.max)
+	}
+	return nil
+}
+
+// isAnonymous reports whether the call info describes answers without a
+// credential, and is bounded apart (see Anonymous).
+func (c *Calls) isAnonymous(info *tap.Info) bool {
+	if c.maxAnon == 0 || info == nil {
+		return false
+	}
+	for _, p := range c.authenticated {
+		if strings.HasPrefix(info.FullMethodName, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// Anonymous bounds apart the calls to methods outside authenticated
+// (prefixes of full method names), which answer without a credential:
+// health checks and reflection. At most max hold a slot at once, so that
+// strangers cannot take every slot from customers, nor the server's
+// time. Call it before serving.
+func (c *Calls) Anonymous(max int, authenticated ...string) {
+	c.maxAnon, c.authenticated = max, authenticated
 }
 
 // settle is how long a call's request has to arrive before the call may
@@ -177,20 +223,23 @@ const stuck = time.Second
 // That client does not read, and closing its connection frees all it
 // holds. Failing one, it cancels the oldest call whose request has not
 // arrived within settle. It reports false when neither exists.
-func (c *Calls) makeRoomLocked() bool {
+func (c *Calls) makeRoomLocked(eligible func(*call) bool, full func() bool) bool {
 	for e := c.leaving.Front(); e != nil; {
 		cl, next := e.Value.(*call), e.Next()
-		if time.Since(cl.doneAt) >= stuck && cl.answers.blocked(cl) {
+		if eligible(cl) && time.Since(cl.doneAt) >= stuck && cl.answers.blocked(cl) {
 			c.closeLocked(cl.answers, AnswerEvicted, "connection closed: its client does not read its answers, and a new call needed the slot")
-			if c.active < c.max {
+			if !full() {
 				return true
 			}
 			next = c.leaving.Front() // closing removed others of the list
 		}
 		e = next
 	}
-	if oldest := c.waiting.Front(); oldest != nil && time.Since(oldest.Value.(*call).admitted) >= settle {
-		victim := oldest.Value.(*call)
+	for e := c.waiting.Front(); e != nil && time.Since(e.Value.(*call).admitted) >= settle; e = e.Next() {
+		victim := e.Value.(*call)
+		if !eligible(victim) {
+			continue
+		}
 		victim.evicted = true
 		c.releaseLocked(victim)
 		c.refusals.add(CallEvicted, "call cancelled before its request arrived, to make room for a new one", "max_calls", c.max)
@@ -225,6 +274,9 @@ func (c *Calls) releaseLocked(cl *call) {
 	}
 	cl.released = true
 	c.active--
+	if cl.anonymous {
+		c.anonActive--
+	}
 	if cl.waiting != nil {
 		c.waiting.Remove(cl.waiting)
 		cl.waiting = nil

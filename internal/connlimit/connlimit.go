@@ -57,11 +57,14 @@ const (
 	// FlowControl: a client raised a flow-control window past what
 	// HTTP/2 allows, and its connection was closed.
 	FlowControl Reason = "flow_control"
+	// AnonymousLimit: a call that needs no credential was refused, as
+	// many such calls being in progress as may be.
+	AnonymousLimit Reason = "anonymous_limit"
 )
 
 // Reasons lists every Reason, for metrics that start at zero.
 var Reasons = [...]Reason{ConnectionLimit, IdleEvicted, AcceptError, Handshake, Preface, HeaderTimeout, CallLimit, CallEvicted,
-	AnswerEvicted, UnreadRefused, UnreadClosed, SlowReaderEvicted, WriteTimeout, FlowControl}
+	AnswerEvicted, UnreadRefused, UnreadClosed, SlowReaderEvicted, WriteTimeout, FlowControl, AnonymousLimit}
 
 // Refusals counts and logs what the limits of one listener refused.
 type Refusals struct {
