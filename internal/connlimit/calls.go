@@ -130,11 +130,12 @@ func (c *Calls) Max() int64 { return int64(c.max) }
 // Bounds is the bounds of unread answers.
 func (c *Calls) Bounds() Unread { return c.unread }
 
-// Tap admits a call, making room if it must. When every call is being
-// handled, it refuses the new one with UNAVAILABLE. Nothing ran, so the
-// client may retry it, with the same key or without one. A call on a
-// connection holding more unread answers than its bound is refused with
-// RESOURCE_EXHAUSTED: its client should read them first.
+// Tap admits a call, making room if it must. When no room can be made,
+// for the call or for the calls that need no credential, it refuses the
+// new one with UNAVAILABLE. Nothing ran, so the client may retry it, with
+// the same key or without one. A call on a connection holding more
+// unread answers than its bound is refused with RESOURCE_EXHAUSTED: its
+// client should read them first.
 func (c *Calls) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	end, a := func() {}, (*answers)(nil)
 	if p, ok := peer.FromContext(ctx); ok && c.lis != nil {
