@@ -82,7 +82,7 @@ const (
 // Lists of a thousand intents at once: a gigabyte. A List that finds no
 // room is refused at once, UNAVAILABLE: waiting, it would hold a call
 // slot that a create could use.
-const ListBudget = 16 * MaxPageSize
+const ListBudget = 8 * MaxPageSize
 
 // Server is the PaymentIntentService.
 type Server struct {

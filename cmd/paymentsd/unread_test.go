@@ -192,8 +192,10 @@ func surviveUnread(t *testing.T, d *daemon, what string, attack func(ctx context
 	if peak > peakRSSBound {
 		t.Errorf("peak RSS %d MiB, want under %d MiB", peak>>20, peakRSSBound>>20)
 	}
-	if ok != all || all < 10 {
-		t.Errorf("%d of %d creates during the attack succeeded, want all, and at least 10", ok, all)
+	// A create slowed by the attack delays the next: on a loaded machine
+	// fewer than 15 are made, each of which must succeed.
+	if ok != all || all < 5 {
+		t.Errorf("%d of %d creates during the attack succeeded, want all, and at least 5", ok, all)
 	}
 	if held == 0 {
 		t.Error("no attacking connection refused or closed")
