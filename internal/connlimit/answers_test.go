@@ -134,6 +134,12 @@ func TestAnswers_InProgressUntilTheyLeave(t *testing.T) {
 	if got := s.calls.Unsent(); got != 0 {
 		t.Errorf("unread bytes once all left: %d", got)
 	}
+	// The server's trailers are counted as they are written; the client
+	// reads them a moment later.
+	eventually(t, "the client to read four streams ended", func() bool {
+		ended, _ := u.Ended()
+		return ended == 4
+	})
 	if ended, _ := u.Ended(); ended != 4 {
 		t.Errorf("streams the server ended: %d, want 4", ended)
 	}
