@@ -48,7 +48,8 @@ var (
 	scale     = flag.Float64("scale", 1, "multiplies the requests of every run")
 	only      = flag.String("only", "", "run only the scenarios whose names match this regular expression")
 	disk      = flag.String("disk", "", "instead of the load tables, the data file's bytes per create after these counts of fresh creates, such as 6000,100000")
-	previous  = flag.String("previous", "", "with -disk, also a paymentsd of an earlier commit, for a before and after in one run")
+	previous  = flag.String("previous", "", "also a paymentsd of an earlier commit, for a before and after in one run: with -disk, and in the PostgreSQL replays of each key once")
+	pgStandby = flag.Bool("pg-standby", false, "run the PostgreSQL scenarios on a primary with a synchronous standby")
 	diskKey   = flag.String("disk-key", "fresh-{{.RequestNumber}}", "with -disk, the ghz template of the idempotency keys, such as {{newUUID}}")
 )
 
@@ -77,37 +78,42 @@ type scenario struct {
 	tls         bool // serve gRPC over TLS, certificates made for the run; ghz verifies them against its CA
 	http        bool // load the HTTP/JSON face, with a Go client, instead of gRPC with ghz
 	get         bool // read the intent of hot-0 with GetPaymentIntent instead of creating
+	// replayAll creates every key of the run first, with a server of its
+	// own. So each request replays a key once, read from the database: the
+	// serving process has none in memory.
+	replayAll bool
 }
 
 var boltScenarios = []scenario{
-	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false},
-	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false},
-	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false},
-	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false},
-	{"fresh c=64, TLS", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, true, false, false},
-	{"fresh c=64, limits off", nolimits, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false},
-	{"http fresh c=64", paymentsd, 64, 20000, "fresh-", body, false, 0, false, true, false},
-	{"http fresh c=64, no interceptor", baseline, 64, 20000, "fresh-", body, false, 0, false, true, false},
-	{"http fresh c=64, limits off", nolimits, 64, 20000, "fresh-", body, false, 0, false, true, false},
-	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0, false, false, false},
-	{"get c=64", paymentsd, 64, 40000, "", "", true, 0, false, false, true},
-	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0, false, false, false},
+	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
+	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
+	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
+	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
+	{"fresh c=64, TLS", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, true, false, false, false},
+	{"fresh c=64, limits off", nolimits, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
+	{"http fresh c=64", paymentsd, 64, 20000, "fresh-", body, false, 0, false, true, false, false},
+	{"http fresh c=64, no interceptor", baseline, 64, 20000, "fresh-", body, false, 0, false, true, false, false},
+	{"http fresh c=64, limits off", nolimits, 64, 20000, "fresh-", body, false, 0, false, true, false, false},
+	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0, false, false, false, false},
+	{"get c=64", paymentsd, 64, 40000, "", "", true, 0, false, false, true, false},
+	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0, false, false, false, false},
 	// Every tenth request fresh, the others replays of the hot keys. The
 	// template is one action, since ghz renders an {{if}} only once. It has
 	// no double quotes, since ghz renders it inside the JSON text.
 	{"90% replay, 10% fresh c=64", paymentsd, 64, 40000,
-		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0, false, false, false},
+		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0, false, false, false, false},
 }
 
 var pgScenarios = []scenario{
-	{"pg fresh c=1", paymentsd, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false},
-	{"pg fresh c=1, no interceptor", baseline, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false},
-	{"pg fresh c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false},
-	{"pg fresh c=64, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false},
-	{"pg replay one key c=64", paymentsd, 64, 20000, "hot-0", body, true, 1, false, false, false},
-	{"pg fresh c=64, 3 replicas", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false, false},
-	{"pg fresh c=64, 3 replicas, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false, false},
-	{"pg replay one key c=64, 3 replicas", paymentsd, 64, 20000, "hot-0", body, true, 3, false, false, false},
+	{"pg fresh c=1", paymentsd, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false},
+	{"pg fresh c=1, no interceptor", baseline, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false},
+	{"pg fresh c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false},
+	{"pg fresh c=64, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false},
+	{"pg replay one key c=64", paymentsd, 64, 20000, "hot-0", body, true, 1, false, false, false, false},
+	{"pg replay each key once c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, true},
+	{"pg fresh c=64, 3 replicas", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false, false, false},
+	{"pg fresh c=64, 3 replicas, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false, false, false},
+	{"pg replay one key c=64, 3 replicas", paymentsd, 64, 20000, "hot-0", body, true, 3, false, false, false, false},
 }
 
 // result is one run's figures.
@@ -160,13 +166,17 @@ func main() {
 			fmt.Printf("- commits per fresh create at c=1: %.3f [1.000]\n", r.commits)
 		}
 	}
-	if len(pgScenarios) > 0 {
-		cluster, stop, err := pgtest.Start()
-		if err != nil {
-			log.Fatal(err)
+	if *previous != "" {
+		for _, sc := range pgScenarios {
+			if sc.replayAll {
+				sc.name, sc.binary = sc.name+", previous", previous
+				pgScenarios = append(pgScenarios, sc)
+			}
 		}
+	}
+	if len(pgScenarios) > 0 {
+		stop := startPG()
 		defer stop()
-		pg = cluster
 		fmt.Printf("\n## PostgreSQL\n\n")
 		m, all := table(pgScenarios, "transactions/request", true)
 		if with, ok := m["pg fresh c=64"]; ok {
@@ -179,6 +189,8 @@ func main() {
 			{"fresh c=1 with / without the interceptor", "pg fresh c=1", "pg fresh c=1, no interceptor", ""},
 			{"fresh c=64 with / without the interceptor", "pg fresh c=64", "pg fresh c=64, no interceptor", ">= 0.85"},
 			{"replay c=64 / fresh c=64 without the interceptor", "pg replay one key c=64", "pg fresh c=64, no interceptor", ""},
+			{"replay of each key once / of one key", "pg replay each key once c=64", "pg replay one key c=64", ""},
+			{"replay of each key once: this build / previous", "pg replay each key once c=64", "pg replay each key once c=64, previous", ""},
 			{"3 replicas: fresh c=64 with / without the interceptor", "pg fresh c=64, 3 replicas", "pg fresh c=64, 3 replicas, no interceptor", ""},
 			{"fresh c=64: 3 replicas / 1", "pg fresh c=64, 3 replicas", "pg fresh c=64", ""},
 		})
@@ -255,6 +267,27 @@ var (
 		(SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer')`
 )
 
+// startPG starts the PostgreSQL of the PostgreSQL scenarios: one server,
+// or with -pg-standby a primary whose commits wait for a synchronous
+// standby. It returns a func that removes it.
+func startPG() (stop func()) {
+	if *pgStandby {
+		pair, stop, err := pgtest.NewPair(pgtest.Synchronous)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pg = pair.Primary()
+		fmt.Printf("\nPostgreSQL: a primary with a synchronous standby.\n")
+		return stop
+	}
+	cluster, stop, err := pgtest.Start()
+	if err != nil {
+		log.Fatal(err)
+	}
+	pg = cluster
+	return stop
+}
+
 // runOnce runs sc once on a fresh data file or database, and returns its
 // figures.
 func runOnce(sc scenario) result {
@@ -322,6 +355,9 @@ func prepareData(sc scenario, dir string) string {
 	prep := start(*sc.binary, db)
 	if sc.setup {
 		precreate(prep.addr)
+	}
+	if sc.replayAll {
+		load(sc, []*server{prep}, []string{"--insecure"})
 	}
 	prep.stop()
 	return db

@@ -51,6 +51,9 @@ func (b *Backend) Close() error                { return b.db.Close() }
 // Pool is the connection pool, for the metrics.
 func (b *Backend) Pool() *pgxpool.Pool { return b.db.Pool() }
 
+// Replication is what the store saw of its server's replication.
+func (b *Backend) Replication() pgstore.Replication { return b.db.Replication() }
+
 // ClosedAttrs is nothing: the database keeps its own statistics.
 func (b *Backend) ClosedAttrs() []slog.Attr { return nil }
 

@@ -123,6 +123,9 @@ type DB struct {
 	watcher  *watcher
 	name     string // for String
 
+	// standby is what the DB knows of the server's synchronous standby.
+	standby *standby
+
 	// ledger is what this process knows of its records beyond the
 	// database. That is its uncommitted claims and the completed records it
 	// trusts.
@@ -163,12 +166,14 @@ func Open(ctx context.Context, connString string, opts *Options) (*DB, error) {
 		cfg.MaxConns = defaultMaxConns
 	}
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(o.LockTimeout.Milliseconds(), 1), 10)
-	boundConnect(&cfg.ConnConfig.Config)
+	ConfigurePool(cfg)
+	sb := &standby{}
+	sb.configure(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
-	db, err := open(ctx, pool, opts, true)
+	db, err := open(ctx, pool, opts, sb)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -195,12 +200,32 @@ func setsMaxConns(connString string) bool {
 // waits for a key's lock on the pool (see DB.look). Other lock waits (a
 // table's, behind a schema change) may still happen. They run as long as
 // the request's context if the pool has no lock_timeout of its own.
+//
+// With a synchronous standby, make the pool from a config passed to
+// ConfigurePool first. pgx otherwise cancels a statement cut off by its
+// deadline, and a cancelled commit that waits for the standby is kept
+// locally: a failover then loses what a retry may have been told was done.
 func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*DB, error) {
-	return open(ctx, pool, opts, false)
+	return open(ctx, pool, opts, nil)
 }
 
-// open is New, for a pool that the DB closes when ownsPool.
-func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, ownsPool bool) (*DB, error) {
+// ConfigurePool makes cfg's connections keep a synchronous standby's
+// promise, as Open's do. They never cancel a statement, and no
+// statement_timeout of the role or database applies to them (see
+// refuseCancelRequests). Each host gets 3 s to connect unless cfg sets a
+// connect timeout. An embedder calls it before making the pool it passes
+// to New. Open also tracks the server's warnings of a wait cancelled by
+// someone else, and tries last a server whose commits stalled; New's pool
+// does neither.
+func ConfigurePool(cfg *pgxpool.Config) {
+	refuseCancelRequests(&cfg.ConnConfig.Config)
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "0"
+	boundConnect(&cfg.ConnConfig.Config)
+}
+
+// open is New. With sb, the standby its pool's config was made for, the
+// pool is Open's, and the DB closes it.
+func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, sb *standby) (*DB, error) {
 	o := withDefaults(opts)
 	if err := pool.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
@@ -219,7 +244,8 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, ownsPool bool)
 	cfg := pool.Config().ConnConfig
 	db := &DB{
 		pool:     pool,
-		ownsPool: ownsPool,
+		ownsPool: sb != nil,
+		standby:  cmp.Or(sb, &standby{}),
 		opts:     o,
 		ledger:   ledger.New(storage.Claimant{ID: newProcessID()}, completedTrust),
 		name:     fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.User), hosts(cfg), url.PathEscape(cfg.Database)),

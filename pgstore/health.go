@@ -30,6 +30,12 @@ func (db *DB) Health() error {
 // Once a write has failed because the database cannot write (a full disk,
 // a read-only server), Probe writes too, until that succeeds. A full disk
 // leaves reads working, so reads alone would report it healthy.
+//
+// Probe also commits a transaction that waits for the synchronous standby,
+// when the server has one configured (see probeStandby). A server whose
+// commits are not confirmed serves nothing that may be acknowledged: an
+// old primary left running after a failover, or one whose only standby is
+// down.
 func (db *DB) Probe(ctx context.Context, tables ...string) error {
 	tables = append([]string{"idempotency_records"}, tables...)
 	var writable *bool
@@ -46,6 +52,9 @@ func (db *DB) Probe(ctx context.Context, tables ...string) error {
 		err = fmt.Errorf("pgstore: the database user may not read and write the tables %v", tables)
 	default:
 		err = db.probeWrite(ctx)
+		if err == nil {
+			err = db.probeStandby(ctx)
+		}
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -74,6 +83,9 @@ const readOnly = "25006"
 // noteFailure returns err, the outcome of a request's statements. It notes
 // err first if err says the database cannot write. Probe then writes too.
 func (db *DB) noteFailure(err error) error {
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == readOnly {
+		db.noteReadOnly()
+	}
 	if cannotWrite(err) {
 		db.mu.Lock()
 		db.writeFailed = err

@@ -75,13 +75,22 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 		outcome, rec := db.ledger.Decide(l.req, d, l.stored)
 		switch {
 		case !outcome.Claimed():
-			if l.tx != nil {
-				l.tx.rollbackLocked()
+			// An answer from a stored record waits until the synchronous
+			// standby is known to have it (see Tx.end).
+			there, err := l.tx.end(ctx, l.stored != nil)
+			if err != nil {
+				return 0, nil, nil, err
 			}
-			db.ledger.Remember(req.Key, rec, nil, l.sighting)
-			return outcome, rec, nil, nil
-		case l.tx != nil:
+			if there {
+				db.ledger.Remember(req.Key, rec, nil, l.sighting)
+				return outcome, rec, nil, nil
+			}
+			continue // the record went meanwhile: look again
+		case l.locked:
 			return db.take(ctx, l, outcome, rec, d)
+		}
+		l.tx.rollbackLocked()
+		switch {
 		case l.lockTimedOut || l.at.After(giveUp):
 			// Another claim of the key holds its lock, most likely of the
 			// same request. The key is in flight once a look begun after
@@ -124,9 +133,11 @@ var errLocked = errors.New("pgstore: a lock was not granted within the lock time
 
 // A look is what one try of a key's lock found.
 type look struct {
-	// tx holds the key's lock in its open transaction. It is nil when
-	// another claim holds the lock, or when lockTimedOut.
-	tx *Tx
+	// tx is the look's transaction, open on its connection. It holds the
+	// key's lock when locked: not when another claim holds it, nor when
+	// lockTimedOut.
+	tx     *Tx
+	locked bool
 	// stored is the key's record as committed, and req is the request on
 	// the database's clock as read with it.
 	stored *storage.Record
@@ -162,27 +173,40 @@ func (db *DB) look(ctx context.Context, req storage.ClaimRequest) (look, error) 
 	if !db.opts.CallerClock {
 		req.Now = now
 	}
-	if !locked {
-		t.rollbackLocked()
-		t = nil
-	}
-	l.tx, l.stored, l.req = t, stored, req
+	l.tx, l.locked, l.stored, l.req = t, locked, stored, req
 	return l, nil
 }
 
 // lookWithoutLock reads the key's record as committed, without its lock,
-// with the database's clock.
+// with the database's clock, in a transaction left open as look's is.
 func (db *DB) lookWithoutLock(ctx context.Context, req storage.ClaimRequest, s ledger.Sighting) (look, error) {
 	l := look{at: time.Now(), sighting: s, lockTimedOut: true}
-	var now time.Time
-	stored, err := scanRecord(db.pool.QueryRow(ctx, selectRecordAt, req.Key.Scope, req.Key.Key), &now)
+	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
+		return l, err
+	}
+	t := &Tx{db: db, key: req.Key, conn: conn}
+	var now time.Time
+	var stored *storage.Record
+	b := &pgx.Batch{}
+	b.Queue(beginReadCommitted)
+	b.Queue(selectRecordAt, req.Key.Scope, req.Key.Key)
+	err = t.sendBatch(ctx, b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		var err error
+		stored, err = scanRecord(br.QueryRow(), &now)
+		return err
+	})
+	if err != nil {
+		t.rollbackLocked()
 		return l, err
 	}
 	if !db.opts.CallerClock {
 		req.Now = now
 	}
-	l.stored, l.req = stored, req
+	l.tx, l.stored, l.req = t, stored, req
 	return l, nil
 }
 
@@ -262,6 +286,7 @@ func (t *Tx) writeDurableClaim(ctx context.Context) error {
 	}
 	b.Queue(`COMMIT`)
 	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
+		t.db.noteStall(t.conn.Conn().PgConn(), err)
 		return replaced(err)
 	}
 	t.conn.Release()
@@ -506,8 +531,7 @@ func (db *DB) Complete(ctx context.Context, k storage.RecordKey, done *storage.R
 	if err != nil {
 		return err
 	}
-	_, err = db.pool.Exec(ctx, stmt, args...)
-	return superseded(commitOutcome(db.noteFailure(err)))
+	return superseded(commitOutcome(db.noteFailure(db.execCommit(ctx, stmt, args...))))
 }
 
 // commitOutcome is the error of a commit. The commit is a batch that ends
@@ -519,7 +543,7 @@ func (db *DB) Complete(ctx context.Context, k storage.RecordKey, done *storage.R
 // passed after the request went out.
 func commitOutcome(err error) error {
 	var pgErr *pgconn.PgError
-	if err == nil || errors.As(err, &pgErr) || errors.Is(err, errLocked) || pgconn.SafeToRetry(err) {
+	if err == nil || errors.As(err, &pgErr) || errors.Is(err, errLocked) || pgconn.SafeToRetry(err) || errors.Is(err, storage.ErrOutcomeUnknown) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", storage.ErrOutcomeUnknown, err)
@@ -557,7 +581,8 @@ func superseded(err error) error {
 // statement, oldest first through the expiry index. Rows another process
 // is sweeping or claiming are skipped, not waited for. So every process
 // may sweep at once without doing the same work twice. It then deletes the
-// release entries expired at now the same way, uncounted.
+// release entries expired at now the same way, uncounted, and the health
+// probes' rows of processes gone for a day.
 func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 	var at *time.Time
 	if db.opts.CallerClock {
@@ -585,10 +610,17 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 				WHERE expire_time <= coalesce($1::timestamptz, clock_timestamp())
 				ORDER BY expire_time LIMIT $2
 				FOR UPDATE SKIP LOCKED)`, at, sweepBatch)
-		if err != nil || tag.RowsAffected() < sweepBatch {
+		if err != nil {
 			return total, db.noteFailure(err)
 		}
+		if tag.RowsAffected() < sweepBatch {
+			break
+		}
 	}
+	// One row per process that ever probed: few, and no batches needed.
+	_, err := db.pool.Exec(ctx, `DELETE FROM idempotency_heartbeats
+		WHERE beat_time < coalesce($1::timestamptz, clock_timestamp()) - interval '1 day'`, at)
+	return total, db.noteFailure(err)
 }
 
 func newProcessID() string {

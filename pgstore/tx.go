@@ -164,8 +164,12 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 		b.Queue(`SELECT pg_advisory_unlock_all()`)
 	}
 	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
+		t.db.noteStall(t.conn.Conn().PgConn(), err)
 		t.rollbackLocked()
 		return replaced(commitOutcome(err))
+	}
+	if err := t.keptLocallyOnly(); err != nil {
+		return err
 	}
 	t.conn.Release()
 	t.conn = nil
@@ -184,7 +188,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, noti
 	}
 	if t.conn == nil || !done.KeepsWrites() {
 		t.rollbackLocked()
-		_, err := t.db.pool.Exec(ctx, stmt, args...)
+		err := t.db.execCommit(ctx, stmt, args...)
 		if err == nil {
 			t.db.ledger.Remember(t.key, done, nil, t.committing)
 		}
@@ -196,8 +200,12 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, noti
 	b.Queue(stmt, args...)
 	b.Queue(`COMMIT`)
 	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
+		t.db.noteStall(t.conn.Conn().PgConn(), err)
 		t.rollbackLocked()
 		return superseded(commitOutcome(err))
+	}
+	if err := t.keptLocallyOnly(); err != nil {
+		return err
 	}
 	t.conn.Release()
 	t.conn = nil
@@ -254,4 +262,73 @@ func (t *Tx) rollbackLocked() {
 	}
 	t.conn.Release()
 	t.conn = nil
+}
+
+// end ends a look's transaction. With confirm, the call is answered from
+// the record the look read. The transaction then commits, and its COMMIT
+// waits until the synchronous standby is known to have that record (see
+// confirmRecordSQL). So a record kept only locally is never replayed: one
+// on an old primary left running after a failover, or one whose wait for
+// the standby was cancelled. The COMMIT takes the place of a ROLLBACK: no
+// round trip more. Without a synchronous standby it costs nothing more
+// either. It reports false when the record has gone since it was read.
+// Without confirm, end rolls back.
+func (t *Tx) end(ctx context.Context, confirm bool) (bool, error) {
+	if !confirm {
+		t.rollbackLocked()
+		return true, nil
+	}
+	var there bool
+	b := &pgx.Batch{}
+	b.Queue(confirmRecordSQL, t.key.Scope, t.key.Key)
+	b.Queue(`COMMIT`)
+	err := t.sendBatch(ctx, b, func(br pgx.BatchResults) error {
+		if err := br.QueryRow().Scan(&there); err != nil {
+			return err
+		}
+		_, err := br.Exec()
+		return err
+	})
+	if err == nil && t.db.standby.waitCancelled(t.conn.Conn().PgConn()) {
+		err = errWaitCancelled
+	}
+	if err != nil {
+		t.db.standby.unconfirmed.Add(1)
+		t.db.noteStall(t.conn.Conn().PgConn(), err)
+		t.rollbackLocked()
+		return false, fmt.Errorf("pgstore: the stored record is not known to be on the synchronous standby, so it is not answered from: %w", err)
+	}
+	t.conn.Release()
+	t.conn = nil
+	return there, nil
+}
+
+// keptLocallyOnly is ErrOutcomeUnknown when the commit just made on t's
+// connection had its wait for the synchronous standby cancelled on the
+// server. It is then kept locally, and a failover may lose it: no answer
+// is given from it. A retry waits until the standby has it (see end).
+func (t *Tx) keptLocallyOnly() error {
+	if !t.db.standby.waitCancelled(t.conn.Conn().PgConn()) {
+		return nil
+	}
+	t.rollbackLocked()
+	return fmt.Errorf("%w: %w", storage.ErrOutcomeUnknown, errWaitCancelled)
+}
+
+// execCommit runs stmt, which commits by itself, on a pooled connection,
+// as keptLocallyOnly judges a Tx's commit.
+func (db *DB) execCommit(ctx context.Context, stmt string, args ...any) error {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, stmt, args...); err != nil {
+		db.noteStall(conn.Conn().PgConn(), err)
+		return err
+	}
+	if db.standby.waitCancelled(conn.Conn().PgConn()) {
+		return fmt.Errorf("%w: %w", storage.ErrOutcomeUnknown, errWaitCancelled)
+	}
+	return nil
 }

@@ -209,20 +209,7 @@ func runFailover(t *testing.T, plan failoverPlan) *failoverRun {
 		}
 	}
 	p := pgtest.StartPair(t, plan.mode)
-	db := p.NewDatabase(t, failoverDB)
-	var dbs [3]string
-	for i := range dbs {
-		dbs[i] = db + "&application_name=" + replicaAppName(i)
-	}
-	rs := &replicaSet{t: t, dbs: dbs, args: []string{"--db-pool", "8", "--sweep-interval", "500ms"}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			saveReplicaLogs(t, rs)
-		}
-	})
-	for i := range 3 {
-		rs.start(i)
-	}
+	rs := startReplicasOn(t, p.NewDatabase(t, failoverDB))
 	started := rs.daemons()
 	run.load = startReplicaLoad(t, rs, anomaly)
 
@@ -292,6 +279,26 @@ func runFailover(t *testing.T, plan failoverPlan) *failoverRun {
 	run.found = run.load.check()
 	run.elapsed = time.Since(began)
 	return run
+}
+
+// startReplicasOn starts three replicas on the database url names, each
+// with its application_name, under the failover tests' flags and then
+// args. Their logs are kept if the test fails.
+func startReplicasOn(t *testing.T, url string, args ...string) *replicaSet {
+	var dbs [3]string
+	for i := range dbs {
+		dbs[i] = url + "&application_name=" + replicaAppName(i)
+	}
+	rs := &replicaSet{t: t, dbs: dbs, args: append([]string{"--db-pool", "8", "--sweep-interval", "500ms"}, args...)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			saveReplicaLogs(t, rs)
+		}
+	})
+	for i := range 3 {
+		rs.start(i)
+	}
+	return rs
 }
 
 // waitUntil polls done until it reports true, up to limit after since. It

@@ -26,7 +26,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -207,8 +206,8 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		if c, ok := m.db.(interface{ CommitCounts() (uint64, uint64) }); ok { // bbolt's group commit
 			m.prom.WatchCommits(c.CommitCounts)
 		}
-		if p, ok := m.db.(interface{ Pool() *pgxpool.Pool }); ok { // PostgreSQL's
-			m.prom.WatchPool(p.Pool())
+		if p, ok := m.db.(prom.Postgres); ok {
+			m.prom.WatchPostgres(p)
 		}
 		if calls != nil {
 			m.prom.WatchLimits(m.lis.Limits.Listeners, slices.Collect(maps.Values(m.lis.Limits.Refusals)), calls)

@@ -3,13 +3,37 @@ package prom
 import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsd/paymentsd/pgstore"
 )
 
-// WatchPool exports a PostgreSQL connection pool's use, read at each
-// scrape. A pool whose connections are all acquired makes every call
-// wait for one: the wait shows here before it shows as latency.
-func (p *Prom) WatchPool(pool *pgxpool.Pool) {
-	p.registry.MustRegister(poolCollector{pool})
+// Postgres is a store on PostgreSQL: its pool, and what it has seen of its
+// server's replication.
+type Postgres interface {
+	Pool() *pgxpool.Pool
+	Replication() pgstore.Replication
+}
+
+// WatchPostgres exports a PostgreSQL store's connection pool's use and
+// what it saw of replication, read at each scrape. A pool whose
+// connections are all acquired makes every call wait for one: the wait
+// shows here before it shows as latency. A failover shows as statements
+// refused by a read-only member, and as commits the synchronous standby
+// does not confirm.
+func (p *Prom) WatchPostgres(db Postgres) {
+	p.registry.MustRegister(poolCollector{db.Pool()},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "paymentsd_pg_read_only_errors_total",
+			Help: "Statements refused because the server was read-only: a member demoted, or a standby a pooled connection still reached. Each drops the pool's connections, so that new ones find the primary.",
+		}, func() float64 { return float64(db.Replication().ReadOnlyErrors) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "paymentsd_pg_standby_unconfirmed_total",
+			Help: "Commits that were to show a synchronous standby has the WAL, and were not confirmed in time: a replay's (not given) or a health probe's.",
+		}, func() float64 { return float64(db.Replication().Unconfirmed) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "paymentsd_pg_standby_wait_seconds",
+			Help: "How long the health probe's commits have waited for the synchronous standby without a confirmation; 0 once one came. Past 5 s the store reports NOT_SERVING.",
+		}, func() float64 { return db.Replication().Waiting.Seconds() }))
 }
 
 var (

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsd/paymentsd/daemon/prom"
+	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
@@ -19,10 +20,19 @@ var cluster *pgtest.Cluster
 
 func TestMain(m *testing.M) { pgtest.Main(m, &cluster) }
 
+// postgres is a store's pool with what it saw of replication.
+type postgres struct {
+	pool *pgxpool.Pool
+	repl pgstore.Replication
+}
+
+func (p postgres) Pool() *pgxpool.Pool              { return p.pool }
+func (p postgres) Replication() pgstore.Replication { return p.repl }
+
 // A pool of one connection on a real PostgreSQL: its first acquire opens
 // the connection, a second gives up at its deadline, and a third waits
 // until the first comes back. The scrape tells each.
-func TestProm_WatchPool(t *testing.T) {
+func TestProm_WatchPostgres(t *testing.T) {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(pgtest.Require(t, cluster).NewDatabase(t, "prom_pool"))
 	if err != nil {
@@ -38,7 +48,19 @@ func TestProm_WatchPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.WatchPool(pool)
+	p.WatchPostgres(postgres{pool, pgstore.Replication{ReadOnlyErrors: 3, Unconfirmed: 2, Waiting: 1500 * time.Millisecond}})
+	wantRepl := []string{
+		`paymentsd_pg_read_only_errors_total 3`,
+		`paymentsd_pg_standby_unconfirmed_total 2`,
+		`paymentsd_pg_standby_wait_seconds 1.5`,
+	}
+	var gotRepl []string
+	for _, prefix := range []string{"paymentsd_pg_read_only_", "paymentsd_pg_standby_"} {
+		gotRepl = append(gotRepl, scrape(t, p, prefix)...)
+	}
+	if fmt.Sprint(gotRepl) != fmt.Sprint(wantRepl) {
+		t.Errorf("replication:\n%s\nwant\n%s", strings.Join(gotRepl, "\n"), strings.Join(wantRepl, "\n"))
+	}
 
 	held, err := pool.Acquire(ctx)
 	if err != nil {

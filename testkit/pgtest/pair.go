@@ -70,6 +70,19 @@ func StartPair(t testing.TB, mode Replication) *Pair {
 	return p
 }
 
+// NewPair starts a primary and a standby as StartPair does, outside a
+// test: for a benchmark. It returns them with a stop func that removes
+// both.
+func NewPair(mode Replication) (*Pair, func(), error) {
+	p := &Pair{mode: mode}
+	stop := sync.OnceFunc(p.remove)
+	if err := p.start(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return p, stop, nil
+}
+
 func (p *Pair) start() error {
 	for i := range p.nodes {
 		c, err := newCluster()
