@@ -51,9 +51,12 @@ test:
 ## on a primary with a synchronous standby, the primary killed with
 ## SIGKILL (every third time silenced with SIGSTOP) and the standby
 ## promoted, fails over 10 times here, in about 4 minutes (once in make
-## test; PAYMENTSD_FAILOVER_ROUNDS sets them)
+## test; PAYMENTSD_FAILOVER_ROUNDS sets them). The Patroni test, three
+## replicas on three PostgreSQL members under Patroni and etcd, runs 10
+## leader kills, 3 switchovers, 3 pauses past the TTL and an etcd member
+## killed here (each kind once in make test)
 crashtest:
-	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 go test -count=1 -timeout 30m -v -run '^TestCrash' ./cmd/paymentsd
+	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 PAYMENTSD_PATRONI_ROUNDS=crashtest go test -count=1 -timeout 45m -v -run '^TestCrash' ./cmd/paymentsd
 
 ## robustness: the robustness suite for about 20 minutes: 20 runs on bbolt
 ## and 20 on three PostgreSQL replicas, random operations under a seeded

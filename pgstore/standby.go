@@ -128,19 +128,10 @@ func (db *DB) Replication() Replication {
 // confirmed. Health stays failed until a confirmation comes.
 func (db *DB) probeStandby(ctx context.Context) error {
 	s := db.standby
-	s.mu.Lock()
-	if s.done == nil {
-		conn, err := db.pool.Acquire(ctx)
-		if err != nil {
-			s.mu.Unlock()
-			return fmt.Errorf("pgstore: database unreachable: %w", err)
-		}
-		s.since, s.conn, s.done = time.Now(), conn, make(chan error, 1)
-		if s.waiting.IsZero() {
-			s.waiting = s.since
-		}
-		go func(done chan<- error) { done <- beat(conn, db.ledger.Claimant().ID) }(s.done)
+	if err := db.beginBeat(ctx); err != nil {
+		return err
 	}
+	s.mu.Lock()
 	done, since := s.done, s.since
 	s.mu.Unlock()
 
@@ -158,6 +149,35 @@ func (db *DB) probeStandby(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stalled
+}
+
+// beginBeat begins a heartbeat unless one is pending. The scrape of
+// Replication is not kept waiting meanwhile: the pool may be slow to give
+// a connection.
+func (db *DB) beginBeat(ctx context.Context) error {
+	s := db.standby
+	s.mu.Lock()
+	pending := s.done != nil
+	s.mu.Unlock()
+	if pending {
+		return nil
+	}
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: database unreachable: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil { // another probe began one meanwhile
+		conn.Release()
+		return nil
+	}
+	s.since, s.conn, s.done = time.Now(), conn, make(chan error, 1)
+	if s.waiting.IsZero() {
+		s.waiting = s.since
+	}
+	go func(done chan<- error) { done <- beat(conn, db.ledger.Claimant().ID) }(s.done)
+	return nil
 }
 
 // beat writes the health probe's heartbeat on conn when the server has a
