@@ -210,6 +210,10 @@ var onlyOn = map[string]string{
 	"paymentsd_pg_pool_max_connections":                  "postgres",
 	"paymentsd_pg_pool_empty_acquire_wait_seconds_total": "postgres",
 	"paymentsd_pg_pool_canceled_acquires_total":          "postgres",
+	// Replication: bbolt has none.
+	"paymentsd_pg_read_only_errors_total":    "postgres",
+	"paymentsd_pg_standby_unconfirmed_total": "postgres",
+	"paymentsd_pg_standby_wait_seconds":      "postgres",
 }
 
 // onlyWith names the families that paymentsd exports only when started

@@ -99,11 +99,12 @@ type Replication struct {
 	// still reached.
 	ReadOnlyErrors uint64
 	// Unconfirmed counts commits that were to prove a synchronous standby
-	// has the WAL and were not confirmed in time: a replay's, or a health
-	// probe's.
+	// has the WAL and ran out of time: a replay's, or a health probe's.
+	// Other failures of theirs (a server restarting, say) are not counted.
 	Unconfirmed uint64
-	// Waiting is how long the health probe's commit has waited for the
-	// synchronous standby; 0 when none waits.
+	// Waiting is how long the health probe's commits have waited for the
+	// synchronous standby with none confirmed; 0 once one is, or once one
+	// fails otherwise.
 	Waiting time.Duration
 }
 
@@ -202,7 +203,9 @@ func (s *standby) confirmed(done chan error, err error) error {
 	s.conn.Release()
 	s.since, s.conn, s.done = time.Time{}, nil, nil
 	if err != nil {
-		s.unconfirmed.Add(1)
+		// A failure, not a stall (see stall): the server said no, or went
+		// away. The wait is over.
+		s.waiting = time.Time{}
 		s.stalled = fmt.Errorf("pgstore: a commit that waits for the synchronous standby failed: %w", err)
 		return s.stalled
 	}
@@ -253,17 +256,19 @@ func (s *standby) preferConfirmed(ctx context.Context, conn *pgconn.PgConn) erro
 }
 
 // noteStall marks conn's server suspect when err says a commit on it ran
-// out of time, and drops the pool's connections (see preferConfirmed). A
+// out of time, and drops the pool's connections (see preferConfirmed). It
+// reports whether it did. A
 // commit that waits for a standby that has gone stalls so, and the pool's
 // other connections to that server would too. The health probe may not
 // find it first: while such commits hold every pooled connection, the
 // probe cannot get one.
-func (db *DB) noteStall(conn *pgconn.PgConn, err error) {
+func (db *DB) noteStall(conn *pgconn.PgConn, err error) bool {
 	if !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) {
-		return
+		return false
 	}
 	db.standby.suspects.Store(serverAddr(conn), struct{}{})
 	db.dropSoon()
+	return true
 }
 
 // noteNotice keeps track of commits whose wait for the standby was

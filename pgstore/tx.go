@@ -293,8 +293,9 @@ func (t *Tx) end(ctx context.Context, confirm bool) (bool, error) {
 		err = errWaitCancelled
 	}
 	if err != nil {
-		t.db.standby.unconfirmed.Add(1)
-		t.db.noteStall(t.conn.Conn().PgConn(), err)
+		if t.db.noteStall(t.conn.Conn().PgConn(), err) {
+			t.db.standby.unconfirmed.Add(1)
+		}
 		t.rollbackLocked()
 		return false, fmt.Errorf("pgstore: the stored record is not known to be on the synchronous standby, so it is not answered from: %w", err)
 	}
