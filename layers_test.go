@@ -27,7 +27,7 @@ var floors = [][]string{
 		"internal/grpcreflect", "internal/requestid", "internal/cli", "internal/openapitidy",
 		"internal/traceexport", "internal/connlimit", "internal/memlimit", "internal/grpcslog", "server/strictcodec",
 		"testkit/testclock", "testkit/natstest", "testkit/proctest", "testkit/faultproxy", "testkit/rawgrpc", "testkit/grpctest", "testkit/logbuf",
-		"testkit/pgtest"},
+		"testkit/pgtest", "testkit/patroni"},
 	// Contracts: the idempotency wire and store contracts, credentials,
 	// TLS files.
 	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload"},
