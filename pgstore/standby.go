@@ -43,6 +43,14 @@ const heartbeatSQL = `INSERT INTO idempotency_heartbeats (claimant, beat_time) V
 // primary left running after one, or the only standby down.
 const standbyStall = 5 * time.Second
 
+// suspectFor is how long new connections try a server last after its
+// commits stalled, unless one is confirmed there first. It lapses so that
+// a new primary that stalled only while its own standby caught up is
+// tried again: when two writable servers are suspect, pgx falls back to
+// the last in the URL, which may be an old primary that never recovers.
+// A server that still stalls is marked again at once.
+const suspectFor = 15 * time.Second
+
 // standby is what the store knows of its server's synchronous standby.
 type standby struct {
 	mu      sync.Mutex
@@ -55,8 +63,8 @@ type standby struct {
 	waiting time.Time
 
 	// suspects holds the servers whose commits stalled, until one is
-	// confirmed there (see preferConfirmed).
-	suspects sync.Map // server address -> struct{}
+	// confirmed there or suspectFor has passed (see preferConfirmed).
+	suspects sync.Map // server address -> time.Time, when it stops being suspect
 
 	// cancelled holds the connections on which a commit's wait for the
 	// standby was cancelled by someone else (an operator, the server's
@@ -140,7 +148,7 @@ func (db *DB) probeStandby(ctx context.Context) error {
 	defer wait.Stop()
 	select {
 	case err := <-done:
-		return s.confirmed(done, err)
+		return db.confirmed(done, err)
 	case <-wait.C:
 	case <-ctx.Done():
 	}
@@ -192,8 +200,12 @@ func beat(conn *pgxpool.Conn, claimant string) error {
 	return err
 }
 
-// confirmed ends the pending confirmation done with its outcome.
-func (s *standby) confirmed(done chan error, err error) error {
+// confirmed ends the pending confirmation done with its outcome. A
+// heartbeat that could not lock its row within LockTimeout found an
+// earlier one of this process's waiting there still, given up by stall:
+// the server's commits still stall, and it is suspect again.
+func (db *DB) confirmed(done chan error, err error) error {
+	s := db.standby
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done != done {
@@ -202,17 +214,25 @@ func (s *standby) confirmed(done chan error, err error) error {
 	addr := serverAddr(s.conn.Conn().PgConn())
 	s.conn.Release()
 	s.since, s.conn, s.done = time.Time{}, nil, nil
-	if err != nil {
-		// A failure, not a stall (see stall): the server said no, or went
-		// away. The wait is over.
+	switch {
+	case isLockTimeout(err):
+		s.suspect(addr)
+		go db.dropSoon() // not under s.mu
+		s.stalled = fmt.Errorf("pgstore: commits are not confirmed by a synchronous standby: an earlier one still waits on %s", addr)
+	case err != nil:
+		// A failure, not a stall: the server said no, or went away. The
+		// wait is over.
 		s.waiting = time.Time{}
 		s.stalled = fmt.Errorf("pgstore: a commit that waits for the synchronous standby failed: %w", err)
-		return s.stalled
+	default:
+		s.stalled, s.waiting = nil, time.Time{}
+		s.suspects.Delete(addr)
 	}
-	s.stalled, s.waiting = nil, time.Time{}
-	s.suspects.Delete(addr)
-	return nil
+	return s.stalled
 }
+
+// suspect makes addr suspect for suspectFor from now.
+func (s *standby) suspect(addr string) { s.suspects.Store(addr, time.Now().Add(suspectFor)) }
 
 // stall gives up the pending confirmation done, which waited standbyStall.
 func (db *DB) stall(done chan error) error {
@@ -230,7 +250,7 @@ func (db *DB) stall(done chan error) error {
 	s.mu.Unlock()
 
 	s.unconfirmed.Add(1)
-	s.suspects.Store(addr, struct{}{})
+	s.suspect(addr)
 	// Closing the socket ends the Exec with an error, and no cancel
 	// request is sent (see refuseCancelRequests).
 	conn.Conn().PgConn().Conn().Close()
@@ -241,13 +261,19 @@ func (db *DB) stall(done chan error) error {
 }
 
 // preferConfirmed makes new connections try a suspect server last: one
-// whose commits stalled, until a commit is confirmed there. After a
-// failover that left the old primary writable, it is still first in the
-// URL; the new primary is then found. When no other host accepts writes
-// the suspect is used, and the health probe's next commit there, once
-// confirmed, clears it.
+// whose commits stalled, until a commit is confirmed there or suspectFor
+// has passed. After a failover that left the old primary writable, it is
+// still first in the URL; the new primary is then found. When no other
+// host accepts writes the suspect is used, and the health probe's next
+// commit there, once confirmed, clears it.
 func (s *standby) preferConfirmed(ctx context.Context, conn *pgconn.PgConn) error {
-	if _, ok := s.suspects.Load(serverAddr(conn)); !ok {
+	addr := serverAddr(conn)
+	until, ok := s.suspects.Load(addr)
+	if !ok {
+		return nil
+	}
+	if time.Now().After(until.(time.Time)) {
+		s.suspects.CompareAndDelete(addr, until)
 		return nil
 	}
 	// pgx tries a host last only for its own NotPreferredError, which
@@ -257,16 +283,15 @@ func (s *standby) preferConfirmed(ctx context.Context, conn *pgconn.PgConn) erro
 
 // noteStall marks conn's server suspect when err says a commit on it ran
 // out of time, and drops the pool's connections (see preferConfirmed). It
-// reports whether it did. A
-// commit that waits for a standby that has gone stalls so, and the pool's
-// other connections to that server would too. The health probe may not
+// reports whether it did. A commit that waits for a standby that has gone
+// stalls so, and the pool's other connections to that server would too. The health probe may not
 // find it first: while such commits hold every pooled connection, the
 // probe cannot get one.
 func (db *DB) noteStall(conn *pgconn.PgConn, err error) bool {
 	if !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) {
 		return false
 	}
-	db.standby.suspects.Store(serverAddr(conn), struct{}{})
+	db.standby.suspect(serverAddr(conn))
 	db.dropSoon()
 	return true
 }
