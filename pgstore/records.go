@@ -285,7 +285,7 @@ func (t *Tx) writeDurableClaim(ctx context.Context) error {
 		return err
 	}
 	b.Queue(`COMMIT`)
-	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
+	if err := t.sendCommit(ctx, b, execAll(b)); err != nil {
 		t.db.noteStall(t.conn.Conn().PgConn(), err)
 		return replaced(err)
 	}

@@ -44,12 +44,23 @@ const heartbeatSQL = `INSERT INTO idempotency_heartbeats (claimant, beat_time) V
 const standbyStall = 5 * time.Second
 
 // suspectFor is how long new connections try a server last after its
-// commits stalled, unless one is confirmed there first. It lapses so that
-// a new primary that stalled only while its own standby caught up is
+// commits first stalled, unless one is confirmed there first. It lapses so
+// that a new primary that stalled only while its own standby caught up is
 // tried again: when two writable servers are suspect, pgx falls back to
 // the last in the URL, which may be an old primary that never recovers.
-// A server that still stalls is marked again at once.
-const suspectFor = 15 * time.Second
+// A server marked again while suspect, or as long again after, is suspect
+// twice as long as before, up to maxSuspectFor: an old primary that stalls on and on is passed
+// over long after a new one that stalled once.
+const (
+	suspectFor    = 15 * time.Second
+	maxSuspectFor = 5 * time.Minute
+)
+
+// suspicion is how long a server is suspect, and until when.
+type suspicion struct {
+	until time.Time
+	span  time.Duration
+}
 
 // standby is what the store knows of its server's synchronous standby.
 type standby struct {
@@ -63,8 +74,11 @@ type standby struct {
 	waiting time.Time
 
 	// suspects holds the servers whose commits stalled, until one is
-	// confirmed there or suspectFor has passed (see preferConfirmed).
-	suspects sync.Map // server address -> time.Time, when it stops being suspect
+	// confirmed there or the suspicion lapses (see preferConfirmed).
+	suspects sync.Map // server address -> suspicion
+	// commits holds the connections whose commit may be waiting for the
+	// standby now, with their server's address (see giveUpCommits).
+	commits sync.Map // *pgconn.PgConn -> string
 
 	// cancelled holds the connections on which a commit's wait for the
 	// standby was cancelled by someone else (an operator, the server's
@@ -231,8 +245,40 @@ func (db *DB) confirmed(done chan error, err error) error {
 	return s.stalled
 }
 
-// suspect makes addr suspect for suspectFor from now.
-func (s *standby) suspect(addr string) { s.suspects.Store(addr, time.Now().Add(suspectFor)) }
+// suspect makes addr suspect: for suspectFor from now, or twice as long
+// as last time if it is still, or was lately. It gives up the commits
+// waiting there.
+func (s *standby) suspect(addr string) {
+	now, span := time.Now(), suspectFor
+	if v, ok := s.suspects.Load(addr); ok && now.Before(v.(suspicion).until.Add(v.(suspicion).span)) {
+		span = min(2*v.(suspicion).span, maxSuspectFor)
+	}
+	s.suspects.Store(addr, suspicion{until: now.Add(span), span: span})
+	s.giveUpCommits(addr)
+}
+
+// committing notes that conn's commit may wait for the standby until the
+// returned func is called.
+func (s *standby) committing(conn *pgconn.PgConn) (done func()) {
+	s.commits.Store(conn, serverAddr(conn))
+	return func() { s.commits.Delete(conn) }
+}
+
+// giveUpCommits closes the connections of the commits waiting on addr,
+// once it is suspect. Their backends wait on, invisible, and no cancel
+// request is sent (see refuseCancelRequests). Their callers are told the
+// outcome is unknown at once, rather than at their deadline, and their
+// retries find a server whose commits are confirmed. Meanwhile their
+// connections would also hold the pool's every slot: no probe or call
+// could get one.
+func (s *standby) giveUpCommits(addr string) {
+	s.commits.Range(func(k, v any) bool {
+		if v.(string) == addr {
+			k.(*pgconn.PgConn).Conn().Close()
+		}
+		return true
+	})
+}
 
 // stall gives up the pending confirmation done, which waited standbyStall.
 func (db *DB) stall(done chan error) error {
@@ -268,12 +314,8 @@ func (db *DB) stall(done chan error) error {
 // commit there, once confirmed, clears it.
 func (s *standby) preferConfirmed(ctx context.Context, conn *pgconn.PgConn) error {
 	addr := serverAddr(conn)
-	until, ok := s.suspects.Load(addr)
-	if !ok {
-		return nil
-	}
-	if time.Now().After(until.(time.Time)) {
-		s.suspects.CompareAndDelete(addr, until)
+	v, ok := s.suspects.Load(addr)
+	if !ok || time.Now().After(v.(suspicion).until) {
 		return nil
 	}
 	// pgx tries a host last only for its own NotPreferredError, which

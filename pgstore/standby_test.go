@@ -180,3 +180,35 @@ func probeUntil(t *testing.T, db *pgstore.DB, ok func(error) bool) {
 		}
 	}
 }
+
+// A create whose commit waits for a standby that has gone is given up
+// once the health probe finds the server's commits stalled: told its
+// outcome is unknown then, not at its deadline, so that its retry may
+// find a server whose commits are confirmed. Its commit waits on, never
+// cancelled.
+func TestStandbyLost_WaitingCommitsGivenUpOnceTheProbeStalls(t *testing.T) {
+	p, db, conn := standbyPair(t, "standby_give_up")
+	p.Standby().Stop(t)
+	done := make(chan error, 1)
+	go func() { done <- create(t, db, request("waiting", time.Now()), "never acknowledged", 5*time.Minute) }()
+	for deadline := time.Now().Add(20 * time.Second); len(syncRepWaiters(t, conn)) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no commit waits for the standby 20 s after the create began")
+		}
+	}
+	probeUntil(t, db, func(err error) bool { return err != nil })
+	select {
+	case err := <-done:
+		if !errors.Is(err, storage.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("create given up: %v; want ErrOutcomeUnknown, before its deadline", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the create still waits a minute after the probe found the server's commits stalled")
+	}
+	if len(syncRepWaiters(t, conn)) == 0 {
+		t.Error("no commit waits for the standby after the create was given up: it was cancelled")
+	}
+	if stored(t, conn, "waiting") {
+		t.Error("the given-up create's record is visible: its wait was cancelled")
+	}
+}

@@ -163,7 +163,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 	if !keepWrites {
 		b.Queue(`SELECT pg_advisory_unlock_all()`)
 	}
-	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
+	if err := t.sendCommit(ctx, b, execAll(b)); err != nil {
 		t.db.noteStall(t.conn.Conn().PgConn(), err)
 		t.rollbackLocked()
 		return replaced(commitOutcome(err))
@@ -199,7 +199,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, noti
 	b := &pgx.Batch{}
 	b.Queue(stmt, args...)
 	b.Queue(`COMMIT`)
-	if err := t.sendBatch(ctx, b, execAll(b)); err != nil {
+	if err := t.sendCommit(ctx, b, execAll(b)); err != nil {
 		t.db.noteStall(t.conn.Conn().PgConn(), err)
 		t.rollbackLocked()
 		return superseded(commitOutcome(err))
@@ -282,7 +282,7 @@ func (t *Tx) end(ctx context.Context, confirm bool) (bool, error) {
 	b := &pgx.Batch{}
 	b.Queue(confirmRecordSQL, t.key.Scope, t.key.Key)
 	b.Queue(`COMMIT`)
-	err := t.sendBatch(ctx, b, func(br pgx.BatchResults) error {
+	err := t.sendCommit(ctx, b, func(br pgx.BatchResults) error {
 		if err := br.QueryRow().Scan(&there); err != nil {
 			return err
 		}
@@ -324,6 +324,7 @@ func (db *DB) execCommit(ctx context.Context, stmt string, args ...any) error {
 		return err
 	}
 	defer conn.Release()
+	defer db.standby.committing(conn.Conn().PgConn())()
 	if _, err := conn.Exec(ctx, stmt, args...); err != nil {
 		db.noteStall(conn.Conn().PgConn(), err)
 		return err
@@ -332,4 +333,12 @@ func (db *DB) execCommit(ctx context.Context, stmt string, args ...any) error {
 		return fmt.Errorf("%w: %w", storage.ErrOutcomeUnknown, errWaitCancelled)
 	}
 	return nil
+}
+
+// sendCommit is sendBatch for a batch that commits: its commit may wait
+// for the standby, and is given up if its server turns suspect meanwhile
+// (see giveUpCommits).
+func (t *Tx) sendCommit(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	defer t.db.standby.committing(t.conn.Conn().PgConn())()
+	return t.sendBatch(ctx, b, read)
 }
