@@ -24,6 +24,7 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/server"
 	"github.com/paymentsd/paymentsd/testkit/faultproxy"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
@@ -394,7 +395,11 @@ func (l *replicaLoad) work() {
 		}
 		n := l.next.Add(1)
 		key := fmt.Sprintf("replica-%d", n)
-		k := &replicaKey{token: l.tokens[n%int64(len(l.tokens))], body: seedRequest(strconv.FormatInt(n, 10))} // the amount names the key
+		body := seedRequest(strconv.FormatInt(n, 10)) // the amount names the key
+		// The longest expiry: an intent read back at the end, in a run of
+		// make crashtest past 15 minutes, is not yet expired.
+		body.ExpiresInSeconds = int32(server.MaxExpiresIn.Seconds())
+		k := &replicaKey{token: l.tokens[n%int64(len(l.tokens))], body: body}
 		l.mu.Lock()
 		l.keys[key] = k
 		l.mu.Unlock()
