@@ -72,6 +72,8 @@ type standby struct {
 	// waiting is when the first confirmation not yet followed by one that
 	// came began; zero when the last one came.
 	waiting time.Time
+	// followed is when followCommits last reconnected the listener.
+	followed time.Time
 
 	// suspects holds the servers whose commits stalled, until one is
 	// confirmed there or the suspicion lapses (see preferConfirmed).
@@ -241,20 +243,46 @@ func (db *DB) confirmed(done chan error, err error) error {
 	default:
 		s.stalled, s.waiting = nil, time.Time{}
 		s.suspects.Delete(addr)
+		db.followCommits(addr)
 	}
 	return s.stalled
 }
 
-// suspect makes addr suspect: for suspectFor from now, or twice as long
-// as last time if it is still, or was lately. It gives up the commits
-// waiting there.
+// followCommits reconnects the listener for ended claims when it listens
+// on another server than addr, where commits were just confirmed: claims
+// end there, and their notices are sent there. An old primary left
+// running after a failover may have taken its connection without ever
+// stalling a commit of this process's. That server is marked suspect, so
+// that the listener's new connection goes elsewhere. It does so at most
+// every 30 s: a server reached by two addresses (IPv4 and IPv6, say)
+// costs no more than a reconnection then, and its commits are not given
+// up.
+func (db *DB) followCommits(addr string) {
+	s := db.standby
+	w := db.watcher.server()
+	if w == "" || w == addr || time.Since(s.followed) < 30*time.Second {
+		return
+	}
+	s.followed = time.Now()
+	s.mark(w)
+	go db.watcher.reconnect() // not under s.mu
+}
+
+// suspect makes addr suspect (mark) and gives up the commits waiting
+// there.
 func (s *standby) suspect(addr string) {
+	s.mark(addr)
+	s.giveUpCommits(addr)
+}
+
+// mark makes addr suspect: for suspectFor from now, or twice as long as
+// last time if it is still, or was lately.
+func (s *standby) mark(addr string) {
 	now, span := time.Now(), suspectFor
 	if v, ok := s.suspects.Load(addr); ok && now.Before(v.(suspicion).until.Add(v.(suspicion).span)) {
 		span = min(2*v.(suspicion).span, maxSuspectFor)
 	}
 	s.suspects.Store(addr, suspicion{until: now.Add(span), span: span})
-	s.giveUpCommits(addr)
 }
 
 // committing notes that conn's commit may wait for the standby until the

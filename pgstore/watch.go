@@ -48,6 +48,8 @@ type watcher struct {
 	watches map[string]map[chan struct{}]struct{} // by notice payload
 	// endListen ends the current connection's listen, for reconnect.
 	endListen context.CancelFunc
+	// addr is the server the current connection reaches, once connected.
+	addr string
 }
 
 // errReconnect is why a listen ended by reconnect ended.
@@ -153,6 +155,13 @@ func (w *watcher) reconnect() {
 	}
 }
 
+// server is the address of the server the watcher listens on, or "".
+func (w *watcher) server() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.addr
+}
+
 // listen connects, listens and wakes watches until the connection fails or
 // reconnect ends it. Its result listening reports whether it got as far as
 // listening.
@@ -173,6 +182,9 @@ func (w *watcher) listen(ctx context.Context) (listening bool, err error) {
 		return false, err
 	}
 	defer conn.Close(context.Background())
+	w.mu.Lock()
+	w.addr = serverAddr(conn.PgConn())
+	w.mu.Unlock()
 	if _, err := conn.Exec(ctx, "LISTEN "+noticeChannel); err != nil {
 		return false, err
 	}
