@@ -48,9 +48,9 @@ const standbyStall = 5 * time.Second
 // that a new primary that stalled only while its own standby caught up is
 // tried again: when two writable servers are suspect, pgx falls back to
 // the last in the URL, which may be an old primary that never recovers.
-// A server marked again while suspect, or as long again after, is suspect
-// twice as long as before, up to maxSuspectFor: an old primary that stalls on and on is passed
-// over long after a new one that stalled once.
+// A server marked again soon after its suspicion lapsed is suspect twice
+// as long as before, up to maxSuspectFor: an old primary that stalls on
+// and on is passed over long after a new one that stalled once.
 const (
 	suspectFor    = 15 * time.Second
 	maxSuspectFor = 5 * time.Minute
@@ -275,12 +275,22 @@ func (s *standby) suspect(addr string) {
 	s.giveUpCommits(addr)
 }
 
-// mark makes addr suspect: for suspectFor from now, or twice as long as
-// last time if it is still, or was lately.
-func (s *standby) mark(addr string) {
-	now, span := time.Now(), suspectFor
-	if v, ok := s.suspects.Load(addr); ok && now.Before(v.(suspicion).until.Add(v.(suspicion).span)) {
-		span = min(2*v.(suspicion).span, maxSuspectFor)
+// mark makes addr suspect for suspectFor from now, unless it is still. A
+// server whose suspicion lapsed lately, within as long again, is suspect
+// twice as long as last time. Many commits that stall at once count once.
+func (s *standby) mark(addr string) { s.markAt(addr, time.Now()) }
+
+// markAt is mark at now.
+func (s *standby) markAt(addr string, now time.Time) {
+	span := suspectFor
+	if v, ok := s.suspects.Load(addr); ok {
+		last := v.(suspicion)
+		switch {
+		case now.Before(last.until):
+			return
+		case now.Before(last.until.Add(last.span)):
+			span = min(2*last.span, maxSuspectFor)
+		}
 	}
 	s.suspects.Store(addr, suspicion{until: now.Add(span), span: span})
 }

@@ -212,3 +212,32 @@ func TestStandbyLost_WaitingCommitsGivenUpOnceTheProbeStalls(t *testing.T) {
 		t.Error("the given-up create's record is visible: its wait was cancelled")
 	}
 }
+
+// A server that stalls is suspect for SuspectFor. Commits that stall at
+// once while it is suspect count once. Marked again soon after it lapsed,
+// it is suspect twice as long; marked long after, as long as at first.
+func TestSuspicion_OncePerEpisodeDoubledWhenItRecurs(t *testing.T) {
+	mark, until := pgstore.Suspicion()
+	t0 := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	mark("a", t0)
+	for range 10 {
+		mark("a", t0.Add(time.Second)) // many commits stall together
+	}
+	if got, want := until("a"), t0.Add(pgstore.SuspectFor); !got.Equal(want) {
+		t.Fatalf("suspect until %v; want %v: one episode", got, want)
+	}
+	relapse := t0.Add(pgstore.SuspectFor + time.Second)
+	mark("a", relapse)
+	if got, want := until("a"), relapse.Add(2*pgstore.SuspectFor); !got.Equal(want) {
+		t.Fatalf("marked again just after it lapsed: suspect until %v; want %v", got, want)
+	}
+	later := relapse.Add(10 * pgstore.SuspectFor)
+	mark("a", later)
+	if got, want := until("a"), later.Add(pgstore.SuspectFor); !got.Equal(want) {
+		t.Fatalf("marked again long after: suspect until %v; want %v", got, want)
+	}
+	mark("b", later)
+	if got := until("b"); !got.Equal(later.Add(pgstore.SuspectFor)) {
+		t.Fatalf("another server: %v", got)
+	}
+}
