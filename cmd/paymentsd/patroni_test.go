@@ -20,8 +20,10 @@ import (
 
 // patroniServingWithin bounds the time from a fault to every replica
 // serving from the leader again: Patroni's TTL (10 s) and loop, the
-// promotion, and the replicas' 5 s to give up on an old primary.
-const patroniServingWithin = 90 * time.Second
+// promotion, and the replicas' 5 s to give up on an old primary. It is
+// a liveness bound for a loaded machine, not a figure: make crashtest
+// measured 24.8 s at the median and 77.6 s at worst beside CI's tests.
+const patroniServingWithin = 150 * time.Second
 
 // A patroniFault is one fault of a Patroni cluster's leader, l.
 type patroniFault struct {
