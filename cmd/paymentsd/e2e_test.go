@@ -477,8 +477,10 @@ func TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach(t *testing.T) {
 				}}),
 				grpc.WithUnaryInterceptor(retry.MustUnaryClientInterceptor(
 					retry.WithMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
-					retry.WithMaxAttempts(50),
-					retry.WithBackoff(2*time.Millisecond, 50*time.Millisecond),
+					// About 20 s of retries: a loaded CI machine made
+					// 50 within 2.5 s too few to outlast the proxy.
+					retry.WithMaxAttempts(200),
+					retry.WithBackoff(2*time.Millisecond, 100*time.Millisecond),
 				)))
 			if err != nil {
 				t.Fatal(err)
