@@ -33,7 +33,9 @@ const confirmRecordSQL = `SELECT current_setting('synchronous_standby_names') = 
 const syncStandbySQL = `SELECT current_setting('synchronous_standby_names') <> ''`
 
 // heartbeatSQL is the health probe's write. One row per process, so that
-// probes never queue for a row lock.
+// the probes of replicas never queue for each other's row lock. A probe
+// that queues behind its own process's earlier one, given up and still
+// waiting for the standby, has found a stall (see confirmed).
 const heartbeatSQL = `INSERT INTO idempotency_heartbeats (claimant, beat_time) VALUES ($1, clock_timestamp())
 	ON CONFLICT (claimant) DO UPDATE SET beat_time = excluded.beat_time`
 
