@@ -317,6 +317,8 @@ type Querier interface {
 // committed when fn returns nil. Either way the transaction is READ
 // COMMITTED, whatever the database's default, as a Tx's is. So a call
 // without an idempotency key runs its statements as one with a key does.
+// A transaction of its own commits as Read proves a read: whatever fn
+// read or wrote, Run returns once the synchronous standby has it.
 //
 // Return misses that are answers (no such row) as values, not as errors of
 // fn. An error of fn means the storage failed.
@@ -324,17 +326,38 @@ func (db *DB) Run(ctx context.Context, fn func(q Querier) error) error {
 	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
 		return t.run(ctx, fn)
 	}
-	return db.noteFailure(pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error { return fn(tx) }))
+	return db.noteFailure(pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, proveReadSQL)
+		return err
+	}))
 }
 
 // Read calls fn with the transaction of the Tx that ctx carries, as Run
-// does. Without one, it calls fn with the pool. It is for reads that need
-// no transaction of their own.
+// does. Without one, it calls fn with a pooled connection, each statement
+// a transaction of its own, and then proves what fn read (see
+// proveReadSQL): Read returns once the synchronous standby has confirmed
+// that connection's server is current. So an old primary left running
+// after a failover answers no read.
 func (db *DB) Read(ctx context.Context, fn func(q Querier) error) error {
 	if t, ok := ctx.Value(txKey{}).(*Tx); ok && t.db == db {
 		return t.run(ctx, fn)
 	}
-	return fn(db.pool)
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return db.noteFailure(err)
+	}
+	defer conn.Release()
+	if err := fn(conn); err != nil {
+		return err
+	}
+	if err := db.commitOn(ctx, conn, proveReadSQL); err != nil {
+		db.standby.unconfirmed.Add(1)
+		return fmt.Errorf("pgstore: what was read is not known to be on the synchronous standby, so it is not answered from: %w", err)
+	}
+	return nil
 }
 
 // Claimant is who this DB claims as. It is not exclusive, since other

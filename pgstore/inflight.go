@@ -45,20 +45,22 @@ func nullTime(t time.Time) *time.Time {
 
 // queryKeyed runs query, whose rows are a scope, a key and a record's
 // columns, and returns the records with their keys.
-func (db *DB) queryKeyed(ctx context.Context, query string, args ...any) ([]storage.KeyedRecord, error) {
-	rows, err := db.pool.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var found []storage.KeyedRecord
-	for rows.Next() {
-		var k storage.RecordKey
-		rec, err := scanRecord(rows, &k.Scope, &k.Key)
+func (db *DB) queryKeyed(ctx context.Context, query string, args ...any) (found []storage.KeyedRecord, err error) {
+	err = db.Read(ctx, func(q Querier) error {
+		rows, err := q.Query(ctx, query, args...)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		found = append(found, storage.KeyedRecord{Key: k, Record: rec})
-	}
-	return found, rows.Err()
+		defer rows.Close()
+		for rows.Next() {
+			var k storage.RecordKey
+			rec, err := scanRecord(rows, &k.Scope, &k.Key)
+			if err != nil {
+				return err
+			}
+			found = append(found, storage.KeyedRecord{Key: k, Record: rec})
+		}
+		return rows.Err()
+	})
+	return found, err
 }

@@ -89,16 +89,20 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 		case l.locked:
 			return db.take(ctx, l, outcome, rec, d)
 		}
-		l.tx.rollbackLocked()
-		switch {
-		case l.lockTimedOut || l.at.After(giveUp):
+		if l.lockTimedOut || l.at.After(giveUp) {
 			// Another claim of the key holds its lock, most likely of the
 			// same request. The key is in flight once a look begun after
 			// LockTimeout found it still locked. So a claim that committed
 			// within LockTimeout is seen, however long the look waited for a
-			// pooled connection.
+			// pooled connection. That lock may be a stale server's, an old
+			// primary's: the answer waits, as a replay does, until the
+			// standby confirms the server is current.
+			if _, err := l.tx.commitProven(ctx, proveReadSQL); err != nil {
+				return 0, nil, nil, err
+			}
 			return storage.OutcomeInFlight, inFlightGuess(l.req, db.opts.LockTimeout), nil, nil
 		}
+		l.tx.rollbackLocked()
 		select {
 		case <-time.After(max(0, min(time.Until(giveUp)+time.Millisecond, backoff))):
 		case <-ctx.Done():
@@ -482,8 +486,12 @@ func scanRecord(row pgx.Row, first ...any) (*storage.Record, error) {
 
 // Get returns the record stored for k, live or expired, or nil when there
 // is none. It only reads. It is for an operator's question about a key.
-func (db *DB) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {
-	return scanRecord(db.pool.QueryRow(ctx, selectRecord, k.Scope, k.Key))
+func (db *DB) Get(ctx context.Context, k storage.RecordKey) (rec *storage.Record, err error) {
+	err = db.Read(ctx, func(q Querier) error {
+		rec, err = scanRecord(q.QueryRow(ctx, selectRecord, k.Scope, k.Key))
+		return err
+	})
+	return rec, err
 }
 
 // CountRecords returns PostgreSQL's estimate of the records the table

@@ -17,16 +17,30 @@ var _ storage.Releaser = (*DB)(nil)
 // matches it. It judges at now with CallerClock, else on the database's
 // clock. In the same transaction it inserts the release's entry, by by,
 // into the release history. The delete runs in one transaction holding
-// the key's lock, so no claim of the key runs meanwhile. A transactional claim not yet committed holds that lock. Once
-// LockTimeout has passed, Release refuses its key as in flight.
+// the key's lock, so no claim of the key runs meanwhile. A transactional
+// claim not yet committed holds that lock. Once LockTimeout has passed,
+// Release refuses its key as in flight. A refusal is read from the server
+// as a replay is, and given once it is proven (see proveReadSQL): an old
+// primary left running after a failover refuses nothing.
 //
 // Release then waits completedTrust before returning. By then no process
 // sharing the database still answers from the released record (see
 // completedTrust). So after Release returns, the key's next claim, on any
 // replica, runs fresh.
 func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, by string, seen storage.Seen) (*storage.Record, error) {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return nil, db.noteFailure(err)
+	}
+	defer conn.Release()
 	var released *storage.Record
-	err := pgx.BeginTxFunc(ctx, db.pool, readCommitted, func(tx pgx.Tx) error {
+	var refused error
+	refuse := func(tx pgx.Tx, err error) error {
+		refused = err
+		_, err = tx.Exec(ctx, proveReadSQL)
+		return err
+	}
+	err = pgx.BeginTxFunc(ctx, conn, readCommitted, func(tx pgx.Tx) error {
 		// The wait for the key's lock is bounded whatever the pool's own
 		// lock_timeout. An embedder's pool may have none.
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(max(db.opts.LockTimeout.Milliseconds(), 1), 10)); err != nil {
@@ -44,10 +58,10 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, b
 			now = dbNow
 		}
 		if err := storage.CheckRelease(stored, now); err != nil {
-			return err
+			return refuse(tx, err)
 		}
 		if !seen.Matches(stored) {
-			return storage.ErrReleaseChanged
+			return refuse(tx, storage.ErrReleaseChanged)
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM idempotency_records
 			WHERE scope = $1 AND key = $2 AND state = 2 AND attempt = $3 AND claim_token = $4`,
@@ -56,7 +70,7 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, b
 			return err
 		}
 		if tag.RowsAffected() != 1 {
-			return storage.ErrNoRecord // swept meanwhile
+			return refuse(tx, storage.ErrNoRecord) // swept meanwhile
 		}
 		e := storage.NewReleaseEntry(stored, now, by)
 		if _, err := tx.Exec(ctx, `INSERT INTO idempotency_releases
@@ -69,10 +83,14 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, b
 		return nil
 	})
 	if isLockTimeout(err) {
-		return nil, fmt.Errorf("%w: a claim of the key holds its lock", storage.ErrReleaseInFlight)
+		refused = fmt.Errorf("%w: a claim of the key holds its lock", storage.ErrReleaseInFlight)
+		err = db.commitOn(ctx, conn, proveReadSQL)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, db.noteFailure(err)
+	case refused != nil:
+		return nil, refused
 	}
 	db.ledger.Forget(k)
 	time.Sleep(completedTrust) // not cut short by ctx: the delete has committed, and the caller is to hear so only once it holds
@@ -85,21 +103,25 @@ var (
 )
 
 // Releases returns k's releases not yet swept, oldest first.
-func (db *DB) Releases(ctx context.Context, k storage.RecordKey) ([]storage.ReleaseEntry, error) {
-	rows, err := db.pool.Query(ctx, `SELECT release_time, released_by, attempt, code, message, expire_time
-		FROM idempotency_releases WHERE scope = $1 AND key = $2 ORDER BY release_time`, k.Scope, k.Key)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (storage.ReleaseEntry, error) {
-		var (
-			e       storage.ReleaseEntry
-			attempt int64
-		)
-		err := row.Scan(&e.Time, &e.By, &attempt, &e.Code, &e.Message, &e.Expiry)
-		e.Attempt = uint64(attempt)
-		return e, err
+func (db *DB) Releases(ctx context.Context, k storage.RecordKey) (entries []storage.ReleaseEntry, err error) {
+	err = db.Read(ctx, func(q Querier) error {
+		rows, err := q.Query(ctx, `SELECT release_time, released_by, attempt, code, message, expire_time
+			FROM idempotency_releases WHERE scope = $1 AND key = $2 ORDER BY release_time`, k.Scope, k.Key)
+		if err != nil {
+			return err
+		}
+		entries, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (storage.ReleaseEntry, error) {
+			var (
+				e       storage.ReleaseEntry
+				attempt int64
+			)
+			err := row.Scan(&e.Time, &e.By, &attempt, &e.Code, &e.Message, &e.Expiry)
+			e.Attempt = uint64(attempt)
+			return e, err
+		})
+		return err
 	})
+	return entries, err
 }
 
 // selectKey reads the records of a key in every scope, through the index

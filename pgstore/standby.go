@@ -26,6 +26,17 @@ import (
 const confirmRecordSQL = `SELECT current_setting('synchronous_standby_names') = ''
 	OR EXISTS (SELECT FROM idempotency_records r WHERE r.scope = $1 AND r.key = $2 FOR KEY SHARE)`
 
+// proveReadSQL makes the transaction it runs in wait, as it commits, until
+// the synchronous standby has the server's WAL up to that commit: what the
+// transaction's connection read before it is then known to be on the
+// standby, and known to be current. An old primary left running after a
+// failover, which has lost its standby, never confirms it. The message it
+// writes is a few bytes of WAL that only logical decoding reads. Writing
+// it assigns a transaction id, which a commit must have to wait. Without
+// synchronous_standby_names it writes nothing.
+const proveReadSQL = `SELECT CASE WHEN current_setting('synchronous_standby_names') = '' THEN true
+	ELSE pg_logical_emit_message(true, 'paymentsd', '') IS NOT NULL END`
+
 // syncStandbySQL tells whether the server has a synchronous standby
 // configured. The health probe then writes heartbeatSQL, as a create
 // writes, and its commit waits for the standby. Otherwise it writes

@@ -79,7 +79,8 @@ func stored(t *testing.T, conn *pgx.Conn, key string) bool {
 // With its only synchronous standby gone, a primary's commits wait. A
 // create whose deadline passes meanwhile is never cancelled on the server:
 // its commit waits on, invisible, and its key stays locked, so the retry
-// is told it is in flight, never replayed. A replay of a record committed
+// is refused (an error, not in flight: a lock on an old primary would
+// say the same), never replayed. A replay of a record committed
 // before is not given either, since the standby cannot confirm it, and
 // health reports the stall. Once the standby is back, the waiting commit
 // completes, its retry replays it, and health recovers.
@@ -101,8 +102,8 @@ func TestStandbyLost_CommitWaitsUncancelled_NothingReplayedUntilItIsBack(t *test
 	if stored(t, conn, "after") {
 		t.Fatal("the create's record is visible on the primary: its wait was cancelled")
 	}
-	if outcome, err := claimWithin(db, after, 2*time.Second); err == nil && outcome != storage.OutcomeInFlight {
-		t.Fatalf("retry of the waiting create: %v; want in flight, or an error", outcome)
+	if outcome, err := claimWithin(db, after, 2*time.Second); err == nil {
+		t.Fatalf("retry of the waiting create: %v; want an error: the server's lock is not known to be current", outcome)
 	}
 	time.Sleep(1100 * time.Millisecond) // past the second the process trusts what it wrote
 	if outcome, err := claimWithin(db, before, 2*time.Second); err == nil {
@@ -126,6 +127,58 @@ func TestStandbyLost_CommitWaitsUncancelled_NothingReplayedUntilItIsBack(t *test
 	for _, req := range []storage.ClaimRequest{before, after} {
 		if outcome, err := claimWithin(db, req, 10*time.Second); err != nil || outcome != storage.OutcomeReplay {
 			t.Errorf("retry of %s once the standby is back: %v, %v; want a replay", req.Key.Key, outcome, err)
+		}
+	}
+}
+
+// With its only synchronous standby gone, the server may be an old
+// primary left running after a failover, its data stale. Nothing read
+// there is answered: each read fails, and so does each refusal read from
+// it (a release of a key with no record), until the standby is back.
+func TestStandbyLost_NoReadAnswered(t *testing.T) {
+	p, db, _ := standbyPair(t, "standby_reads")
+	req := request("stored", time.Now())
+	if err := create(t, db, req, "acknowledged", 10*time.Second); err != nil {
+		t.Fatalf("create with the standby up: %v", err)
+	}
+	k, missing := req.Key, storage.RecordKey{Scope: req.Key.Scope, Key: "missing"}
+	one := func(q pgstore.Querier, ctx context.Context) error { return q.QueryRow(ctx, `SELECT 1`).Scan(new(int)) }
+	reads := []struct {
+		name string
+		read func(ctx context.Context) error
+		want error // once the standby is back
+	}{
+		{"Get", func(ctx context.Context) error { _, err := db.Get(ctx, k); return err }, nil},
+		{"Get of a missing key", func(ctx context.Context) error { _, err := db.Get(ctx, missing); return err }, nil},
+		{"FindKey", func(ctx context.Context) error { _, err := db.FindKey(ctx, k.Key, 10); return err }, nil},
+		{"InFlight", func(ctx context.Context) error { _, err := db.InFlight(ctx, storage.RecordKey{}, 10); return err }, nil},
+		{"Releases", func(ctx context.Context) error { _, err := db.Releases(ctx, k); return err }, nil},
+		{"Release of a missing key", func(ctx context.Context) error {
+			_, err := db.Release(ctx, missing, time.Now(), "test", storage.Seen{})
+			return err
+		}, storage.ErrNoRecord},
+		{"Read", func(ctx context.Context) error {
+			return db.Read(ctx, func(q pgstore.Querier) error { return one(q, ctx) })
+		}, nil},
+		{"Run", func(ctx context.Context) error {
+			return db.Run(ctx, func(q pgstore.Querier) error { return one(q, ctx) })
+		}, nil},
+	}
+	within := func(limit time.Duration, read func(ctx context.Context) error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		return read(ctx)
+	}
+	p.Standby().Stop(t)
+	for _, r := range reads {
+		if err := within(time.Second, r.read); err == nil || errors.Is(err, storage.ErrNoRecord) {
+			t.Errorf("%s with no standby: %v; want an error: what was read is not known to be current", r.name, err)
+		}
+	}
+	p.Standby().StartAgain(t)
+	for _, r := range reads {
+		if err := within(30*time.Second, r.read); !errors.Is(err, r.want) {
+			t.Errorf("%s once the standby is back: %v; want %v", r.name, err, r.want)
 		}
 	}
 }

@@ -278,9 +278,19 @@ func (t *Tx) end(ctx context.Context, confirm bool) (bool, error) {
 		t.rollbackLocked()
 		return true, nil
 	}
+	return t.commitProven(ctx, confirmRecordSQL, t.key.Scope, t.key.Key)
+}
+
+// commitProven runs proof, a query of one boolean, and commits t's
+// transaction, in one round trip, and returns the boolean. proof writes
+// WAL when the server has a synchronous standby (confirmRecordSQL,
+// proveReadSQL), so the COMMIT waits until the standby confirms it. A
+// commit that stalls, or whose wait was cancelled, fails: what t read is
+// not answered from.
+func (t *Tx) commitProven(ctx context.Context, proof string, args ...any) (bool, error) {
 	var there bool
 	b := &pgx.Batch{}
-	b.Queue(confirmRecordSQL, t.key.Scope, t.key.Key)
+	b.Queue(proof, args...)
 	b.Queue(`COMMIT`)
 	err := t.sendCommit(ctx, b, func(br pgx.BatchResults) error {
 		if err := br.QueryRow().Scan(&there); err != nil {
@@ -297,7 +307,7 @@ func (t *Tx) end(ctx context.Context, confirm bool) (bool, error) {
 			t.db.standby.unconfirmed.Add(1)
 		}
 		t.rollbackLocked()
-		return false, fmt.Errorf("pgstore: the stored record is not known to be on the synchronous standby, so it is not answered from: %w", err)
+		return false, fmt.Errorf("pgstore: what was read is not known to be on the synchronous standby, so it is not answered from: %w", err)
 	}
 	t.conn.Release()
 	t.conn = nil
@@ -324,6 +334,12 @@ func (db *DB) execCommit(ctx context.Context, stmt string, args ...any) error {
 		return err
 	}
 	defer conn.Release()
+	return db.commitOn(ctx, conn, stmt, args...)
+}
+
+// commitOn runs stmt, which commits by itself, on conn, as keptLocallyOnly
+// judges a Tx's commit: a wait for the standby that was cancelled fails it.
+func (db *DB) commitOn(ctx context.Context, conn *pgxpool.Conn, stmt string, args ...any) error {
 	defer db.standby.committing(conn.Conn().PgConn())()
 	if _, err := conn.Exec(ctx, stmt, args...); err != nil {
 		db.noteStall(conn.Conn().PgConn(), err)
