@@ -58,17 +58,22 @@ test:
 crashtest:
 	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 PAYMENTSD_PATRONI_ROUNDS=crashtest go test -count=1 -timeout 45m -v -run '^TestCrash' ./cmd/paymentsd
 
-## robustness: the robustness suite for about 20 minutes: 20 runs on bbolt
+## robustness: the robustness suite for about 30 minutes: 20 runs on bbolt
 ## and 20 on three PostgreSQL replicas, random operations under a seeded
 ## schedule of faults (each kind in turn), every history checked with
-## porcupine; then 20 message runs of examples/jetstream on each backend,
-## with duplicates, reuses, SIGKILLs, pauses past AckWait and nats-server
-## restarts; make test runs one short run of each. A failure names its
-## seed (PAYMENTSD_ROBUSTNESS_SEED=... PAYMENTSD_ROBUSTNESS_RUNS=1 replays
-## its schedule) and where its report went (PAYMENTSD_ROBUSTNESS_OUT)
+## porcupine; 5 runs of about a minute on three replicas on a Patroni
+## cluster (PAYMENTSD_ROBUSTNESS_PATRONI_RUNS), its leader killed, switched
+## over and paused past the TTL, an etcd member killed; then 20 message
+## runs of examples/jetstream on each backend, with duplicates, reuses,
+## SIGKILLs, pauses past AckWait and nats-server restarts; make test runs
+## one short run of each. A failure names its seed and how to replay its
+## schedule (PAYMENTSD_ROBUSTNESS_SEED=... PAYMENTSD_ROBUSTNESS_RUNS=1, or
+## PAYMENTSD_ROBUSTNESS_PATRONI_RUNS=1) and where its report went
+## (PAYMENTSD_ROBUSTNESS_OUT)
 robustness:
 	PAYMENTSD_ROBUSTNESS_RUNS=$${PAYMENTSD_ROBUSTNESS_RUNS:-20} PAYMENTSD_ROBUSTNESS_DURATION=$${PAYMENTSD_ROBUSTNESS_DURATION:-10s} \
-		go test -count=1 -timeout 40m -v -run '^TestRobustness' ./robustness
+	PAYMENTSD_ROBUSTNESS_PATRONI_RUNS=$${PAYMENTSD_ROBUSTNESS_PATRONI_RUNS:-5} \
+		go test -count=1 -timeout 55m -v -run '^TestRobustness' ./robustness
 
 ## bench: Go benchmarks of the store, the interceptor and the HTTP face's
 ## observation, then ghz against the real binary with and without the

@@ -9,6 +9,23 @@
 // check the case they were written for. This suite looks for the bugs
 // between those cases.
 //
+// The Patroni run (patroni_test.go) puts the three replicas on a Patroni
+// cluster (testkit/patroni: three etcd members, three PostgreSQL members
+// in synchronous mode strict, TTL 10 s), through its multi-host URL. Its
+// faults are the cluster's: the leader killed (its PostgreSQL, or in turn
+// its Patroni, whose PostgreSQL runs on until that Patroni, started again,
+// rewinds it), a switchover, the leader paused until another leads, and
+// an etcd member killed. Each lasts until the cluster is healthy again and
+// every replica has answered a write, so a run lasts five times the
+// others' (60 s by default). Patroni before 3.0.3 (Debian 12 ships
+// 3.0.2) may let a leader paused past the TTL, once woken, put its key
+// back over the new leader's (patroni/patroni#2689), which leaves the
+// cluster without a standby for good. So with such a Patroni the paused
+// leader's Patroni is killed before SIGCONT and started again after it
+// (the variant leader-pause/patroni-restart). One cluster serves every
+// run. Without patroni or etcd the test is skipped, and under CI=true it
+// fails.
+//
 // Every other seed runs a binary built with the tag robustness_durable. Its
 // creates and cancels take durable claims with leases. So a pause past the
 // lease lets another replica take a claim over (takeover_test.go).
@@ -32,13 +49,16 @@
 // refused as IDEMPOTENCY_KEY_REUSED. No record is in flight. Without
 // nats-server the run is skipped, and under CI=true it fails.
 //
-// On success each backend logs one line. It gives runs (and those with
-// durable claims), operations, faults by kind, takeovers and superseded
-// answers. It also gives releases (and those that released a key), intents
-// stored, orphans and violations.
+// On success each run logs a line, and each backend one more. They give
+// runs (and those with durable claims), operations, faults by kind (and
+// their variants), takeovers and superseded answers. They also give
+// releases (and those that released a key), intents stored, orphans and
+// violations.
 //
 // go test runs a short version (make test); make robustness runs about
-// twenty minutes. PAYMENTSD_ROBUSTNESS_SEED replays a failing run's schedule.
-// PAYMENTSD_ROBUSTNESS_RUNS and PAYMENTSD_ROBUSTNESS_DURATION size it.
-// PAYMENTSD_ROBUSTNESS_OUT says where a failure's report goes.
+// half an hour. PAYMENTSD_ROBUSTNESS_SEED replays a failing run's
+// schedule. PAYMENTSD_ROBUSTNESS_RUNS and PAYMENTSD_ROBUSTNESS_DURATION
+// size it; PAYMENTSD_ROBUSTNESS_PATRONI_RUNS sets the Patroni runs apart
+// (by default as many). PAYMENTSD_ROBUSTNESS_OUT says where a failure's
+// report goes.
 package robustness

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/testkit/faultproxy"
+	"github.com/paymentsd/paymentsd/testkit/patroni"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
@@ -38,12 +39,14 @@ var (
 // lease is the servers' --lease: short, so that a pause outlasts it.
 const lease = time.Second
 
-// fault is one planned fault: when, what, on which server, for how long.
+// fault is one planned fault: when, what, on which server, for how long;
+// a Patroni fault's Variant says which way (patroni_test.go).
 type fault struct {
-	At     time.Duration
-	Kind   string
-	Target int
-	Hold   time.Duration
+	At      time.Duration
+	Kind    string
+	Target  int
+	Hold    time.Duration
+	Variant string
 }
 
 // schedule plans a run's faults from rng: forced first (so that runs in
@@ -83,6 +86,8 @@ type cluster struct {
 	proxies  [][2]*faultproxy.Proxy // per server: gRPC, HTTP
 	dbProxes []*faultproxy.Proxy    // per PostgreSQL node
 	pair     *pgtest.Pair
+	patroni  *patroni.Cluster
+	seed     uint64
 
 	// For the bursts of a pause on a run with durable claims (burst):
 	durable    bool
@@ -93,6 +98,9 @@ type cluster struct {
 	mu     sync.Mutex
 	log    []faultEvent
 	counts map[string]int // faults injected, by kind
+	// variants counts the faults of a kind with variants by
+	// "kind/variant" (leader-kill/patroni), apart from counts.
+	variants map[string]int
 }
 
 func (c *cluster) note(kind, format string, args ...any) {
@@ -108,7 +116,13 @@ func (c *cluster) inject(f fault) error {
 	if f.Kind != faultFailover || !failedOver[c.pair] {
 		c.mu.Lock()
 		c.counts[f.Kind]++
+		if f.Variant != "" {
+			c.variants[f.Kind+"/"+f.Variant]++
+		}
 		c.mu.Unlock()
+	}
+	if c.patroni != nil {
+		return c.injectPatroni(f)
 	}
 	switch f.Kind {
 	case faultKill:

@@ -34,7 +34,8 @@ func outDir(t *testing.T) string {
 // report writes a failing run's report and returns its directory: the
 // violations, the fault log, every operation, porcupine's visualization
 // of the partitions it found no linearization of (only those: the
-// smallest history that fails), and the servers' logs.
+// smallest history that fails), and the servers' logs (and a Patroni
+// cluster's).
 func report(t *testing.T, r run, o outcome) string {
 	dir := filepath.Join(outDir(t), fmt.Sprintf("%s-seed-%d", r.backend, r.seed))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -46,7 +47,7 @@ func report(t *testing.T, r run, o outcome) string {
 			t.Errorf("report: %v", err)
 		}
 	}
-	write("violations.txt", append([]string{fmt.Sprintf("seed %d; replay with PAYMENTSD_ROBUSTNESS_SEED=%d PAYMENTSD_ROBUSTNESS_RUNS=1", r.seed, r.seed)}, o.violations...))
+	write("violations.txt", append([]string{fmt.Sprintf("seed %d; replay with %s", r.seed, r.replay())}, o.violations...))
 	var faults, ops []string
 	for _, f := range o.faults {
 		faults = append(faults, f.String())
@@ -69,6 +70,12 @@ func report(t *testing.T, r run, o outcome) string {
 	for _, l := range o.logs {
 		if b, err := os.ReadFile(l); err == nil {
 			os.WriteFile(filepath.Join(dir, filepath.Base(l)), b, 0o644)
+		}
+	}
+	// A Patroni cluster's logs, which every run so far has written to.
+	for _, l := range o.clusterLog {
+		if b, err := os.ReadFile(l); err == nil {
+			os.WriteFile(filepath.Join(dir, "cluster-"+filepath.Base(l)), b, 0o644)
 		}
 	}
 	return dir

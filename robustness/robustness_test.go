@@ -19,6 +19,7 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/testkit/faultproxy"
+	"github.com/paymentsd/paymentsd/testkit/patroni"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
@@ -63,7 +64,7 @@ func readSettings(t *testing.T) settings {
 // run is one run's setting: the backend, the binary, the seed that
 // plans its operations and faults, and the fault kind it must include.
 type run struct {
-	backend  string // "bbolt" or "postgres"
+	backend  string // "bbolt", "postgres" or "patroni"
 	bin      string
 	seed     uint64
 	duration time.Duration
@@ -71,6 +72,8 @@ type run struct {
 	kinds    []string // fault kinds to draw from; none: no faults
 	forced   string
 	pair     *pgtest.Pair
+	patroni  *patroni.Cluster // the backend "patroni"'s cluster
+	pause    string           // its leader-pauses' way (patroni_test.go)
 	// durable: bin was built with robustness_durable, so that creates and
 	// cancels take durable claims with leases (cmd/paymentsd,
 	// transactional_durable.go), which a pause past the lease lets
@@ -86,6 +89,14 @@ const durableTag = "robustness_durable"
 // durableSeed says whether the run of seed uses the durable binary: every
 // other seed, so that a suite's runs alternate.
 func durableSeed(seed uint64) bool { return seed%2 == 1 }
+
+// replay is the environment that replays r's schedule alone.
+func (r run) replay() string {
+	if r.backend == "patroni" {
+		return fmt.Sprintf("PAYMENTSD_ROBUSTNESS_SEED=%d PAYMENTSD_ROBUSTNESS_PATRONI_RUNS=1", r.seed)
+	}
+	return fmt.Sprintf("PAYMENTSD_ROBUSTNESS_SEED=%d PAYMENTSD_ROBUSTNESS_RUNS=1", r.seed)
+}
 
 // claims names the kind of claim r's binary takes, for its log lines.
 func (r run) claims() string {
@@ -106,11 +117,13 @@ type outcome struct {
 	doubled    []string
 	logs       []string // the servers' log files
 	counts     map[string]int
-	timing     string // how long the load, the finish and the check took
-	takeovers  int    // the servers' log lines of a takeover ("idempotency":"takeover")
-	releases   int    // paymentsd release runs
-	released   int    // of which released the key
-	superseded int    // answers ABORTED, IDEMPOTENCY_ATTEMPT_SUPERSEDED
+	variants   map[string]int // faults by kind/variant (patroni_test.go)
+	clusterLog []string       // the Patroni cluster's logs, for the report
+	timing     string         // how long the load, the finish and the check took
+	takeovers  int            // the servers' log lines of a takeover ("idempotency":"takeover")
+	releases   int            // paymentsd release runs
+	released   int            // of which released the key
+	superseded int            // answers ABORTED, IDEMPOTENCY_ATTEMPT_SUPERSEDED
 }
 
 func TestRobustness_Bolt(t *testing.T) {
@@ -135,9 +148,11 @@ func TestRobustness_Postgres(t *testing.T) {
 // suite runs s.runs runs made by mk, fails on the first that finds a
 // violation (with its seed and report), and logs the summary line.
 func suite(t *testing.T, s settings, mk func(i int) run) {
+	began := time.Now()
 	var ops, stored, orphans, takeovers, superseded, durableRuns, releases, released int
-	faults := map[string]int{}
+	faults, variants := map[string]int{}, map[string]int{}
 	var backend string
+	pauses := false // a kind that pauses paymentsd past its lease is drawn from
 	for i := range s.runs {
 		r := mk(i)
 		r.seed, r.duration, r.clients = s.seed+uint64(i), s.duration, s.clients
@@ -151,6 +166,7 @@ func suite(t *testing.T, s settings, mk func(i int) run) {
 		if len(r.kinds) > 0 {
 			r.forced = r.kinds[r.seed%uint64(len(r.kinds))]
 		}
+		pauses = pauses || slices.Contains(r.kinds, faultPause)
 		backend = r.backend
 		o := r.do(t)
 		ops += len(o.ops)
@@ -160,38 +176,67 @@ func suite(t *testing.T, s settings, mk func(i int) run) {
 		superseded += o.superseded
 		releases += o.releases
 		released += o.released
-		nfaults := 0
+		nfaults, unknown := 0, 0
 		for k, n := range o.counts {
 			faults[k] += n
 			nfaults += n
 		}
+		for k, n := range o.variants {
+			variants[k] += n
+		}
+		for _, x := range o.ops {
+			if x.Unknown {
+				unknown++
+			}
+		}
 		if len(o.violations) > 0 {
 			dir := report(t, r, o)
-			t.Fatalf("%s run %d: %d violations; replay with PAYMENTSD_ROBUSTNESS_SEED=%d PAYMENTSD_ROBUSTNESS_RUNS=1 (the fault schedule and operations, not their timing); report in %s; the first:\n%s",
-				r.backend, i, len(o.violations), r.seed, dir, strings.Join(o.violations[:min(len(o.violations), 10)], "\n"))
+			t.Fatalf("%s run %d: %d violations; replay with %s (the fault schedule and operations, not their timing); report in %s; the first:\n%s",
+				r.backend, i, len(o.violations), r.replay(), dir, strings.Join(o.violations[:min(len(o.violations), 10)], "\n"))
 		}
 		if os.Getenv("PAYMENTSD_ROBUSTNESS_KEEP") != "" {
 			t.Logf("%s run %d: report kept in %s", r.backend, i, report(t, r, o))
 		}
-		t.Logf("%s run %d (seed %d, %s claims): %d operations, %d faults, %d takeovers, %d superseded, %d releases (%d released), %d intents stored, 0 orphans, 0 violations (%v)",
-			r.backend, i, r.seed, r.claims(), len(o.ops), nfaults, o.takeovers, o.superseded, o.releases, o.released, o.stored, o.timing)
+		t.Logf("%s run %d (seed %d, %s claims): %d operations (%d unknown outcomes), %d faults (%s), %d takeovers, %d superseded, %d releases (%d released), %d intents stored, 0 orphans, 0 violations (%v)",
+			r.backend, i, r.seed, r.claims(), len(o.ops), unknown, nfaults, faultKinds(o.counts, o.variants), o.takeovers, o.superseded, o.releases, o.released, o.stored, o.timing)
 	}
-	var kinds []string
-	for k, n := range faults {
-		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
-	}
-	slices.Sort(kinds)
-	t.Logf("robustness %s: %d runs (%d with durable claims), %d operations, faults %s, takeovers %d, superseded %d, releases %d (%d released), intents %d, orphans %d, violations 0",
-		backend, s.runs, durableRuns, ops, strings.Join(kinds, " "), takeovers, superseded, releases, released, stored, orphans)
+	t.Logf("robustness %s: %d runs (%d with durable claims), %d operations, faults %s, takeovers %d, superseded %d, releases %d (%d released), intents %d, orphans %d, violations 0 (%v)",
+		backend, s.runs, durableRuns, ops, faultKinds(faults, variants), takeovers, superseded, releases, released, stored, orphans, time.Since(began).Round(time.Second))
 	// A takeover needs a durable claim and a worker that stops past its
 	// lease: the suite's long version must show some, or the path they
-	// take is no longer tested.
-	if s.long && durableRuns > 0 && takeovers == 0 {
+	// take is no longer tested. Only the pause of a server makes sure of
+	// one (takeover_test.go).
+	if s.long && pauses && durableRuns > 0 && takeovers == 0 {
 		t.Errorf("robustness %s: %d runs with durable claims and no takeover: a paused or killed worker's claim was never taken over", backend, durableRuns)
 	}
 	if s.long && durableRuns < s.runs && released == 0 {
 		t.Errorf("robustness %s: %d releases and none released a key: the path of a released key was never taken", backend, releases)
 	}
+}
+
+// faultKinds is counts as "kind=n ...", sorted, each kind's variants
+// after it: "leader-kill=3 (patroni 1, postgres 2)".
+func faultKinds(counts, variants map[string]int) string {
+	var kinds []string
+	for k, n := range counts {
+		d := fmt.Sprintf("%s=%d", k, n)
+		var vs []string
+		for kv, m := range variants {
+			if v, ok := strings.CutPrefix(kv, k+"/"); ok {
+				vs = append(vs, fmt.Sprintf("%s %d", v, m))
+			}
+		}
+		if len(vs) > 0 {
+			slices.Sort(vs)
+			d += " (" + strings.Join(vs, ", ") + ")"
+		}
+		kinds = append(kinds, d)
+	}
+	slices.Sort(kinds)
+	if len(kinds) == 0 {
+		return "none"
+	}
+	return strings.Join(kinds, " ")
 }
 
 // do runs r: servers, proxies, clients and faults for r.duration, then
@@ -203,11 +248,25 @@ func (r run) do(t *testing.T) outcome {
 	rng := rand.New(rand.NewPCG(r.seed, 0))
 	h := newHistory()
 	w := newWorkload()
-	c := &cluster{t: t, h: h, pair: r.pair, counts: map[string]int{}, durable: r.durable, w: w, clientBase: r.clients + 1}
+	c := &cluster{t: t, h: h, pair: r.pair, patroni: r.patroni, seed: r.seed, counts: map[string]int{}, variants: map[string]int{},
+		durable: r.durable, w: w, clientBase: r.clients + 1}
 	inFlightWait := []string{"0s", "300ms"}[rng.IntN(2)]
 	args := []string{"--lease", lease.String(), "--in-flight-wait", inFlightWait}
 	n := 1
-	if r.backend == "postgres" {
+	var o outcome
+	switch r.backend {
+	case "patroni":
+		// Through the cluster's multi-host URL, as a deployment on
+		// Patroni without a proxy reaches it: target_session_attrs
+		// read-write finds the leader wherever it is.
+		n = 3
+		if err := c.within("a healthy cluster at the run's start", r.patroni.WaitHealthy); err != nil {
+			t.Fatal(err)
+		}
+		u := r.patroni.NewDatabase(t, pgtest.DatabaseName(fmt.Sprintf("robustness %d", r.seed)))
+		args = append(args, "--db", u)
+		o.clusterLog = patroniLogs(r.patroni)
+	case "postgres":
 		n = 3
 		if err := c.rebuildIfFailedOver(); err != nil {
 			t.Fatal(err)
@@ -229,11 +288,10 @@ func (r run) do(t *testing.T) outcome {
 		u := url.URL{Scheme: "postgres", User: url.UserPassword(pgtest.User, pgtest.Password), Host: strings.Join(hosts, ","),
 			Path: "/" + db, RawQuery: "sslmode=disable&target_session_attrs=read-write"}
 		args = append(args, "--db", u.String())
-	} else {
+	default:
 		args = append(args, "--db", filepath.Join(dir, "paymentsd.db"))
 	}
 	db := args[len(args)-1]
-	var o outcome
 	for i := range n {
 		name := fmt.Sprintf("%s-%d", r.backend, i)
 		logPath := filepath.Join(dir, name+".log")
@@ -285,12 +343,40 @@ func (r run) do(t *testing.T) outcome {
 	// The faults, from the test's goroutine (pgtest fails the test from it).
 	start := time.Now()
 	if len(r.kinds) > 0 {
-		for _, f := range schedule(rng, r.kinds, r.forced, n, r.duration) {
+		var plan []fault
+		if r.patroni != nil {
+			plan = patroniSchedule(rng, r.seed, r.kinds, r.forced, r.pause, r.duration)
+		} else {
+			plan = schedule(rng, r.kinds, r.forced, n, r.duration)
+		}
+		for i, f := range plan {
 			time.Sleep(time.Until(start.Add(f.At)))
+			// A Patroni fault lasts until the cluster has recovered: one
+			// whose turn comes late, those before it having taken long,
+			// would only lengthen the run. The forced one always runs.
+			if r.patroni != nil && i > 0 && time.Since(start) > r.duration*8/10 {
+				c.note(f.Kind, "skipped (%s): its turn came %v into the run, past 80%% of it", f.Variant, time.Since(start).Round(time.Second))
+				continue
+			}
 			if err := c.inject(f); err != nil {
 				stop.Store(true)
 				wg.Wait()
-				t.Fatalf("seed %d: fault %s: %v", r.seed, f.Kind, err)
+				// The history so far is checked still: what the
+				// servers answered up to the fault that did not end.
+				o.ops, o.faults, o.counts, o.variants = h.snapshot(), c.log, c.counts, c.variants
+				o.violations = append([]string{fmt.Sprintf("fault %s %s: %v", f.Kind, f.Variant, err)}, crossChecks(o.ops)...)
+				// porcupine's time grows with the lists a long fault's
+				// load adds: tens of minutes past 40,000 operations.
+				if len(o.ops) <= maxPartialCheck {
+					o.illegal = linearize(t, o.ops)
+				} else {
+					t.Logf("seed %d: %d operations before the fault that did not end: too many to check with porcupine (at most %d)", r.seed, len(o.ops), maxPartialCheck)
+				}
+				for _, part := range o.illegal {
+					o.violations = append(o.violations, fmt.Sprintf("not linearizable: %s (%d operations)", partitionOf(part[0].Input.(*op)), len(part)))
+				}
+				t.Fatalf("seed %d: fault %s %s: %v\n%d violations in the %d operations before it (no finish, no orphan count): %v\nreplay with %s; report in %s",
+					r.seed, f.Kind, f.Variant, err, len(o.violations)-1, len(o.ops), o.violations[1:min(len(o.violations), 11)], r.replay(), report(t, r, o))
 			}
 		}
 	}
@@ -347,7 +433,7 @@ func (r run) do(t *testing.T) outcome {
 
 	finished := time.Now()
 	o.ops = h.snapshot()
-	o.faults, o.counts = c.log, c.counts
+	o.faults, o.counts, o.variants = c.log, c.counts, c.variants
 	o.violations = append(o.violations, crossChecks(o.ops)...)
 	o.orphans, o.doubled = orphans(o.ops, stored)
 	for _, s := range o.orphans {
@@ -387,6 +473,10 @@ func (r run) do(t *testing.T) outcome {
 		finished.Sub(loaded).Round(time.Millisecond), time.Since(finished).Round(time.Millisecond))
 	return o
 }
+
+// maxPartialCheck is the most operations a run that ends at a fault
+// checks with porcupine.
+const maxPartialCheck = 20000
 
 // linearize checks the history with porcupine, partition by partition,
 // and returns the partitions it found no linearization of.
