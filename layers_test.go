@@ -25,7 +25,7 @@ var floors = [][]string{
 	{"bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
 		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
 		"internal/grpcreflect", "internal/requestid", "internal/cli", "internal/openapitidy",
-		"internal/traceexport", "internal/connlimit", "internal/memlimit", "internal/grpcslog", "server/strictcodec",
+		"internal/traceexport", "internal/connlimit", "internal/logattr", "internal/memlimit", "internal/grpcslog", "server/strictcodec",
 		"testkit/testclock", "testkit/natstest", "testkit/proctest", "testkit/faultproxy", "testkit/rawgrpc", "testkit/grpctest", "testkit/logbuf",
 		"testkit/pgtest", "testkit/patroni"},
 	// Contracts: the idempotency wire and store contracts, credentials,

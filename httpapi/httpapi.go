@@ -91,6 +91,18 @@ func NewServer(h http.Handler, logger *slog.Logger) *http.Server {
 func guard(next http.Handler, authn *auth.Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		echoKeys(w.Header(), r.Header)
+		// Authenticated first, so that the log line of every refusal
+		// below names its caller. A failure is answered in its turn
+		// (forwardCaller).
+		principal, authErr := authn.AuthenticateConn(r.Header.Values("Authorization"), r.TLS)
+		r.Header.Del("Authorization")
+		info := infoOf(r.Context())
+		if authErr == nil {
+			info.principal = auth.PrincipalHash(principal)
+		}
+		if keys := r.Header[keyHeader]; len(keys) > 0 {
+			info.key = keys[0] // as sent, until decoded
+		}
 		if r.ContentLength > MaxBodyBytes {
 			httpProblem(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, MaxBodyBytes))
 			return
@@ -113,14 +125,15 @@ func guard(next http.Handler, authn *auth.Authenticator) http.Handler {
 			httpProblem(w, http.StatusBadRequest, codeKeyInvalid, "invalid Idempotency-Key: "+err.Error())
 			return
 		}
+		if keys := r.Header[keyHeader]; len(keys) > 0 {
+			info.key = keys[0]
+		}
 		if detail := twoIntents(r.URL.Path, body); detail != "" {
 			httpProblem(w, http.StatusBadRequest, "invalid_argument", detail)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		principal, err := authn.AuthenticateConn(r.Header.Values("Authorization"), r.TLS)
-		r.Header.Del("Authorization")
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller{principal, err})))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller{principal, authErr})))
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsd/paymentsd"
+	"github.com/paymentsd/paymentsd/internal/logattr"
 	"github.com/paymentsd/paymentsd/internal/requestid"
 )
 
@@ -92,11 +93,17 @@ func metricCode(code int) string {
 }
 
 // reqInfo is what a request's log line says beyond its status and time.
-// It is gathered as the request goes. The gRPC call fills in the principal.
+// It is gathered as the request goes: guard fills in the caller and the
+// key, and the gRPC call the rest.
 type reqInfo struct {
 	route     string
 	requestID string
 	principal string // the hash; "" until known
+	key       string // the Idempotency-Key, decoded once it is valid
+	outcome   string // the idempotency decision, "" if none
+	attempt   string
+	intentID  string
+	reason    string // the error's ErrorInfo reason
 }
 
 type infoKey struct{}
@@ -161,6 +168,19 @@ func logRequest(ctx context.Context, logger *slog.Logger, method string, i *reqI
 	)
 	if i.principal != "" {
 		rec.AddAttrs(slog.String("principal_hash", i.principal))
+	}
+	if i.key != "" {
+		rec.AddAttrs(slog.String("idempotency_key", logattr.Key(i.key)))
+	}
+	if i.outcome != "" {
+		attempt, _ := strconv.ParseUint(i.attempt, 10, 64)
+		rec.AddAttrs(slog.String("idempotency", i.outcome), slog.Uint64("attempt", attempt))
+	}
+	if i.reason != "" {
+		rec.AddAttrs(slog.String("reason", i.reason))
+	}
+	if i.intentID != "" {
+		rec.AddAttrs(slog.String("intent_id", i.intentID))
 	}
 	rec.AddAttrs(TraceAttrs(ctx)...)
 	logger.Handler().Handle(ctx, rec)

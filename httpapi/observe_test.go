@@ -158,3 +158,28 @@ func fmtLines(lines []map[string]any) string {
 	b, _ := json.Marshal(lines)
 	return string(b)
 }
+
+// A request the face refuses is logged with its caller and the key as
+// sent: quoted when it names no key, decoded when it does.
+func TestObserved_LogsTheCallerAndTheKeyOfARefusal(t *testing.T) {
+	ts, _, log, _, _ := observedAPI(t)
+	for _, c := range []struct{ sent, want string }{
+		{`"order-100`, `"order-100`}, // no closing quote: refused, shown as sent
+		{"caf\xe9", `"caf\xe9"`},     // not printable ASCII: refused, shown quoted
+		{`"order-100"`, "order-100"}, // a structured-field string: the key it names
+	} {
+		before := len(log.Lines(t))
+		do(t, "POST", ts.URL+"/v1/payment_intents", "application/json", "{}",
+			"Authorization", "Bearer tok", "Idempotency-Key", c.sent)
+		lines := log.Lines(t)[before:]
+		if len(lines) != 1 || lines[0]["idempotency_key"] != c.want || lines[0]["principal_hash"] != devHash("tok") {
+			t.Errorf("key %s: lines %v; want one with idempotency_key %s and the caller's hash", c.sent, lines, c.want)
+		}
+	}
+}
+
+// devHash is the principal's hash dev mode gives token.
+func devHash(token string) string {
+	p, _ := auth.Dev().Authenticate(token)
+	return auth.PrincipalHash(p)
+}

@@ -2,14 +2,17 @@ package httpapi
 
 import (
 	"context"
+	"strings"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/paymentsd/paymentsd/auth"
+	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/internal/logattr"
 	"github.com/paymentsd/paymentsd/internal/requestid"
 )
 
@@ -18,8 +21,8 @@ import (
 // It passes the request id, so that the call's log line carries it.
 // It passes the HTTP span as the parent of the server's span. That
 // replaces the traceparent header the gateway forwards, which is the HTTP
-// span's own parent. It takes back the principal's hash for the HTTP log
-// line, and the route template the gateway matched.
+// span's own parent. It takes back, for the HTTP log line, the route
+// template the gateway matched and what the call's line says of it.
 func outgoing(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	md, ok := metadata.FromOutgoingContext(ctx) // a copy, ours to change
 	if !ok {
@@ -34,13 +37,30 @@ func outgoing(ctx context.Context, method string, req, reply any, cc *grpc.Clien
 		md.Delete("tracestate")
 		propagation.TraceContext{}.Inject(ctx, mdCarrier(md))
 	}
-	if p := md.Get(auth.ForwardedPrincipalHeader); len(p) == 1 {
-		i.principal = auth.PrincipalHash(p[0])
-	}
 	if route, ok := runtime.HTTPPathPattern(ctx); ok {
 		i.route = route // the template the gateway routed by: no lookup needed
 	}
-	return invoker(metadata.NewOutgoingContext(ctx, md), method, req, reply, cc, opts...)
+	var trailer metadata.MD
+	err := invoker(metadata.NewOutgoingContext(ctx, md), method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
+	i.observed(trailer, req, reply, err)
+	return err
+}
+
+// observed takes back what the call's line says of it: the idempotency
+// decision (logattr.ObservedTrailer), the intent's id (the answer's, else
+// the request's) and the error's reason.
+func (i *reqInfo) observed(trailer metadata.MD, req, reply any, err error) {
+	if v := trailer.Get(logattr.ObservedTrailer); len(v) == 1 {
+		i.outcome, i.attempt, _ = strings.Cut(v[0], " ")
+	}
+	if r, ok := reply.(interface {
+		GetPaymentIntent() *paymentsv1.PaymentIntent
+	}); ok && err == nil {
+		i.intentID = r.GetPaymentIntent().GetId()
+	} else if r, ok := req.(interface{ GetId() string }); ok {
+		i.intentID = r.GetId()
+	}
+	i.reason = logattr.Reason(status.Convert(err))
 }
 
 // mdCarrier lets a propagator write metadata, whose keys are lower case.

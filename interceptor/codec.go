@@ -52,3 +52,8 @@ type StoredResponse struct{ any *anypb.Any }
 
 // Message decodes the response.
 func (r *StoredResponse) Message() (any, error) { return r.any.UnmarshalNew() }
+
+// Encoded is the response's type URL and its bytes, as the record holds
+// them, for an interceptor outside that reads a field without decoding the
+// whole. The bytes are shared: read them, never change them.
+func (r *StoredResponse) Encoded() (typeURL string, b []byte) { return r.any.TypeUrl, r.any.Value }

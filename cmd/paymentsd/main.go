@@ -219,7 +219,7 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		calls.Anonymous(m.Config.Limits.MaxAnonymousCalls, authenticated)
 	}
 	interceptors = append(interceptors, rpclog.Interceptor(m.Logger), strictcodec.Reject,
-		auth.UnaryServerInterceptor(m.creds.Authn, authenticated))
+		auth.UnaryServerInterceptor(m.creds.Authn, authenticated), rpclog.Identified)
 	if !m.Config.WithoutIdempotency {
 		interceptors = append(interceptors, m.idempotency())
 	}

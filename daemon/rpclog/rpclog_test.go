@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/daemon/rpclog"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
@@ -124,5 +126,51 @@ func TestInterceptor_LogsTheRequestID(t *testing.T) {
 	}
 	if lines[0]["trace_id"] != nil {
 		t.Errorf("trace_id %v without a span", lines[0]["trace_id"])
+	}
+}
+
+// A keyed call's line names the key as sent, the intent answered and,
+// for a refusal, its reason; a call without a principal names none.
+func TestInterceptor_LogsTheKeyTheIntentAndTheReason(t *testing.T) {
+	c, log := serve(t, payments{})
+	if err := get(c, "order-100", "pi_1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(c, "order-100", "pi_2"); status.Code(err) == codes.OK {
+		t.Fatal("the key reused for another request was answered")
+	}
+	lines := log.Lines(t)
+	if len(lines) != 2 {
+		t.Fatalf("got %d lines, want 2: %v", len(lines), lines)
+	}
+	want := []string{"order-100 fresh pi_1 <nil>", "order-100 mismatch pi_2 IDEMPOTENCY_KEY_REUSED"}
+	for i, l := range lines {
+		if got := fmt.Sprint(l["idempotency_key"], " ", l["idempotency"], " ", l["intent_id"], " ", l["reason"]); got != want[i] {
+			t.Errorf("line %d: got %q, want %q (%v)", i, got, want[i], l)
+		}
+		if l["principal_hash"] != nil || l["via"] != nil {
+			t.Errorf("line %d: %v, want no principal (no Identified) and no via", i, l)
+		}
+	}
+}
+
+// Identified, after the authenticating interceptor, puts the principal's
+// hash on the line, never the principal.
+func TestIdentified_LogsThePrincipalsHash(t *testing.T) {
+	log := &logbuf.Buffer{}
+	authenticate := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(auth.NewContext(ctx, "dev:alice"), req)
+	}
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(rpclog.Interceptor(slog.New(slog.NewJSONHandler(log, nil))), authenticate, rpclog.Identified))
+	paymentsv1.RegisterPaymentIntentServiceServer(s, payments{})
+	if err := get(paymentsv1.NewPaymentIntentServiceClient(grpctest.Serve(t, s)), "", "pi_1"); err != nil {
+		t.Fatal(err)
+	}
+	lines := log.Lines(t)
+	if len(lines) != 1 || lines[0]["principal_hash"] != auth.PrincipalHash("dev:alice") {
+		t.Fatalf("lines %v, want one with principal_hash %s", lines, auth.PrincipalHash("dev:alice"))
+	}
+	if strings.Contains(fmt.Sprint(lines), "alice") {
+		t.Errorf("the principal's name is logged: %v", lines)
 	}
 }
