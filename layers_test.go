@@ -40,9 +40,10 @@ var floors = [][]string{
 	// The interceptor, the stores, the payments domain.
 	{"interceptor", "interceptor/retry", "memstore", "boltstore", "pgstore", "server"},
 	// Adapters: what the daemon needs of a database, observers, a running
-	// bbolt store's admin socket, the HTTP face, the conformance suites and
-	// the kits that open real stores.
-	{"backend", "interceptor/tracing", "metrics", "boltstore/boltadmin", "httpapi",
+	// bbolt store's admin socket, the HTTP face, the search of a
+	// principal's intents, the conformance suites and the kits that open
+	// real stores.
+	{"backend", "interceptor/tracing", "metrics", "boltstore/boltadmin", "httpapi", "intentsearch",
 		"interceptor/storage/storagetest", "intenttest", "boltstore/bolttest"},
 	// The daemon's parts: its databases (intents beside their records) and
 	// what operators are shown of a record. In daemon/: its configuration,

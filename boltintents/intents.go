@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
@@ -176,21 +177,11 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 				next = ownerCursor(page[len(page)-1])
 				return nil
 			}
-			if len(k) < len(prefix)+8 {
-				return boltstore.DamagedValue(fmt.Errorf("an intent index key of %d bytes is too short", len(k)))
-			}
-			if _, err := sealed.Open(k, v); err != nil {
-				return boltstore.DamagedValue(fmt.Errorf("intent index entry %s: %w", sealed.KeyHash(k), err))
-			}
-			id := string(k[len(prefix)+8:])
-			pi, _, _, err := getIntent(tx, owner, id)
-			if errors.Is(err, server.ErrNotFound) {
-				return boltstore.DamagedValue(fmt.Errorf("intent index names %s, which is missing", id))
-			}
+			found, err := indexedIntent(tx, prefix, owner, k, v)
 			if err != nil {
 				return err
 			}
-			page = append(page, pi)
+			page = append(page, found.Intent)
 		}
 		return nil
 	})
@@ -332,4 +323,67 @@ func encodeIntent(owner, key string, pi *paymentsv1.PaymentIntent) ([]byte, erro
 	payload = binary.AppendUvarint(payload, uint64(len(key)))
 	payload = append(append(payload, key...), b...)
 	return sealed.Seal([]byte(pi.Id), payload), nil
+}
+
+var _ server.IntentScanner = (*Store)(nil)
+
+// ScanIntents walks owner's index backward, from before down to from, in
+// one read transaction, and reads each intent it names.
+func (s *Store) ScanIntents(ctx context.Context, owner string, from time.Time, before server.Position, fn func(server.FoundIntent) (bool, error)) error {
+	prefix := ownerPrefix(owner)
+	floor := prefix
+	if !from.IsZero() {
+		floor = append(bytes.Clone(prefix), binary.BigEndian.AppendUint64(nil, uint64(from.UnixNano()))...)
+	}
+	return serverError(s.db.View(ctx, func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketByOwner).Cursor()
+		var k, v []byte
+		if before == (server.Position{}) {
+			k, v = c.Seek(append(bytes.Clone(prefix), 0xff)) // past owner's keys, whose times start below 0x80
+		} else {
+			k, v = c.Seek(append(bytes.Clone(prefix), positionKey(before)...))
+		}
+		if k == nil {
+			k, v = c.Last()
+		} else {
+			k, v = c.Prev()
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix) && bytes.Compare(k, floor) >= 0; k, v = c.Prev() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			found, err := indexedIntent(tx, prefix, owner, k, v)
+			if err != nil {
+				return err
+			}
+			if more, err := fn(found); err != nil || !more {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// positionKey is p as an owner's index keys sort it.
+func positionKey(p server.Position) []byte {
+	return append(binary.BigEndian.AppendUint64(nil, uint64(p.CreateTime.UnixNano())), p.ID...)
+}
+
+// indexedIntent reads the intent that the index entry k, v of owner names.
+func indexedIntent(tx *bolt.Tx, prefix []byte, owner string, k, v []byte) (server.FoundIntent, error) {
+	if len(k) < len(prefix)+8 {
+		return server.FoundIntent{}, boltstore.DamagedValue(fmt.Errorf("an intent index key of %d bytes is too short", len(k)))
+	}
+	if _, err := sealed.Open(k, v); err != nil {
+		return server.FoundIntent{}, boltstore.DamagedValue(fmt.Errorf("intent index entry %s: %w", sealed.KeyHash(k), err))
+	}
+	id := string(k[len(prefix)+8:])
+	stored, err := decodeValue(tx, id)
+	switch {
+	case errors.Is(err, server.ErrNotFound) || err == nil && stored.owner != owner:
+		return server.FoundIntent{}, boltstore.DamagedValue(fmt.Errorf("intent index of %s names %s, which it does not hold", sealed.KeyHash([]byte(owner)), id))
+	case err != nil:
+		return server.FoundIntent{}, err
+	}
+	return server.FoundIntent{Owner: owner, Key: stored.key, Intent: stored.intent}, nil
 }

@@ -82,6 +82,7 @@ func RunTests(t *testing.T, open Opener) {
 		{"Tx_Rollback_DropsStagedWrites", testRollbackDropsWrites},
 		{"Once_Transactional_IntentCommitsWithItsRecordOrNotAtAll", testOnceTransactional},
 		{"Find_CreatedUnderAKey_KeepsTheKey", testFindKeepsKey},
+		{"Scan_NewestFirst_FromATimeBeforeAPosition", testScan},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"math"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -340,4 +341,48 @@ func decodeCursor(c []byte) (createNanos int64, id string, err error) {
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+}
+
+var _ server.IntentScanner = (*Store)(nil)
+
+// scanIntents reads an owner's intents from $2 on, before ($3, $4), newest
+// first: a backward scan of the paging index.
+const scanIntents = `SELECT id, coalesce(idempotency_key, ''), intent FROM payment_intents
+	WHERE owner = $1 AND create_time_ns >= $2 AND (create_time_ns, id) < ($3, $4)
+	ORDER BY create_time_ns DESC, id DESC`
+
+// ScanIntents streams owner's intents, newest first, in one query, and
+// proves what it read as any read is (pgstore.DB.Read).
+func (s *Store) ScanIntents(ctx context.Context, owner string, from time.Time, before server.Position, fn func(server.FoundIntent) (bool, error)) error {
+	fromNanos, beforeNanos, beforeID := int64(math.MinInt64), int64(math.MaxInt64), ""
+	if !from.IsZero() {
+		fromNanos = from.UnixNano()
+	}
+	if before != (server.Position{}) {
+		beforeNanos, beforeID = before.CreateTime.UnixNano(), before.ID
+	}
+	return s.db.Read(ctx, func(q pgstore.Querier) error {
+		rows, err := q.Query(ctx, scanIntents, owner, fromNanos, beforeNanos, beforeID)
+		if err != nil {
+			return fmt.Errorf("scan intents: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			// The row's own bytes, valid until the next: the decoded
+			// intent copies what it keeps.
+			v := rows.RawValues()
+			if len(v) != 3 || v[0] == nil || v[2] == nil {
+				return fmt.Errorf("scan intents: a row of %d columns, or a null id or intent", len(v))
+			}
+			id, key := string(v[0]), string(v[1])
+			pi, err := decodeIntent(id, v[2])
+			if err != nil {
+				return err
+			}
+			if more, err := fn(server.FoundIntent{Owner: owner, Key: key, Intent: pi}); err != nil || !more {
+				return err
+			}
+		}
+		return rows.Err()
+	})
 }

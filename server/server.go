@@ -58,6 +58,30 @@ type FoundIntent struct {
 	Intent *paymentsv1.PaymentIntent
 }
 
+// IntentScanner is what an operator's search of one owner's intents reads
+// (package intentsearch): a scan, newest first, of an index both stores
+// keep for paging.
+type IntentScanner interface {
+	// ScanIntents calls fn with owner's intents created at from or later
+	// that sort before before (by creation time, then id; the zero
+	// Position is past the newest), newest first, each with the key that
+	// created it. It stops when fn returns false or an error, which it
+	// returns.
+	ScanIntents(ctx context.Context, owner string, from time.Time, before Position, fn func(FoundIntent) (bool, error)) error
+}
+
+// Position is where an intent sorts among its owner's: by creation time,
+// then id.
+type Position struct {
+	CreateTime time.Time
+	ID         string
+}
+
+// PositionOf is where pi sorts.
+func PositionOf(pi *paymentsv1.PaymentIntent) Position {
+	return Position{CreateTime: pi.GetCreateTime().AsTime(), ID: pi.GetId()}
+}
+
 // Errors of an IntentStore, matched with errors.Is.
 var (
 	// ErrNotFound is returned when the owner has no intent with the id.
