@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"slices"
@@ -9,82 +8,21 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/paymentsd/paymentsd/recordview"
 )
 
-// detail is one detail of a stored error, decoded. The JSON API shows its
-// type and value. The page shows the well-known types by their fields.
-// An Any of a type this build does not know has no value.
-type detail struct {
-	Type  string          `json:"type"` // the Any's type URL
-	Value json.RawMessage `json:"value"`
-
-	// What the page shows, by type. At most one is set.
-	BadRequest          *errdetails.BadRequest          `json:"-"`
-	ErrorInfo           *errdetails.ErrorInfo           `json:"-"`
-	RetryDelay          string                          `json:"-"` // of a RetryInfo
-	PreconditionFailure *errdetails.PreconditionFailure `json:"-"`
-	ResourceInfo        *errdetails.ResourceInfo        `json:"-"`
-	Help                *errdetails.Help                `json:"-"`
-	LocalizedMessage    *errdetails.LocalizedMessage    `json:"-"`
-	// Unknown says the type is not in this build: the value is not shown.
-	Unknown bool `json:"-"`
-}
-
-// decodeDetail decodes a, one detail of a stored error.
-func decodeDetail(a *anypb.Any) detail {
-	d := detail{Type: a.GetTypeUrl()}
-	m, err := a.UnmarshalNew()
-	if err != nil {
-		d.Unknown = true
-		return d
-	}
-	d.Value, _ = indentedJSON(m) // none shown when it does not marshal
-	switch m := m.(type) {
-	case *errdetails.BadRequest:
-		d.BadRequest = m
-	case *errdetails.ErrorInfo:
-		d.ErrorInfo = m
-	case *errdetails.RetryInfo:
-		d.RetryDelay = m.GetRetryDelay().AsDuration().String()
-	case *errdetails.PreconditionFailure:
-		d.PreconditionFailure = m
-	case *errdetails.ResourceInfo:
-		d.ResourceInfo = m
-	case *errdetails.Help:
-		d.Help = m
-	case *errdetails.LocalizedMessage:
-		d.LocalizedMessage = m
-	}
-	return d
-}
+// detail is one detail of a stored error, decoded as recordview decodes
+// it for paymentsd record, so that both show the same fields.
+type detail = recordview.Detail
 
 // decodeDetails decodes the details of a stored error, in order.
-func decodeDetails(details []*anypb.Any) []detail {
-	out := make([]detail, 0, len(details))
-	for _, a := range details {
-		out = append(out, decodeDetail(a))
-	}
-	return out
-}
+func decodeDetails(details []*anypb.Any) []detail { return recordview.DecodeDetails(details) }
 
-// indentedJSON is m as protojson, indented. protojson varies its spacing
-// from build to build on purpose: json.Indent gives people and scripts
-// one layout.
-func indentedJSON(m proto.Message) (json.RawMessage, error) {
-	b, err := protojson.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	var indented bytes.Buffer
-	if err := json.Indent(&indented, b, "", "  "); err != nil {
-		return nil, err
-	}
-	return indented.Bytes(), nil
-}
+// indentedJSON is m as protojson, indented, as recordview shows a detail.
+func indentedJSON(m proto.Message) (json.RawMessage, error) { return recordview.IndentedJSON(m) }
 
 // metadataEntry is one value of a stored header or trailer.
 type metadataEntry struct {

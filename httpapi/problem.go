@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -66,6 +67,7 @@ func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
 	}
 	h := http.Header{}
 	var retry *errdetails.RetryInfo
+	var inUse *errdetails.ErrorInfo
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
@@ -74,6 +76,9 @@ func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
 				continue
 			}
 			httpStatus, p.Error, p.Title = k.status, k.code, k.title
+			if d.GetReason() == wire.ReasonKeyInUse {
+				inUse = d
+			}
 			if d.GetReason() == wire.ReasonKeyMissing {
 				// The server's words name the gRPC method. An HTTP
 				// client knows its route and needs the header's name.
@@ -95,10 +100,11 @@ func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
 	}
 	switch {
 	case retry != nil:
-		// Whole seconds, rounded up, and at least one. A client told 0
-		// would only ask again at once.
-		secs := max(1, int64(math.Ceil(retry.GetRetryDelay().AsDuration().Seconds())))
+		secs := retryAfter(retry)
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+		if inUse != nil {
+			p.Detail = inUseDetail(inUse.GetMetadata()["idempotency_key"], secs)
+		}
 	case st.Code() == codes.Unavailable:
 		h.Set("Retry-After", strconv.Itoa(defaultUnavailableSec))
 	case st.Code() == codes.Unauthenticated:
@@ -106,6 +112,23 @@ func problemFromStatus(st *status.Status) (*paymentsv1.Problem, http.Header) {
 	}
 	p.Status = int32(httpStatus)
 	return p, h
+}
+
+// retryAfter is the Retry-After of a RetryInfo: whole seconds, rounded
+// up, and at least one. A client told 0 would only ask again at once.
+func retryAfter(retry *errdetails.RetryInfo) int64 {
+	return max(1, int64(math.Ceil(retry.GetRetryDelay().AsDuration().Seconds())))
+}
+
+// inUseDetail is the detail of a 409 for key in flight. It names the
+// delay its Retry-After carries, secs, not the server's words: those name
+// the RetryInfo's delay, which may be under the second a header can say.
+func inUseDetail(key string, secs int64) string {
+	after := (time.Duration(secs) * time.Second).String()
+	if key == "" {
+		return "a request with this Idempotency-Key is still in progress; retry after " + after
+	}
+	return fmt.Sprintf("a request with Idempotency-Key %q is still in progress; retry after %s", key, after)
 }
 
 // snake turns a gRPC code's name into the error code of its problem:

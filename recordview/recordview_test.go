@@ -12,7 +12,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
@@ -246,5 +248,129 @@ func TestView_Transactional_InTextAndJSON(t *testing.T) {
 	done.Durability = storage.Durable
 	if got := text(recordview.New(key, done, now), now); !strings.Contains(got, "transactional:      no\n") {
 		t.Errorf("another method's record:\n%s", got)
+	}
+}
+
+// lookUpStored claims key in a new bbolt file at claimed, lets store
+// complete it or not, closes the file, and returns the view of the record
+// read back from the file, as paymentsd record reads it.
+func lookUpStored(t *testing.T, claimed time.Time, lease time.Duration, store func(storage.Store, *storage.Record)) *recordview.View {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "paymentsd.db")
+	db, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, rec, err := db.Claim(context.Background(), storage.ClaimRequest{Key: key, Scheme: interceptor.FingerprintScheme, Now: claimed, Lease: lease, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store != nil {
+		store(db, rec)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	found, err := recordview.LookupBolt(context.Background(), path, key)
+	if err != nil || found == nil {
+		t.Fatalf("lookup = %v, %v", found, err)
+	}
+	return recordview.New(key, found, claimed)
+}
+
+// A just-begun attempt, and a lease a fraction of a second from its end
+// on either side, read as under a second, never as "in 0s".
+func TestWriteText_UnderASecond_SaysSoBothWays(t *testing.T) {
+	claimed := time.Now()
+	v := lookUpStored(t, claimed, 400*time.Millisecond, nil)
+	got := text(v, claimed)
+	for _, want := range []string{
+		"attempt began:      " + v.ClaimTime.Format(time.RFC3339) + " (under a second ago)\n",
+		"lease expires:      " + v.LeaseExpiry.Format(time.RFC3339) + " (in under a second)\n",
+		"record expires:     " + v.Expiry.Format(time.RFC3339) + " (in 1h0m0s)\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("just claimed: text lacks %q:\n%s", want, got)
+		}
+	}
+	got = text(v, claimed.Add(600*time.Millisecond))
+	for _, want := range []string{"its lease ran out", " (under a second ago)\nlease expires:", " (under a second ago)\nrecord expires:"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("200ms past the lease: text lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, " 0s") {
+		t.Errorf("text says 0s:\n%s", got)
+	}
+}
+
+// The text of a stored error shows each detail's fields under its type,
+// as the console's tables do, read back from a real file. Text that could
+// break the line or drive the terminal is quoted.
+func TestWriteText_StoredError_ShowsEachDetailsFields(t *testing.T) {
+	details := []proto.Message{
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: "amount", Description: "must be a whole number of minor units"},
+			{Field: "currency", Description: "must be an ISO 4217 code\n\x1b[2J"},
+		}},
+		&errdetails.ErrorInfo{Reason: "AMOUNT_NOT_WHOLE", Domain: "payments.example", Metadata: map[string]string{"zeta": "last", "alpha": "first"}},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(1500 * time.Millisecond)},
+		&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{Type: "TOS", Subject: "acme.example", Description: "terms not accepted"}}},
+		&errdetails.ResourceInfo{ResourceType: "payment_intent", ResourceName: "pi_1", Owner: "alice", Description: "already captured"},
+		&errdetails.Help{Links: []*errdetails.Help_Link{{Description: "Amounts", Url: "https://docs.example/amounts"}}},
+		&errdetails.LocalizedMessage{Locale: "fr-FR", Message: "montant invalide"},
+		&errdetails.DebugInfo{Detail: "stack elided"},
+	}
+	st := &spb.Status{Code: int32(codes.InvalidArgument), Message: "invalid amount"}
+	for _, d := range details {
+		a, err := anypb.New(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Details = append(st.Details, a)
+	}
+	st.Details = append(st.Details, &anypb.Any{TypeUrl: "type.googleapis.com/acme.v1.Unheard", Value: []byte{1, 2, 3}})
+	v := lookUpStored(t, now, time.Minute, func(s storage.Store, rec *storage.Record) {
+		if err := s.Complete(context.Background(), key, rec.Completed(&storage.Result{Status: st})); err != nil {
+			t.Fatal(err)
+		}
+	})
+	want := "details:            google.rpc.BadRequest, google.rpc.ErrorInfo, google.rpc.RetryInfo, google.rpc.PreconditionFailure, " +
+		"google.rpc.ResourceInfo, google.rpc.Help, google.rpc.LocalizedMessage, google.rpc.DebugInfo, acme.v1.Unheard\n" +
+		"  google.rpc.BadRequest\n" +
+		"    violation:      amount: must be a whole number of minor units\n" +
+		`    violation:      "currency: must be an ISO 4217 code\n\x1b[2J"` + "\n" +
+		"  google.rpc.ErrorInfo\n" +
+		"    reason:         AMOUNT_NOT_WHOLE\n" +
+		"    domain:         payments.example\n" +
+		"    metadata:       alpha: first\n" +
+		"    metadata:       zeta: last\n" +
+		"  google.rpc.RetryInfo\n" +
+		"    retry after:    1.5s (a hint, not a rule)\n" +
+		"  google.rpc.PreconditionFailure\n" +
+		"    violation:      TOS acme.example: terms not accepted\n" +
+		"  google.rpc.ResourceInfo\n" +
+		"    type:           payment_intent\n" +
+		"    name:           pi_1\n" +
+		"    owner:          alice\n" +
+		"    description:    already captured\n" +
+		"  google.rpc.Help\n" +
+		"    link:           Amounts https://docs.example/amounts\n" +
+		"  google.rpc.LocalizedMessage\n" +
+		"    localized:      fr-FR: montant invalide\n" +
+		"  google.rpc.DebugInfo\n" +
+		`    value:          {"detail":"stack elided"}` + "\n" +
+		"  acme.v1.Unheard\n" +
+		"    value:          not shown: a type this build does not know\n"
+	if got := text(v, now); !strings.Contains(got, want) {
+		t.Errorf("text of a stored error's details:\n%s\nwant it to hold:\n%s", got, want)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"details":["google.rpc.BadRequest","google.rpc.ErrorInfo",`) {
+		t.Errorf("JSON %s: want details named by type, as before", b)
 	}
 }

@@ -3,8 +3,11 @@ package recordview
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // WriteText writes v for a person, one field a line. Times are in UTC,
@@ -37,6 +40,7 @@ func (v *View) WriteText(w io.Writer, now time.Time) {
 		if len(v.Details) > 0 {
 			line("details", "%s", strings.Join(v.Details, ", "))
 		}
+		v.writeDetails(w, line)
 	}
 	if v.ResponseType != nil {
 		line("response", "%s", *v.ResponseType)
@@ -47,6 +51,27 @@ func (v *View) WriteText(w io.Writer, now time.Time) {
 	if v.Owner != "" {
 		line("claimed by", "%s", v.Owner)
 	}
+}
+
+// writeDetails writes each detail of v's error under its type, a field a
+// line, as the console's tables show them.
+func (v *View) writeDetails(w io.Writer, line func(name, format string, args ...any)) {
+	for _, d := range v.decoded {
+		fmt.Fprintf(w, "  %s\n", printable(typeName(d.Type)))
+		for _, f := range d.fields() {
+			line("    "+f[0], "%s", printable(f[1]))
+		}
+	}
+}
+
+// printable is s for one line of a terminal: as it is, or quoted when it
+// holds a control character or bytes that are not UTF-8. A stored error
+// may quote the request.
+func printable(s string) string {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // stateText is v's state for a person. It adds what the state means for
@@ -64,13 +89,18 @@ func (v *View) stateText(now time.Time) string {
 	return state
 }
 
-// when is t in UTC and how far from now.
+// when is t in UTC and how far from now, to the second. Less than a
+// second reads "under a second": rounded, a time just past would read
+// "in 0s". A time equal to now is past, as a lease ending now has run out.
 func when(t, now time.Time) string {
-	d := t.Sub(now).Round(time.Second)
-	if d >= 0 {
-		return fmt.Sprintf("%s (in %s)", t.Format(time.RFC3339), d)
+	d, far := t.Sub(now), "under a second"
+	if d.Abs() >= time.Second {
+		far = d.Abs().Round(time.Second).String()
 	}
-	return fmt.Sprintf("%s (%s ago)", t.Format(time.RFC3339), -d)
+	if d > 0 {
+		return fmt.Sprintf("%s (in %s)", t.Format(time.RFC3339), far)
+	}
+	return fmt.Sprintf("%s (%s ago)", t.Format(time.RFC3339), far)
 }
 
 // yesNo is whether a record was stored by a transactional method, for a

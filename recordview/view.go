@@ -39,6 +39,9 @@ type View struct {
 	Details       []string `json:"details"`       // the error's detail types
 	ResponseType  *string  `json:"response_type"` // of a stored response
 	IntentID      *string  `json:"intent_id"`     // of a stored create or cancel
+
+	// decoded are the error's details with their fields, for the text.
+	decoded []Detail
 }
 
 // The states of a View.
@@ -92,6 +95,7 @@ func (v *View) setResult(res *storage.Result) {
 		for _, d := range res.Status.Details {
 			v.Details = append(v.Details, string(d.MessageName()))
 		}
+		v.decoded = DecodeDetails(res.Status.Details)
 	}
 	v.Code, v.Message = &c, &msg
 	if res.Response != nil {

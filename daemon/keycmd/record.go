@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
@@ -54,7 +53,7 @@ func Record(ctx context.Context, sio *cli.Stdio, args []string) int {
 		return cli.Fail(sio, "paymentsd record", err)
 	}
 	if rec == nil {
-		return noRecord(sio, k, q.json)
+		return noRecord(sio, q, k)
 	}
 	v := recordview.New(k, rec, time.Now())
 	if q.json {
@@ -65,15 +64,13 @@ func Record(ctx context.Context, sio *cli.Stdio, args []string) int {
 	return cli.ExitOK
 }
 
-// noRecord says there is no record of k, and exits 1. With --json it says
-// so as a JSON object on standard output. A script piping into jq then
-// reads an answer, not nothing.
-func noRecord(sio *cli.Stdio, k storage.RecordKey, asJSON bool) int {
-	msg := fmt.Sprintf("no record of key %q for principal %q: never used, or expired and swept (records live --ttl from their first use)", k.Key, k.Scope)
-	if !strings.HasPrefix(k.Scope, "dev:") {
-		msg += `; in dev mode a principal is "dev:" and its token's SHA-256: use --token-stdin`
-	}
-	if !asJSON {
+// noRecord says there is no record of k, asked for as q asks, and exits
+// 1. With --json it says so as a JSON object on standard output. A script
+// piping into jq then reads an answer, not nothing.
+func noRecord(sio *cli.Stdio, q *recordQuery, k storage.RecordKey) int {
+	msg := fmt.Sprintf("no record of key %q for principal %q: never used, or expired and swept (records live --ttl from their first use)", k.Key, k.Scope) +
+		principalHint(q)
+	if !q.json {
 		fmt.Fprintf(sio.Err, "paymentsd record: %s\n", msg)
 		return cli.ExitNo
 	}
@@ -84,6 +81,19 @@ func noRecord(sio *cli.Stdio, k storage.RecordKey, asJSON bool) int {
 		Message   string `json:"message"`
 	}{k.Scope, k.Key, false, msg})
 	return cli.ExitNo
+}
+
+// principalHint says how else the key's principal may be named, for a
+// key not found. The command does not know how the server authenticates.
+// So it names only what follows from how it was given the principal.
+func principalHint(q *recordQuery) string {
+	switch {
+	case q.tokenStdin && q.apiKeys != "":
+		return "" // the file named the token's principal
+	case q.tokenStdin:
+		return `; with no --api-keys, the token was taken as dev mode's, whose principal is "dev:" and its SHA-256: if the server runs with --api-keys, give that file too`
+	}
+	return `; a principal is the name on its token's line in the server's --api-keys, "dev:" and its token's SHA-256 in dev mode, or a client certificate's (spiffe://... or "dns:" and its DNS SAN): to name it by its token, use --token-stdin, with --api-keys FILE if the server has one`
 }
 
 // writeJSON prints v indented, as record --json prints a record.
