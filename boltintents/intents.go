@@ -327,15 +327,46 @@ func encodeIntent(owner, key string, pi *paymentsv1.PaymentIntent) ([]byte, erro
 
 var _ server.IntentScanner = (*Store)(nil)
 
+// ScanIntents walks owner's index backward (see Reader).
+func (s *Store) ScanIntents(ctx context.Context, owner string, from time.Time, before server.Position, fn func(server.FoundIntent) (bool, error)) error {
+	return NewReader(s.db).ScanIntents(ctx, owner, from, before, fn)
+}
+
+// Viewer runs read transactions of a bbolt file: a boltstore.DB, or a
+// boltstore.ReadOnly that an operator's command opens.
+type Viewer interface {
+	View(ctx context.Context, fn func(*bolt.Tx) error) error
+}
+
+// Reader reads the intents of a file it does not write: what an
+// operator's search needs (intentsearch.Store).
+type Reader struct{ v Viewer }
+
+// NewReader reads the intents kept in v's file.
+func NewReader(v Viewer) *Reader { return &Reader{v} }
+
+// GetIntent returns owner's intent id, or server.ErrNotFound.
+func (r *Reader) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error) {
+	var pi *paymentsv1.PaymentIntent
+	err := r.v.View(ctx, func(tx *bolt.Tx) (err error) {
+		pi, _, _, err = getIntent(tx, owner, id)
+		return err
+	})
+	return pi, serverError(err)
+}
+
 // ScanIntents walks owner's index backward, from before down to from, in
 // one read transaction, and reads each intent it names.
-func (s *Store) ScanIntents(ctx context.Context, owner string, from time.Time, before server.Position, fn func(server.FoundIntent) (bool, error)) error {
+func (r *Reader) ScanIntents(ctx context.Context, owner string, from time.Time, before server.Position, fn func(server.FoundIntent) (bool, error)) error {
 	prefix := ownerPrefix(owner)
 	floor := prefix
 	if !from.IsZero() {
 		floor = append(bytes.Clone(prefix), binary.BigEndian.AppendUint64(nil, uint64(from.UnixNano()))...)
 	}
-	return serverError(s.db.View(ctx, func(tx *bolt.Tx) error {
+	return serverError(r.v.View(ctx, func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketByOwner) == nil {
+			return nil // a file no server with intents ever wrote
+		}
 		c := tx.Bucket(bucketByOwner).Cursor()
 		var k, v []byte
 		if before == (server.Position{}) {

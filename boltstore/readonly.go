@@ -70,6 +70,15 @@ func (r *ReadOnly) view(fn func(*bolt.Tx) error) (err error) {
 	return r.bolt.View(fn)
 }
 
+// View runs fn in a read transaction of the file, for readers of other
+// buckets kept in it (boltintents). Damage reads as in view.
+func (r *ReadOnly) View(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return r.view(fn)
+}
+
 // Get returns the record stored for k, live or expired, or nil when there
 // is none.
 func (r *ReadOnly) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {

@@ -53,6 +53,11 @@ func New(ctx context.Context, db *pgstore.DB) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
+// NewReader returns the intents kept in db as they are, never migrated:
+// for an operator's command, which must not change the schema under the
+// servers.
+func NewReader(db *pgstore.DB) *Store { return &Store{db: db} }
+
 // CreateIntent stores a new intent owned by owner, created under key. It
 // returns
 // server.ErrExists if the id is taken, by any owner. The insert does

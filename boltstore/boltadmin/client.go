@@ -89,6 +89,20 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, wa
 	return resp, nil
 }
 
+// GetJSON asks for path, a Route's, and decodes its answer into v. An
+// answer other than 200 is an error that carries its body.
+func (c *Client) GetJSON(ctx context.Context, path string, v any) error {
+	resp, err := c.get(ctx, path, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("the server holding %s: %w", c.dbPath, err)
+	}
+	return nil
+}
+
 // Get returns the record stored for k, live or expired, or nil when there
 // is none.
 func (c *Client) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, error) {

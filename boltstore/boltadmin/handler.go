@@ -39,15 +39,19 @@ type handler struct {
 	log *slog.Logger
 }
 
-// newHandler returns the admin socket's HTTP handler. It logs each request
-// without its scope or key. A release adds its own line.
-func newHandler(db *boltstore.DB, log *slog.Logger) http.Handler {
+// newHandler returns the admin socket's HTTP handler, with routes beside
+// its own. It logs each request without its scope or key. A release adds
+// its own line.
+func newHandler(db *boltstore.DB, log *slog.Logger, routes []Route) http.Handler {
 	h := &handler{db: db, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /record", h.record)
 	mux.HandleFunc("GET /backup", h.backup)
 	mux.HandleFunc("GET /check", h.check)
 	mux.HandleFunc("POST /release", h.release)
+	for _, r := range routes {
+		mux.Handle(r.Pattern, r.Handler)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}

@@ -42,11 +42,20 @@ type Server struct {
 	done chan struct{}
 }
 
-// Serve serves db's admin socket until Close. Each request is logged to
-// log, or nowhere when log is nil. Its line leaves out its scope and key,
-// as it leaves out request metadata. A release adds its own line
-// (LogRelease), which names the key and the operator.
-func Serve(db *boltstore.DB, log *slog.Logger) (*Server, error) {
+// Route is a request the admin socket answers beyond its own: one about
+// data kept beside the records, such as intents. Pattern is an
+// http.ServeMux pattern, "GET /intents".
+type Route struct {
+	Pattern string
+	Handler http.Handler
+}
+
+// Serve serves db's admin socket until Close, with routes beside its own.
+// Each request is logged to log, or nowhere when log is nil. Its line
+// leaves out its scope and key, as it leaves out request metadata. A
+// release adds its own line (LogRelease), which names the key and the
+// operator.
+func Serve(db *boltstore.DB, log *slog.Logger, routes ...Route) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -56,7 +65,7 @@ func Serve(db *boltstore.DB, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{path: path, done: make(chan struct{})}
-	s.srv = &http.Server{Handler: newHandler(db, log), ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: newHandler(db, log, routes), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(lis); err != http.ErrServerClosed {

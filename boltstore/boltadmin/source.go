@@ -40,17 +40,31 @@ const fileLockWait = 100 * time.Millisecond
 // for a moment. A server starting meanwhile waits a second for it, then
 // gives up, naming the file. Close the Source soon.
 func Open(path string) (Source, error) {
-	ro, err := boltstore.OpenReadOnly(path, fileLockWait)
-	if err == nil {
+	ro, c, err := OpenEither(path)
+	switch {
+	case err != nil:
+		return nil, err
+	case ro != nil:
 		return fileSource{ro}, nil
 	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no data file at %s: is --db right?", path)
+	return c, nil
+}
+
+// OpenEither opens the data file at path read-only, as Open does, or,
+// when a server holds it, a client of that server's admin socket: one of
+// the two, for a reader of more than Source reads.
+func OpenEither(path string) (*boltstore.ReadOnly, *Client, error) {
+	ro, err := boltstore.OpenReadOnly(path, fileLockWait)
+	switch {
+	case err == nil:
+		return ro, nil, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil, fmt.Errorf("no data file at %s: is --db right?", path)
+	case !errors.Is(err, boltstore.ErrLocked):
+		return nil, nil, err
 	}
-	if !errors.Is(err, boltstore.ErrLocked) {
-		return nil, err
-	}
-	return Dial(path)
+	c, err := Dial(path)
+	return nil, c, err
 }
 
 // fileSource reads a data file no server holds.

@@ -19,6 +19,7 @@ var program = cli.Program{
 	Main: "serve payments.v1.PaymentIntentService; the flags are below",
 	Commands: []cli.Command{
 		{Name: "record", Args: "--principal P --key K [--db DB] [--json]", Summary: "what happened to an idempotency key: state, attempt, fingerprint, result", Run: keycmd.Record},
+		{Name: "intents", Args: "--principal P [--since 24h] [--duplicates] [--db DB] [--json]", Summary: "a principal's intents, newest first, with their keys; or the same payment made under two keys", Run: keycmd.Intents},
 		{Name: "release", Args: "--principal P --key K [--db DB] [--json]", Summary: "release a key whose stored result is a transactional method's error, so that it runs fresh; refuses any other", Run: keycmd.Release},
 		{Name: "backup", Args: "FILE [--db DB]", Summary: "a consistent copy of the bbolt data file, while the server runs or not", Run: runBackup},
 		{Name: "check", Args: "[--db DB]", Summary: "check the bbolt data file's structure: exit 0 when sound, 1 with the findings", Run: runCheck},
