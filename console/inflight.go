@@ -23,6 +23,8 @@ type inFlightPage struct {
 	Claims []inFlightClaim `json:"claims"`
 	// Next is where the next page starts; null on the last page.
 	Next *pageCursor `json:"next"`
+	// listed are the claims, as the page's rows judge them.
+	listed []current
 }
 
 // inFlightClaim is a key in flight: its record's view, with how long its
@@ -85,6 +87,7 @@ func (s *Console) listInFlight(r *http.Request, op operator, after storage.Recor
 			ic.AgeSeconds = &age
 		}
 		page.Claims = append(page.Claims, ic)
+		page.listed = append(page.listed, listedClaim(c.Record))
 	}
 	if len(claims) > limit {
 		last := claims[limit-1].Key
@@ -128,12 +131,13 @@ func (s *Console) pageInFlight(w http.ResponseWriter, r *http.Request, op operat
 		return
 	}
 	now := s.c.Now()
-	for _, c := range page.Claims {
+	for i, c := range page.Claims {
 		d.Claims = append(d.Claims, claimRow{
-			View:  c.View,
-			Age:   since(c.ClaimTime, now),
-			Lease: leaseText(c.LeaseExpiry, now),
-			Link:  keyLink(c.Principal, c.Key),
+			View:      c.View,
+			Age:       since(c.ClaimTime, now),
+			Lease:     leaseText(c.LeaseExpiry, now),
+			NextRetry: s.retryOutlook(page.listed[i], now).brief,
+			Link:      keyLink(c.Principal, c.Key),
 		})
 	}
 	if page.Next != nil {
@@ -142,10 +146,19 @@ func (s *Console) pageInFlight(w http.ResponseWriter, r *http.Request, op operat
 	s.render(w, http.StatusOK, d)
 }
 
+// listedClaim is rec, listed in flight, as the console judges it. A
+// transactional claim is never stored in flight: one listed is held in
+// this process's memory. Any other is taken as stored, which claims
+// nothing of who holds it.
+func listedClaim(rec *storage.Record) current {
+	return current{rec: rec, stored: rec.Durability != storage.Transactional}
+}
+
 // claimRow is a row of the page's table of keys in flight.
 type claimRow struct {
 	*recordview.View
 	Age, Lease string
+	NextRetry  string // what a retry gets, in brief
 	Link       string // the key page
 }
 
@@ -157,8 +170,8 @@ func since(t *time.Time, now time.Time) string {
 	return now.Sub(*t).Round(time.Second).String()
 }
 
-// leaseText says when a claim's lease runs out, or that it has. Once it
-// has, the next retry takes the claim over.
+// leaseText says when a claim's lease runs out, or that it has. What a
+// retry gets then depends on more than the lease (see retryOutlook).
 func leaseText(t *time.Time, now time.Time) string {
 	switch {
 	case t == nil:
@@ -166,6 +179,6 @@ func leaseText(t *time.Time, now time.Time) string {
 	case t.After(now):
 		return "runs out in " + t.Sub(now).Round(time.Second).String()
 	default:
-		return "ran out " + now.Sub(*t).Round(time.Second).String() + " ago: the next retry takes it over"
+		return "ran out " + now.Sub(*t).Round(time.Second).String() + " ago"
 	}
 }

@@ -90,7 +90,8 @@ func TestPageInFlight_ShowsTheTableAndTheNextPage(t *testing.T) {
 		`<td class="mono"><a href="/key?key=orphan&amp;principal=alice">orphan</a></td>`,
 		`<td class="transactional">no</td>`,
 		"running-&lt;b&gt;",
-		"ran out 1m0s ago: the next retry takes it over",
+		"<td>ran out 1m0s ago</td>",
+		`<td class="next-retry">takes it over, unless its holder still runs it</td>`,
 		"runs out in 57s",
 		"<td>2m0s</td>",
 	} {

@@ -16,10 +16,13 @@ import (
 type keyPage struct {
 	*recordview.View
 	StateText  string // the state in words, with what it means for a retry
+	NextRetry  string // what a retry of a claim in flight gets, in words
 	Attempts   string // the attempt count in words
 	ClaimTime  string // when the attempt began, and how long ago
 	Expiry     string // when the record is forgotten, and how soon
 	Lease      string // when the lease of a claim in flight runs out
+	Holder     string // which process made or holds a claim in flight, when known
+	NoRelease  string // why a claim in flight is not released
 	Response   string // the stored response, as protojson
 	Error      bool   // the stored answer is an error
 	Details    []detail
@@ -51,7 +54,13 @@ func (s *Console) pageKeyRecord(w http.ResponseWriter, r *http.Request, op opera
 		return
 	}
 	d.Lookup = l
-	if !l.Found {
+	switch {
+	case l.Released:
+		d.ReleasedKey = &releasedKey{Principal: k.Scope, Key: k.Key, Message: l.Message, NextRequest: l.NextRequest,
+			Releases: l.Releases, JSONLink: jsonLink(k)}
+		s.render(w, http.StatusOK, d)
+		return
+	case !l.Found:
 		s.render(w, http.StatusNotFound, d)
 		return
 	}
@@ -65,13 +74,13 @@ func (s *Console) keyPageOf(k storage.RecordKey, l *lookup) *keyPage {
 	v := l.Record
 	p := &keyPage{
 		View:       v,
-		StateText:  stateText(v, now),
+		StateText:  stateText(v, l.cur, now),
 		Attempts:   attemptsText(v.Attempt),
 		Expiry:     v.Expiry.Format(time.RFC3339) + " (" + timeLeft(v.Expiry, now) + ")",
 		Details:    l.Details,
 		Header:     metadataRows(l.Header),
 		Trailer:    metadataRows(l.Trailer),
-		JSONLink:   "/api/v1/record?" + url.Values{"principal": {k.Scope}, "key": {k.Key}}.Encode(),
+		JSONLink:   jsonLink(k),
 		Releasable: l.releasable,
 		History:    l.Releases != nil,
 		Releases:   l.Releases,
@@ -80,8 +89,8 @@ func (s *Console) keyPageOf(k storage.RecordKey, l *lookup) *keyPage {
 	if v.ClaimTime != nil {
 		p.ClaimTime = v.ClaimTime.Format(time.RFC3339) + " (" + timeLeft(*v.ClaimTime, now) + ")"
 	}
-	if v.LeaseExpiry != nil {
-		p.Lease = leaseText(v.LeaseExpiry, now)
+	if !v.Completed {
+		s.describeClaim(p, l.cur, now)
 	}
 	if l.Response != nil {
 		p.Response = string(l.Response)
@@ -92,18 +101,58 @@ func (s *Console) keyPageOf(k storage.RecordKey, l *lookup) *keyPage {
 	return p
 }
 
-// stateText is v's state in words, with what it means for the key's next
-// request.
-func stateText(v *recordview.View, now time.Time) string {
+// describeClaim fills in what p shows of c, a claim in flight: who holds
+// it, its lease, what a retry gets, and why it is not released.
+func (s *Console) describeClaim(p *keyPage, c current, now time.Time) {
+	p.NextRetry = s.retryOutlook(c, now).full
+	p.Lease = leaseText(p.LeaseExpiry, now)
+	me, known := s.claimant()
 	switch {
-	case v.State == recordview.StateExpired:
-		return "expired: the key's next request runs fresh"
-	case v.State == recordview.StateCompleted:
-		return "completed: a retry is answered with the stored answer below"
-	case v.LeaseExpiry != nil && !v.LeaseExpiry.After(now):
-		return "in flight, its lease ran out: the next retry takes it over"
+	case !c.stored:
+		p.Lease += "; it does not apply while this process holds the claim"
+		p.Holder = "this process, which holds the claim in its memory: it is not stored until it commits"
+	case known && me.ID == p.Owner:
+		p.Holder = "this process made the claim"
+	case known && me.Exclusive:
+		p.Holder = "an earlier process, which has ended: this store is used by one process at a time"
+	case known:
+		p.Holder = "another process made the claim"
 	}
-	return "in flight: a handler holds the key; a retry waits or is told to try later"
+	p.NoRelease, _ = recordview.RefusalText(storage.ErrReleaseInFlight)
+}
+
+// jsonLink is the JSON API's URL of k's lookup.
+func jsonLink(k storage.RecordKey) string {
+	return "/api/v1/record?" + url.Values{"principal": {k.Scope}, "key": {k.Key}}.Encode()
+}
+
+// stateText is v's state in words. A completed record's says what it
+// means for a retry. A claim's says who holds it: what a retry gets then
+// is NextRetry.
+func stateText(v *recordview.View, c current, now time.Time) string {
+	switch {
+	case v.Completed && v.State == recordview.StateExpired:
+		return "expired: the key's next request runs fresh"
+	case v.Completed:
+		return "completed: a retry is answered with the stored answer below"
+	case !c.stored:
+		return "in flight: a handler of this process holds the key"
+	case v.State == recordview.StateExpired:
+		return "expired while in flight"
+	case v.LeaseExpiry != nil && !v.LeaseExpiry.After(now):
+		return "in flight, its lease ran out"
+	}
+	return "in flight: a handler holds the key"
+}
+
+// releasedKey is the page of a key that holds no record because it was
+// released: its releases, and what its next request gets.
+type releasedKey struct {
+	Principal, Key string
+	Message        string
+	NextRequest    string
+	Releases       []releaseEntry
+	JSONLink       string
 }
 
 // releaseEntry is one release of a key, as the page and the JSON API show

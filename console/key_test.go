@@ -200,7 +200,8 @@ func TestAttemptsInWords(t *testing.T) {
 	a := f.call(t, "GET", keyPath("order-1"), operatorToken, nil)
 	wantAll(t, "the key page", a.body,
 		`<p id="attempts">Attempt 4. The handler ran 4 times: 3 takeovers, each after a lease ran out.</p>`,
-		`<td id="state">in flight, its lease ran out: the next retry takes it over</td>`, `<td id="lease">ran out `)
+		`<td id="state">in flight, its lease ran out</td>`, `<td id="lease">ran out `,
+		`<td id="next-retry">The lease ran out: a retry takes the claim over, unless this process, which made the claim, still runs its handler or commit`)
 }
 
 // GET / with a principal and key leads to the key page; a key never used

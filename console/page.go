@@ -29,8 +29,10 @@ type pageData struct {
 	// Principal and Key are the lookup asked for.
 	Principal, Key string
 	Lookup         *lookup
-	// KeyView is the key page of the record looked up.
-	KeyView *keyPage
+	// KeyView is the key page of the record looked up. ReleasedKey is
+	// the page of a key with no record but releases.
+	KeyView     *keyPage
+	ReleasedKey *releasedKey
 	// Holders lists the principals holding a key looked up alone.
 	Holders *holders
 	// Confirm asks to confirm the release of what it names.
@@ -86,15 +88,16 @@ func (s *Console) pageConfirmRelease(w http.ResponseWriter, r *http.Request, op 
 	if !ok {
 		return
 	}
-	rec, err := s.c.Store.Get(r.Context(), k)
+	cur, err := s.current(r.Context(), k)
 	if err != nil {
 		s.c.Log.ErrorContext(r.Context(), "console release confirmation failed", "operator", op.name, "err", err)
 		d.Error = "the lookup failed; the server's log says why"
 		s.render(w, http.StatusInternalServerError, d)
 		return
 	}
-	if err := storage.CheckRelease(rec, s.c.Now()); err != nil {
-		d.Refusal, _ = recordview.RefusalText(err)
+	rec := cur.rec
+	if err := s.checkRelease(cur); err != nil {
+		d.Refusal, _ = s.refusalText(r, op, k, err)
 		s.render(w, http.StatusConflict, d)
 		return
 	}
@@ -121,7 +124,7 @@ func (s *Console) pageRelease(w http.ResponseWriter, r *http.Request, op operato
 		return
 	}
 	rec, err := s.release(r, op, k)
-	why, refused := recordview.RefusalText(err)
+	why, refused := s.refusalText(r, op, k, err)
 	switch {
 	case refused:
 		d.Refusal = why

@@ -1,12 +1,14 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 
@@ -39,9 +41,19 @@ type lookup struct {
 	// It is for a GET with the customer's own credential.
 	IntentPath *string `json:"intent_path"`
 	Message    string  `json:"message,omitempty"`
+	// Stored is false for a claim this process holds in memory alone, not
+	// yet in the store: a transactional one not yet committed.
+	Stored bool `json:"stored"`
+	// Released says the key holds no record because it was released:
+	// Releases say when and by whom. Its next request runs afresh.
+	Released bool `json:"released"`
+	// NextRequest says in words what the key's next request gets.
+	NextRequest string `json:"next_request"`
 	// releasable says storage.CheckRelease allows the record's release
 	// now. The page shows its release button only then.
 	releasable bool
+	// cur is what the key holds, as the console judged it.
+	cur current
 }
 
 // apiError is the JSON API's error body.
@@ -80,24 +92,42 @@ func validPrincipal(p string) error {
 }
 
 // find looks k up for op, logging it, and returns what the page and the
-// API show.
+// API show. A key with no record is still known by the claim this process
+// holds of it, or by its releases.
 func (s *Console) find(r *http.Request, op operator, k storage.RecordKey) (*lookup, error) {
-	rec, err := s.c.Store.Get(r.Context(), k)
+	cur, err := s.current(r.Context(), k)
 	attrs := []slog.Attr{slog.String("operator", op.name), slog.String("principal_hash", auth.PrincipalHash(k.Scope)),
-		slog.String("key", k.Key), slog.Bool("found", rec != nil)}
+		slog.String("key", k.Key), slog.Bool("found", cur.rec != nil)}
 	if err != nil {
 		s.c.Log.LogAttrs(r.Context(), slog.LevelError, "console lookup failed", append(attrs, slog.Any("err", err))...)
 		return nil, err
 	}
 	s.c.Log.LogAttrs(r.Context(), slog.LevelInfo, "console lookup", attrs...)
-	if rec == nil {
-		return &lookup{Message: fmt.Sprintf("no record of key %q for principal %q: never used, or expired and swept", k.Key, k.Scope)}, nil
-	}
-	l := s.view(k, rec)
-	if l.Releases, err = s.releases(r, op, k); err != nil {
+	releases, err := s.releases(r, op, k)
+	if err != nil {
 		return nil, err
 	}
+	if cur.rec == nil {
+		return s.noRecord(k, releases), nil
+	}
+	l := s.view(k, cur)
+	l.Releases = releases
 	return l, nil
+}
+
+// noRecord is the lookup of k, which holds no record and no claim here.
+// A key with releases is known: it was released, and runs afresh.
+func (s *Console) noRecord(k storage.RecordKey, releases []releaseEntry) *lookup {
+	l := &lookup{Releases: releases, NextRequest: "The next request with the key runs afresh: no record of it is stored." + s.unseen()}
+	if len(releases) == 0 {
+		l.Message = fmt.Sprintf("no record of key %q for principal %q, no claim of it in flight here, and no release of it kept: never used, or expired and swept.", k.Key, k.Scope) + s.unseen()
+		return l
+	}
+	last := releases[len(releases)-1]
+	l.Released = true
+	l.Message = fmt.Sprintf("key %q of principal %q holds no record: it was released at %s by %s, and no record of it is stored since.",
+		k.Key, k.Scope, last.Time.Format(time.RFC3339), last.Operator)
+	return l
 }
 
 // releases are the releases of k, or nil when the store keeps none.
@@ -118,10 +148,12 @@ func (s *Console) releases(r *http.Request, op operator, k storage.RecordKey) ([
 	return out, nil
 }
 
-// view is what is shown of rec, stored for k.
-func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
+// view is what is shown of c, what k holds.
+func (s *Console) view(k storage.RecordKey, c current) *lookup {
 	now := s.c.Now()
-	l := &lookup{Found: true, Record: recordview.New(k, rec, now), releasable: storage.CheckRelease(rec, now) == nil}
+	rec := c.rec
+	l := &lookup{Found: true, Record: recordview.New(k, rec, now), Stored: c.stored, cur: c, releasable: s.checkRelease(c) == nil}
+	l.NextRequest = s.nextRequest(l.Record, c, now)
 	if res := rec.Result; res != nil {
 		if res.Response != nil {
 			l.Response, _ = indentedJSON(res.Response) // none shown when it does not marshal
@@ -138,6 +170,18 @@ func (s *Console) view(k storage.RecordKey, rec *storage.Record) *lookup {
 	return l
 }
 
+// nextRequest says what the next request with the key of c, viewed as v,
+// gets.
+func (s *Console) nextRequest(v *recordview.View, c current, now time.Time) string {
+	switch {
+	case v.Completed && v.State == recordview.StateExpired:
+		return "The record expired: the next request runs afresh."
+	case v.Completed:
+		return "A retry is answered with the stored answer; another request with the key is refused as its reuse."
+	}
+	return s.retryOutlook(c, now).full
+}
+
 // release releases k for op, logging it as every release is logged. When
 // r confirms an attempt and claim time, the store releases the record
 // only if it still matches them.
@@ -146,7 +190,7 @@ func (s *Console) release(r *http.Request, op operator, k storage.RecordKey) (*s
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.c.Store.Release(r.Context(), k, s.c.Now(), op.name, seen)
+	rec, err := s.releaseUnlessInFlight(r.Context(), op, k, seen)
 	var confirmed []slog.Attr
 	if seen != (storage.Seen{}) {
 		confirmed = []slog.Attr{slog.Uint64("confirmed_attempt", seen.Attempt), slog.Time("confirmed_claim_time", seen.ClaimTime)}
@@ -155,9 +199,55 @@ func (s *Console) release(r *http.Request, op operator, k storage.RecordKey) (*s
 	return rec, err
 }
 
-// apiRecord answers GET /api/v1/record?principal=P&key=K with the record.
-// It answers 404 when there is none. It answers 400 for a principal or key
-// that names none.
+// releaseUnlessInFlight releases k, but refuses a key in flight itself. A
+// claim this process holds in memory has no stored record, yet it is in
+// flight. And the store's own check would wait for the claim's commit:
+// bbolt's write waits for the group commit, PostgreSQL's for the key's
+// lock.
+func (s *Console) releaseUnlessInFlight(ctx context.Context, op operator, k storage.RecordKey, seen storage.Seen) (*storage.Record, error) {
+	cur, err := s.current(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	if errors.Is(s.checkRelease(cur), storage.ErrReleaseInFlight) {
+		return nil, storage.ErrReleaseInFlight
+	}
+	return s.c.Store.Release(ctx, k, s.c.Now(), op.name, seen)
+}
+
+// checkRelease is storage.CheckRelease of what c holds, now. A claim this
+// process holds is in flight however late its expiry: a retry is told so
+// (storage.Decide).
+func (s *Console) checkRelease(c current) error {
+	if c.rec != nil && !c.stored {
+		return storage.ErrReleaseInFlight
+	}
+	return storage.CheckRelease(c.rec, s.c.Now())
+}
+
+// refusalText says why err, a refusal of k's release, keeps the record.
+// A key with no live record that the console knows, released or expired,
+// is not said to be perhaps never used.
+func (s *Console) refusalText(r *http.Request, op operator, k storage.RecordKey, err error) (string, bool) {
+	why, ok := recordview.RefusalText(err)
+	if !errors.Is(err, storage.ErrNoRecord) {
+		return why, ok
+	}
+	if cur, err := s.current(r.Context(), k); err == nil && cur.rec != nil && !s.c.Now().Before(cur.rec.Expiry) {
+		return "the key's record expired at " + cur.rec.Expiry.UTC().Format(time.RFC3339) + ": nothing to release; its next request runs afresh", true
+	}
+	if releases, err := s.releases(r, op, k); err == nil && len(releases) > 0 {
+		last := releases[len(releases)-1]
+		return "the key was released at " + last.Time.Format(time.RFC3339) + " by " + last.Operator +
+			" and holds no record since: nothing to release; its next request runs afresh", true
+	}
+	return why, ok
+}
+
+// apiRecord answers GET /api/v1/record?principal=P&key=K with the record,
+// or with the claim this process holds of it. A key with neither but with
+// releases is answered 200 too, with released true. It answers 404 for a
+// key it knows nothing of, and 400 for a principal or key that names none.
 func (s *Console) apiRecord(w http.ResponseWriter, r *http.Request, op operator) {
 	k, err := recordKey(r)
 	if err != nil {
@@ -168,7 +258,7 @@ func (s *Console) apiRecord(w http.ResponseWriter, r *http.Request, op operator)
 	switch {
 	case err != nil:
 		writeJSON(w, http.StatusInternalServerError, apiError{Error: "the lookup failed; the server's log says why"})
-	case !l.Found:
+	case !l.Found && !l.Released:
 		writeJSON(w, http.StatusNotFound, l)
 	default:
 		writeJSON(w, http.StatusOK, l)
@@ -193,7 +283,7 @@ func (s *Console) apiRelease(w http.ResponseWriter, r *http.Request, op operator
 		return
 	}
 	rec, err := s.release(r, op, k)
-	if why, ok := recordview.RefusalText(err); ok {
+	if why, ok := s.refusalText(r, op, k, err); ok {
 		writeJSON(w, http.StatusConflict, releaseAnswer{Refusal: boltadmin.RefusalName(err), Message: why})
 		return
 	}

@@ -98,8 +98,8 @@ func TestPageConfirmRelease_ConfirmingReleases(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "was released") {
 		t.Errorf("confirming: %d\n%s", resp.StatusCode, body)
 	}
-	if a := f.call(t, "GET", "/api/v1/record"+query("tx-error"), operatorToken, nil); a.status != http.StatusNotFound {
-		t.Errorf("the key after its release: %d %s", a.status, a.body)
+	if a := f.call(t, "GET", "/api/v1/record"+query("tx-error"), operatorToken, nil); a.status != http.StatusOK || decode(t, a)["released"] != true {
+		t.Errorf("the key after its release: %d %s, want 200 with released true", a.status, a.body)
 	}
 	if log := f.log.String(); !strings.Contains(log, `"msg":"idempotency key released"`) || !strings.Contains(log, `"operator":"carol"`) {
 		t.Errorf("no log line of the release:\n%s", log)

@@ -122,7 +122,8 @@ func (s *Console) search(w http.ResponseWriter, r *http.Request, op operator) {
 	}
 	switch len(h.Principals) {
 	case 0:
-		d.Error = fmt.Sprintf("no principal holds key %q: never used, or expired and swept", key)
+		d.Error = fmt.Sprintf("no principal holds key %q in a stored record: never used, expired and swept, or released (look it up with its principal to see its releases). "+
+			"A transactional claim in flight is not stored until it commits: see In flight.", key)
 		if server.ValidIntentID(key) {
 			d.Error = fmt.Sprintf("no principal holds key %q, and no intent has that id", key)
 		}

@@ -155,12 +155,15 @@ func (b *browser) lookUp(t *testing.T, principal, key string) int64 {
 }
 
 // The console in a real browser, against the real binary: every page,
-// each way of looking up, the release's whole flow, its refusals, and a
-// create held in flight. Screenshots of the key page, the confirmation,
-// the keys in flight and a phone's view are taken (screenshotsEnv).
+// each way of looking up, the release's whole flow, its refusals, a
+// released key's history, and a create held in flight: its page, what a
+// retry gets once its lease ran out, and its release refused. Screenshots
+// of the key page, the confirmation, the keys in flight and a phone's
+// view are taken (screenshotsEnv). The lease is a second, so that the
+// held create's runs out.
 func TestConsole_InABrowser(t *testing.T) {
 	b := newBrowser(t)
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
+	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t), "--lease", "1s")
 	base := "http://" + d.logAddr(t, "console listening")
 	principal, other := devPrincipal("tok-browser"), devPrincipal("tok-browser-2")
 	id := createIntent(t, d, "tok-browser", "order-ok", "100000000")
@@ -255,8 +258,13 @@ func TestConsole_InABrowser(t *testing.T) {
 	if released := b.text(t, "#released"); got != 200 || !strings.Contains(released, "order-bad") {
 		t.Errorf("release of the stored error: %d %q", got, released)
 	}
-	if got := b.lookUp(t, principal, "order-bad"); got != 404 || !strings.Contains(b.text(t, "#missing"), "no record of key") {
-		t.Errorf("the key after its release: %d, want 404", got)
+	// Released and not used since: its page shows its history.
+	if got := b.lookUp(t, principal, "order-bad"); got != 200 || b.has(t, "#missing") {
+		t.Errorf("the key after its release: %d, want 200, its page", got)
+	}
+	if next, releases := b.text(t, "#next-request"), b.text(t, "#releases tbody"); !strings.Contains(next, "runs afresh") ||
+		!strings.Contains(releases, consoleOperator) || !strings.Contains(releases, "INVALID_ARGUMENT") || !strings.Contains(releases, "amount") {
+		t.Errorf("the released key's page: next request %q, releases %q", next, releases)
 	}
 	freshID := createIntent(t, d, "tok-browser", "order-bad", "200000000")
 	b.lookUp(t, principal, "order-bad")
@@ -315,12 +323,59 @@ func TestConsole_InABrowser(t *testing.T) {
 		t.Errorf("on a phone the page is %d px wide, more than its %d px: the table must scroll in its own box", page, inner)
 	}
 	b.screenshot(t, "console-phone.png", phoneWidth, phoneHeight)
+	heldInTheBrowser(t, b, d, base, principal, heldKey)
 	letGo()
-	if got := b.load(t, "the keys in flight once the create is done", chromedp.Reload()); got != 200 || b.text(t, "#none-in-flight") != "No key is in flight." {
+	if got := b.load(t, "the keys in flight once the create is done", chromedp.Click(chromedp.ID("in-flight-link"))); got != 200 || b.text(t, "#none-in-flight") != "No key is in flight." {
 		t.Errorf("the keys in flight once the create is done: %d", got)
 	}
 	d.waitLogText(t, "idempotency key released", `"operator":"carol"`, `"code":"INVALID_ARGUMENT"`)
 	d.waitLogText(t, "console in-flight list", `"operator":"carol"`)
+}
+
+// heldInTheBrowser opens the page of key, a create of principal that
+// holdCreate holds, from its row of the keys in flight, once its lease
+// ran out. The page shows it in flight, held by this process, and says a
+// retry is told so however late the lease: a retry then is ABORTED. Its
+// release is refused as in flight, from the page and by the JSON API.
+func heldInTheBrowser(t *testing.T, b *browser, d *daemon, base, principal, key string) {
+	t.Helper()
+	a := httpCall(t, "GET", consoleRecordURL(base, principal, key), "", bearerHeader(consoleToken)...)
+	var held struct {
+		Found, Stored bool
+		Record        struct {
+			LeaseExpiry time.Time `json:"lease_expiry"`
+		}
+	}
+	if err := json.Unmarshal(a.body, &held); err != nil || a.status != 200 || !held.Found || held.Stored {
+		t.Fatalf("the held create in the JSON API: %d %s", a.status, a.body)
+	}
+	time.Sleep(time.Until(held.Record.LeaseExpiry) + 100*time.Millisecond)
+	if got := b.load(t, "open the held create's page", chromedp.Click(chromedp.ID("in-flight-link")), chromedp.Click(chromedp.CSS(`#in-flight tbody a`))); got != 200 {
+		t.Errorf("the held create's page, from its row: %d, want 200", got)
+	}
+	state, next, lease := b.text(t, "#state"), b.text(t, "#next-retry"), b.text(t, "#lease")
+	if state != "in flight: a handler of this process holds the key" || !strings.Contains(next, "This process holds the claim") ||
+		!strings.Contains(lease, "ran out") || !strings.Contains(lease, "does not apply while this process holds the claim") ||
+		!strings.Contains(b.text(t, "#holder"), "this process") || !strings.HasPrefix(b.text(t, "#transactional"), "yes") ||
+		!strings.HasPrefix(b.text(t, "#attempts"), "Attempt 1.") {
+		t.Errorf("the held create's page: state %q, next retry %q, lease %q", state, next, lease)
+	}
+	if !b.has(t, "#no-release") || b.has(t, "form#release") {
+		t.Errorf("the held create's page offers a release, or does not say why not")
+	}
+	ctx, cancel := context.WithTimeout(withCreds("tok-browser", key), time.Minute)
+	defer cancel()
+	if a := d.create(ctx, seedRequest("400000000")); status.Code(a.err) != codes.Aborted {
+		t.Errorf("a retry of the held create once its lease ran out: %v, want ABORTED, in flight, as its page says", a.err)
+	}
+	got := b.load(t, "release the held create", chromedp.Navigate(base+"/release?"+url.Values{"principal": {principal}, "key": {key}}.Encode()))
+	if refusal := b.text(t, "#refusal"); got != 409 || !strings.Contains(refusal, "the key is in flight") {
+		t.Errorf("the release of the held create from the page: %d %q", got, refusal)
+	}
+	release := base + "/api/v1/release?" + url.Values{"principal": {principal}, "key": {key}}.Encode()
+	if a := httpCall(t, "POST", release, "", bearerHeader(consoleToken)...); a.status != 409 || !strings.Contains(string(a.body), `"refusal": "in_flight"`) {
+		t.Errorf("the release of the held create by the API: %d %s", a.status, a.body)
+	}
 }
 
 // createIntent creates an intent of amount over gRPC with token and key,
@@ -374,7 +429,9 @@ func holdCreate(t *testing.T, d *daemon, base, token, key string) (letGo func())
 
 // A create held in flight is listed by the JSON API and the page as a
 // transactional claim, the JSON naming its principal, key and attempt.
-// A key held by two principals is listed by GET /api/v1/keys.
+// Its lookup finds it in flight, held in memory, and its release is
+// refused as in flight at once, although its commit waits on the disk. A
+// key held by two principals is listed by GET /api/v1/keys.
 func TestConsole_InFlight_AHeldCreateIsTransactional(t *testing.T) {
 	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
 	base := "http://" + d.logAddr(t, "console listening")
@@ -411,6 +468,16 @@ func TestConsole_InFlight_AHeldCreateIsTransactional(t *testing.T) {
 	html := httpCall(t, "GET", base+"/in-flight", "", bearerHeader(consoleToken)...)
 	if !strings.Contains(string(html.body), `<td class="transactional">yes</td>`) {
 		t.Errorf("the page of keys in flight does not say transactional:\n%s", html.body)
+	}
+	held := httpCall(t, "GET", consoleRecordURL(base, devPrincipal("tok-a"), "held"), "", bearerHeader(consoleToken)...)
+	for _, want := range []string{`"found": true`, `"stored": false`, `"state": "in_flight"`, `"transactional": true`, `"next_request": "This process holds the claim`} {
+		if held.status != 200 || !strings.Contains(string(held.body), want) {
+			t.Errorf("the held create's lookup lacks %s: %d %s", want, held.status, held.body)
+		}
+	}
+	release := base + "/api/v1/release?" + url.Values{"principal": {devPrincipal("tok-a")}, "key": {"held"}}.Encode()
+	if a := httpCall(t, "POST", release, "", bearerHeader(consoleToken)...); a.status != 409 || !strings.Contains(string(a.body), `"refusal": "in_flight"`) {
+		t.Errorf("the release of the held create: %d %s", a.status, a.body)
 	}
 	letGo()
 	if a := httpCall(t, "GET", base+"/api/v1/in-flight", "", bearerHeader(consoleToken)...); !strings.Contains(string(a.body), `"claims": []`) {
