@@ -48,7 +48,7 @@ var (
 	scale     = flag.Float64("scale", 1, "multiplies the requests of every run")
 	only      = flag.String("only", "", "run only the scenarios whose names match this regular expression")
 	disk      = flag.String("disk", "", "instead of the load tables, the data file's bytes per create after these counts of fresh creates, such as 6000,100000")
-	previous  = flag.String("previous", "", "also a paymentsd of an earlier commit, for a before and after in one run: with -disk, and in the PostgreSQL replays of each key once")
+	previous  = flag.String("previous", "", "also a paymentsd of an earlier commit, for a before and after in one run: with -disk; and in fresh creates (gRPC and HTTP on bbolt, gRPC on PostgreSQL) and the PostgreSQL replays of each key once")
 	pgStandby = flag.Bool("pg-standby", false, "run the PostgreSQL scenarios on a primary with a synchronous standby")
 	diskKey   = flag.String("disk-key", "fresh-{{.RequestNumber}}", "with -disk, the ghz template of the idempotency keys, such as {{newUUID}}")
 )
@@ -148,6 +148,10 @@ func main() {
 		return
 	}
 	fmt.Printf("Medians of %d runs. Machine: %d CPUs.\n", *runs, runtime.NumCPU())
+	if *previous != "" {
+		boltScenarios = withPrevious(boltScenarios, "fresh c=64", "http fresh c=64")
+		pgScenarios = withPrevious(pgScenarios, "pg fresh c=64", "pg replay each key once c=64")
+	}
 	if len(boltScenarios) > 0 {
 		fmt.Printf("\n## bbolt\n\n")
 		m, all := table(boltScenarios, "commits/request", false)
@@ -161,17 +165,11 @@ func main() {
 			{"fresh c=64 over TLS / plaintext", "fresh c=64, TLS", "fresh c=64", ">= 0.85"},
 			{"fresh c=64 with / without the limits", "fresh c=64", "fresh c=64, limits off", ">= 0.98"},
 			{"HTTP fresh c=64 with / without the limits", "http fresh c=64", "http fresh c=64, limits off", ">= 0.98"},
+			{"fresh c=64: this build / previous", "fresh c=64", "fresh c=64, previous", ""},
+			{"HTTP fresh c=64: this build / previous", "http fresh c=64", "http fresh c=64, previous", ""},
 		})
 		if r, ok := m["fresh c=1"]; ok {
 			fmt.Printf("- commits per fresh create at c=1: %.3f [1.000]\n", r.commits)
-		}
-	}
-	if *previous != "" {
-		for _, sc := range pgScenarios {
-			if sc.replayAll {
-				sc.name, sc.binary = sc.name+", previous", previous
-				pgScenarios = append(pgScenarios, sc)
-			}
 		}
 	}
 	if len(pgScenarios) > 0 {
@@ -188,6 +186,7 @@ func main() {
 		ratios(m, all, []target{
 			{"fresh c=1 with / without the interceptor", "pg fresh c=1", "pg fresh c=1, no interceptor", ""},
 			{"fresh c=64 with / without the interceptor", "pg fresh c=64", "pg fresh c=64, no interceptor", ">= 0.85"},
+			{"fresh c=64: this build / previous", "pg fresh c=64", "pg fresh c=64, previous", ""},
 			{"replay c=64 / fresh c=64 without the interceptor", "pg replay one key c=64", "pg fresh c=64, no interceptor", ""},
 			{"replay of each key once / of one key", "pg replay each key once c=64", "pg replay one key c=64", ""},
 			{"replay of each key once: this build / previous", "pg replay each key once c=64", "pg replay each key once c=64, previous", ""},
@@ -195,6 +194,18 @@ func main() {
 			{"fresh c=64: 3 replicas / 1", "pg fresh c=64, 3 replicas", "pg fresh c=64", ""},
 		})
 	}
+}
+
+// withPrevious adds to scs, for each scenario named in names, the same
+// run of the -previous build, for a before and after in one table.
+func withPrevious(scs []scenario, names ...string) []scenario {
+	for _, sc := range scs {
+		if slices.Contains(names, sc.name) {
+			sc.name, sc.binary = sc.name+", previous", previous
+			scs = append(scs, sc)
+		}
+	}
+	return scs
 }
 
 // table runs scenarios in alternating rounds, prints their medians and
