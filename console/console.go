@@ -36,7 +36,9 @@ type Config struct {
 	// next. Dev mode is refused: any token would be an operator.
 	Operators func() *auth.Keys
 	// Intents are the payment intents a record names, shown to operators
-	// by owner and id.
+	// by owner and id. When they are an intentsearch.Store too, as
+	// boltintents' and pgintents' stores are, the console also lists a
+	// principal's intents and finds their suspected double payments.
 	Intents Intents
 	Log     *slog.Logger
 	// TLS says the console is served over TLS, so that its cookie is
@@ -70,6 +72,10 @@ func New(c Config) *Console {
 	s.mux.Handle("GET /in-flight", s.operatorOnly(s.pageInFlight))
 	s.mux.Handle("GET /api/v1/intent", s.operatorOnly(s.apiIntent))
 	s.mux.Handle("GET /intent", s.operatorOnly(s.pageIntent))
+	s.mux.Handle("GET /api/v1/intents", s.operatorOnly(s.apiIntents))
+	s.mux.Handle("GET /intents", s.operatorOnly(s.pageIntents))
+	s.mux.Handle("GET /api/v1/duplicates", s.operatorOnly(s.apiDuplicates))
+	s.mux.Handle("GET /duplicates", s.operatorOnly(s.pageDuplicates))
 	s.mux.Handle("GET /{$}", s.operatorOnly(s.page))
 	s.mux.Handle("GET /key", s.operatorOnly(s.pageKeyRecord))
 	s.mux.Handle("GET /api/v1/keys", s.operatorOnly(s.apiKeys))

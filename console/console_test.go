@@ -62,6 +62,13 @@ func start(t *testing.T) *fixture {
 // already.
 func startOn(t *testing.T, path string) *fixture {
 	t.Helper()
+	return startWith(t, path, func(i console.Intents) console.Intents { return i })
+}
+
+// startWith is startOn with the console given wrap(its intents), so that
+// a test may hide what the store can do.
+func startWith(t *testing.T, path string, wrap func(console.Intents) console.Intents) *fixture {
+	t.Helper()
 	db, err := boltstore.Open(path, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +84,7 @@ func startOn(t *testing.T, path string) *fixture {
 	}
 	f := &fixture{db: db, intents: intents, log: new(logbuf.Buffer), operators: new(atomic.Pointer[auth.Keys]), skew: new(atomic.Int64)}
 	f.operators.Store(keys)
-	c := console.New(console.Config{Store: db, Intents: intents, Operators: f.operators.Load, Log: slog.New(slog.NewJSONHandler(f.log, nil)),
+	c := console.New(console.Config{Store: db, Intents: wrap(intents), Operators: f.operators.Load, Log: slog.New(slog.NewJSONHandler(f.log, nil)),
 		Now: func() time.Time { return time.Now().Add(time.Duration(f.skew.Load())) }})
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
@@ -225,6 +232,10 @@ func TestEveryRoute_WithoutAnOperatorKey_Is401(t *testing.T) {
 			{"PUT", "/api/v1/record", nil},
 			{"GET", "/api/v1/in-flight", nil},
 			{"GET", "/in-flight", nil},
+			{"GET", "/api/v1/intents?principal=" + principal, nil},
+			{"GET", "/intents?principal=" + principal, nil},
+			{"GET", "/api/v1/duplicates?principal=" + principal, nil},
+			{"GET", "/duplicates?principal=" + principal, nil},
 		} {
 			a := f.call(t, c.method, c.path, token, c.form)
 			if a.status != http.StatusUnauthorized || strings.Contains(a.body, "order-1") {

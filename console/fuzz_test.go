@@ -5,10 +5,13 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/server"
 )
 
 // FuzzPageQuery: any query of the keys in flight either is refused or
@@ -109,4 +112,72 @@ func FuzzConfirmedQuery(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzSearchQuery: any query of a principal's intents or duplicates
+// either is refused as a bad query (a 400) or names a search within the
+// bounds the stores hold: times from 1971 to 2261, until after since, a
+// window from 1ns to a day, a limit from 1 to server.MaxPageSize, and an
+// after position before until whose id is UTF-8 text without NUL. The
+// query the console writes of it, for the next page or the other page,
+// reads back as the same search later on.
+func FuzzSearchQuery(f *testing.F) {
+	f.Add("24h", "", "", "", "", "")
+	f.Add("2026-03-01T10:00:00Z", "2026-03-02T10:00:00+01:00", "10m", "50", "2026-03-01T12:00:00.123456789Z/pi_0123456789abcdef01234567", "0xABC")
+	f.Add("0s", "", "1ns", "1000", "", "")
+	f.Add("", "1h", "24h0m1s", "1001", "x/y", "")
+	f.Add("-1h", "9999-12-31T23:00:00-23:00", "-1m", "0", "2026-01-01T00:00:00Z/", "\x00")
+	f.Add("1970-12-31T23:59:59Z", "2262-01-01T00:00:00Z", "1e3s", "1e3", "2026-01-01T00:00:00Z/a/b", "")
+	f.Add("2562047h", "", "", "", "2026-01-01T00:00:00Z/\xff", "")
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, since, until, window, limit, after, payer string) {
+		q := url.Values{"principal": {"alice"}}
+		for name, v := range map[string]string{"since": since, "until": until, "window": window, "limit": limit, "after": after, "payer": payer} {
+			if v != "" {
+				q.Set(name, v)
+			}
+		}
+		s, err := searchQuery(&http.Request{Method: "GET", URL: &url.URL{RawQuery: q.Encode()}}, now)
+		if err != nil {
+			if !errors.Is(err, errBadQuery) {
+				t.Fatalf("%v refused, but not as a bad query: %v", q, err)
+			}
+			return
+		}
+		checkSearch(t, q, s)
+		again, err := searchQuery(&http.Request{Method: "GET", URL: &url.URL{RawQuery: s.values().Encode()}}, now.Add(time.Hour))
+		if err != nil || !sameSearch(again, s) {
+			t.Fatalf("the console's query %q of %+v reads back as %+v, %v", s.values().Encode(), s, again, err)
+		}
+	})
+}
+
+// checkSearch fails t unless s, read from q, is a search the stores hold.
+func checkSearch(t *testing.T, q url.Values, s intentSearch) {
+	t.Helper()
+	switch {
+	case s.Owner != q.Get("principal") || s.Payer != q.Get("payer"):
+		t.Fatalf("%v read as principal %q, payer %q", q, s.Owner, s.Payer)
+	case !inRange(s.From) || s.From.Location() != time.UTC:
+		t.Fatalf("%v read as since %v", q, s.From)
+	case !s.To.IsZero() && (!inRange(s.To) || !s.To.After(s.From)):
+		t.Fatalf("%v read as since %v until %v", q, s.From, s.To)
+	case s.Window <= 0 || s.Window > maxWindow:
+		t.Fatalf("%v read as window %v", q, s.Window)
+	case s.Limit < 1 || s.Limit > server.MaxPageSize:
+		t.Fatalf("%v read as limit %d", q, s.Limit)
+	}
+	if p := s.After; p != (server.Position{}) {
+		if !inRange(p.CreateTime) || p.ID == "" || len(p.ID) > maxPositionID || !utf8.ValidString(p.ID) || strings.IndexByte(p.ID, 0) >= 0 ||
+			!s.To.IsZero() && !p.CreateTime.Before(s.To) {
+			t.Fatalf("%v read as after %+v", q, p)
+		}
+	}
+}
+
+// sameSearch reports whether a and b search the same intents.
+func sameSearch(a, b intentSearch) bool {
+	return a.Owner == b.Owner && a.Payer == b.Payer && a.Merchant == b.Merchant && a.Amount == b.Amount &&
+		a.From.Equal(b.From) && a.To.Equal(b.To) && a.Window == b.Window && a.Limit == b.Limit &&
+		a.After.CreateTime.Equal(b.After.CreateTime) && a.After.ID == b.After.ID
 }

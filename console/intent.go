@@ -146,6 +146,7 @@ func (s *Console) pageIntent(w http.ResponseWriter, r *http.Request, op operator
 		return
 	}
 	d.IntentView = a
+	d.IntentsLink, d.DuplicatesLink = s.principalLinks(principal)
 	if a.Key != nil && *a.Key != "" {
 		d.IntentKey, d.IntentKeyLink = *a.Key, keyLink(principal, *a.Key)
 	}

@@ -51,6 +51,13 @@ type pageData struct {
 	IntentView    *intentAnswer
 	IntentKey     string
 	IntentKeyLink string
+	// Search is the page of a principal's intents or duplicates.
+	// Searchable says the store can search them: the lookup page offers
+	// it. IntentsLink and DuplicatesLink are those pages of Principal,
+	// from its key's or intent's page.
+	Search                      *searchPage
+	Searchable                  bool
+	IntentsLink, DuplicatesLink string
 }
 
 // page answers GET /: the lookup form, and the lookup asked for when the
@@ -154,12 +161,14 @@ func (s *Console) pageKey(w http.ResponseWriter, r *http.Request, op operator) (
 		return d, k, false
 	}
 	d.KeyLink = keyLink(k.Scope, k.Key)
+	d.IntentsLink, d.DuplicatesLink = s.principalLinks(k.Scope)
 	return d, k, true
 }
 
 // pageOf is the page's data for op, before any lookup.
 func (s *Console) pageOf(op operator) pageData {
 	d := pageData{Operator: op.name}
+	_, d.Searchable = s.searchStore()
 	if op.session != nil {
 		d.CSRF = op.session.csrf
 	}

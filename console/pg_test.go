@@ -183,3 +183,19 @@ func TestPG_ALapsedClaimOfAnotherReplica(t *testing.T) {
 		t.Errorf("a retry here: %v, want a takeover", got)
 	}
 }
+
+// With PostgreSQL, a principal's intents are listed newest first,
+// filtered and paged, and the same payment made under two keys is found,
+// not two payments that differ, as on bbolt.
+func TestPG_IntentsAndDuplicates(t *testing.T) {
+	here, _ := startPG(t)
+	intents, err := pgintents.New(context.Background(), here.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkShop(t, here.fixture, seedShop(t, intents, time.Now()))
+	a := here.call(t, "GET", "/api/v1/intents?principal=alice&limit=1001", operatorToken, nil)
+	if a.status != http.StatusBadRequest {
+		t.Errorf("a limit of 1001: %d %s", a.status, a.body)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -483,4 +484,66 @@ func TestConsole_InFlight_AHeldCreateIsTransactional(t *testing.T) {
 	if a := httpCall(t, "GET", base+"/api/v1/in-flight", "", bearerHeader(consoleToken)...); !strings.Contains(string(a.body), `"claims": []`) {
 		t.Errorf("the keys in flight once the create is done: %s", a.body)
 	}
+}
+
+// A principal's intents and their suspected double payments in a real
+// browser, against the real binary over a seeded file (seedPayments):
+// from the lookup page's form, the intents page lists the 4 newest
+// first, each with its key; the duplicates page finds the one group,
+// both order-7 intents, and neither order-8 nor order-6. Screenshots of
+// both pages are taken (screenshotsEnv).
+func TestConsole_InABrowser_IntentsAndDuplicates(t *testing.T) {
+	b := newBrowser(t)
+	principal := devPrincipal("shop-token")
+	path, twice := seedPayments(t, principal, time.Now())
+	d := startDaemon(t, path, "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
+	base := "http://" + d.logAddr(t, "console listening")
+	b.load(t, "open the console", chromedp.Navigate(base+"/"))
+	if got := b.load(t, "log in",
+		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), consoleToken),
+		chromedp.Submit(chromedp.CSS(`input[name="token"]`))); got != 200 || !b.has(t, "form#principal-search") {
+		t.Fatalf("logged in: %d, or the lookup page offers no search of a principal's intents", got)
+	}
+	texts := func(sel string) []string { // as JSON: an array is not returned by value
+		q, _ := json.Marshal(sel)
+		var out []string
+		if err := json.Unmarshal([]byte(eval[string](t, b, `JSON.stringify(Array.from(document.querySelectorAll(`+string(q)+`), e => e.textContent))`)), &out); err != nil {
+			t.Fatalf("the texts of %s: %v", sel, err)
+		}
+		return out
+	}
+	search := func(button string) int64 {
+		got := b.load(t, "search by "+button, chromedp.Click(chromedp.ID("lookup-link")),
+			chromedp.SetValue(chromedp.CSS(`#principal-search input[name="principal"]`), principal),
+			chromedp.Click(chromedp.ID(button)))
+		b.text(t, "#duplicates-link, #intents-link") // the page's end: it is all there
+		return got
+	}
+
+	if got := search("list-intents"); got != 200 {
+		t.Errorf("the intents page: %d", got)
+	}
+	wantKeys := []string{"order-7-try-2", "order-8", "order-7-try-1", "order-6"}
+	if keys := texts("table.intents td.intent-key"); !slices.Equal(keys, wantKeys) {
+		t.Errorf("the intents page lists the keys %q, want %q, newest first", keys, wantKeys)
+	}
+	if ids := texts("table.intents td.intent-id"); len(ids) != 4 || ids[0] != twice[0] || b.has(t, "#next-page") {
+		t.Errorf("the intents page lists the ids %q, or offers a next page", ids)
+	}
+	b.screenshot(t, "console-intents.png", wideWidth, wideHeight)
+
+	if got := search("find-duplicates"); got != 200 || !strings.Contains(b.text(t, "#suspect-note"), "not a proof") {
+		t.Errorf("the duplicates page: %d, or it does not say a group is no proof", got)
+	}
+	if groups, ids := texts("section.group"), texts("section.group td.intent-id"); len(groups) != 1 || !slices.Equal(ids, twice) {
+		t.Errorf("the duplicates page shows %d groups of intents %q, want one of %q", len(groups), ids, twice)
+	}
+	if keys := texts("section.group td.intent-key"); !slices.Equal(keys, []string{"order-7-try-2", "order-7-try-1"}) {
+		t.Errorf("the group's keys: %q", keys)
+	}
+	if main := b.text(t, "main"); strings.Contains(main, "order-8") || strings.Contains(main, "order-6") {
+		t.Errorf("the duplicates page names a payment that is no duplicate:\n%s", main)
+	}
+	b.screenshot(t, "console-duplicates.png", wideWidth, wideHeight)
+	d.waitLogText(t, "console duplicates search", `"operator":"carol"`, `"groups":1`)
 }

@@ -11,44 +11,18 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/intentsearch"
-	"github.com/paymentsd/paymentsd/server"
 )
 
 // intentsAnswer is what paymentsd intents prints, and what the admin
 // socket's route answers. It holds Intents, or with --duplicates Groups.
 type intentsAnswer struct {
-	Principal  string          `json:"principal"`
-	Since      time.Time       `json:"since"`
-	Until      *time.Time      `json:"until,omitempty"`
-	Duplicates bool            `json:"duplicates,omitempty"`
-	Intents    []intentLine    `json:"intents,omitempty"`
-	Next       string          `json:"next,omitempty"` // --after for the next page
-	Groups     []duplicateLine `json:"groups,omitempty"`
-}
-
-// intentLine is one intent as the command shows it.
-type intentLine struct {
-	ID         string    `json:"id"`
-	Key        string    `json:"key"`
-	CreateTime time.Time `json:"create_time"`
-	State      string    `json:"state"`
-	Amount     string    `json:"amount"`
-	Payer      string    `json:"payer"`
-	Merchant   string    `json:"merchant"`
-	Chain      string    `json:"chain"`
-	Token      string    `json:"token"`
-}
-
-// duplicateLine is one group of suspected double payments.
-type duplicateLine struct {
-	Keys    int          `json:"keys"`
-	Intents []intentLine `json:"intents"`
-}
-
-func lineOf(f server.FoundIntent) intentLine {
-	pi := f.Intent
-	return intentLine{ID: pi.GetId(), Key: f.Key, CreateTime: pi.GetCreateTime().AsTime(), State: pi.GetState().String(),
-		Amount: pi.GetAmount(), Payer: pi.GetPayer(), Merchant: pi.GetMerchant(), Chain: pi.GetChain(), Token: pi.GetToken()}
+	Principal  string                   `json:"principal"`
+	Since      time.Time                `json:"since"`
+	Until      *time.Time               `json:"until,omitempty"`
+	Duplicates bool                     `json:"duplicates,omitempty"`
+	Intents    []intentsearch.Line      `json:"intents,omitempty"`
+	Next       string                   `json:"next,omitempty"` // --after for the next page
+	Groups     []intentsearch.GroupLine `json:"groups,omitempty"`
 }
 
 // run runs s on store.
@@ -60,20 +34,13 @@ func (s intentSearch) run(ctx context.Context, store intentsearch.Store) (*inten
 	if s.Duplicates {
 		groups, err := intentsearch.Duplicates(ctx, store, s.Query, s.Window)
 		for _, g := range groups {
-			d := duplicateLine{}
-			keys := map[string]bool{}
-			for _, f := range g {
-				d.Intents = append(d.Intents, lineOf(f))
-				keys[f.Key] = true
-			}
-			d.Keys = len(keys)
-			a.Groups = append(a.Groups, d)
+			a.Groups = append(a.Groups, intentsearch.GroupLineOf(g))
 		}
 		return a, err
 	}
 	page, next, err := intentsearch.Page(ctx, store, s.Query, s.After, s.Limit)
 	for _, f := range page {
-		a.Intents = append(a.Intents, lineOf(f))
+		a.Intents = append(a.Intents, intentsearch.LineOf(f))
 	}
 	a.Next = formatPosition(next)
 	return a, err
@@ -89,7 +56,7 @@ func (a *intentsAnswer) writeText(w io.Writer) {
 	if !a.Duplicates {
 		fmt.Fprintf(w, "%s of %s, newest first\n", count(len(a.Intents), "intent"), span)
 		for _, l := range a.Intents {
-			l.write(w, "")
+			writeLine(w, l, "")
 		}
 		if a.Next != "" {
 			fmt.Fprintf(w, "more: --after %s\n", a.Next)
@@ -102,7 +69,7 @@ func (a *intentsAnswer) writeText(w io.Writer) {
 		fmt.Fprintf(w, "%d. %s of %s on %s, from %s to %s: %d intents under %d keys\n",
 			i+1, l.Amount, l.Token, l.Chain, l.Payer, l.Merchant, len(g.Intents), g.Keys)
 		for _, l := range g.Intents {
-			l.write(w, "   ")
+			writeLine(w, l, "   ")
 		}
 	}
 }
@@ -115,8 +82,8 @@ func count(n int, thing string) string {
 	return fmt.Sprintf("%d %ss", n, thing)
 }
 
-// write prints l on one line after indent.
-func (l intentLine) write(w io.Writer, indent string) {
+// writeLine prints l on one line after indent.
+func writeLine(w io.Writer, l intentsearch.Line, indent string) {
 	key := strconv.Quote(l.Key)
 	if l.Key == "" {
 		key = "(no key)"
