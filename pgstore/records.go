@@ -96,8 +96,12 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 			// within LockTimeout is seen, however long the look waited for a
 			// pooled connection. That lock may be a stale server's, an old
 			// primary's: the answer waits, as a replay does, until the
-			// standby confirms the server is current.
-			if _, err := l.tx.commitProven(ctx, proveReadSQL); err != nil {
+			// standby confirms the server is current, for inFlightProof
+			// at most.
+			pctx, cancel := context.WithTimeout(ctx, inFlightProof)
+			_, err := l.tx.commitProven(pctx, proveReadSQL)
+			cancel()
+			if err != nil {
 				return 0, nil, nil, err
 			}
 			return storage.OutcomeInFlight, inFlightGuess(l.req, db.opts.LockTimeout), nil, nil
@@ -121,6 +125,14 @@ func (db *DB) onDatabaseClock(req storage.ClaimRequest) storage.ClaimRequest {
 	}
 	return req
 }
+
+// inFlightProof bounds the wait for the standby's confirmation of an
+// in-flight answer. On an old primary it never comes, and duplicates
+// there are many: each waiting until its caller's deadline would hold a
+// pooled connection the health probe needs. One that runs out marks the
+// server suspect (noteStall), sooner than the probe would. The caller is
+// told UNAVAILABLE, as retryable as in flight.
+const inFlightProof = time.Second
 
 // The back-off of a claim that finds its key locked. It asks again after
 // lockPollFirst, doubling up to lockPollMax, until LockTimeout has passed.
