@@ -557,13 +557,16 @@ func (db *DB) Complete(ctx context.Context, k storage.RecordKey, done *storage.R
 // commitOutcome is the error of a commit. The commit is a batch that ends
 // in COMMIT, or a statement that commits by itself. The server's own error
 // means nothing was kept. (A statement failed, so the transaction aborted
-// and its COMMIT did not run.) An error before anything was sent means the
-// same. Any other error leaves unknown whether the server committed, and
+// and its COMMIT did not run.) Any other error leaves unknown whether the
+// server committed, and
 // wraps ErrOutcomeUnknown. Such an error is a connection lost or a deadline
 // passed after the request went out.
 func commitOutcome(err error) error {
 	var pgErr *pgconn.PgError
-	if err == nil || errors.As(err, &pgErr) || errors.Is(err, errLocked) || pgconn.SafeToRetry(err) || errors.Is(err, storage.ErrOutcomeUnknown) {
+	// pgx's SafeToRetry is no proof here: a batch may go out in more than
+	// one write (a statement prepared, then run), and a write that sent
+	// nothing may follow one that sent the COMMIT.
+	if err == nil || errors.As(err, &pgErr) || errors.Is(err, errLocked) || errors.Is(err, storage.ErrOutcomeUnknown) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", storage.ErrOutcomeUnknown, err)
