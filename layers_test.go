@@ -22,7 +22,7 @@ var floors = [][]string{
 	{"internal/version"},
 	// The ground: no idempotency, no payments. The test kits of testkit/
 	// stand here too.
-	{"bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
+	{"internal/bearer", "gen/idempotency/v1", "gen/payments/v1", "internal/safefile", "internal/sealed",
 		"internal/dirsync", "internal/filewatch", "internal/devcerts", "internal/envflags",
 		"internal/grpcreflect", "internal/requestid", "internal/cli", "internal/openapitidy",
 		"internal/traceexport", "internal/connlimit", "internal/logattr", "internal/memlimit", "internal/grpcslog", "server/strictcodec",
@@ -30,10 +30,10 @@ var floors = [][]string{
 		"testkit/pgtest", "testkit/patroni"},
 	// Contracts: the idempotency wire and store contracts, credentials,
 	// TLS files.
-	{"interceptor/wire", "interceptor/storage", "auth", "tlsreload"},
+	{"wire", "storage", "auth", "tlsreload"},
 	// What a process knows of its records beyond its store, shared by the
 	// stores.
-	{"interceptor/storage/ledger"},
+	{"internal/ledger"},
 	// The rules of exactly-once with no transport: fingerprint, claim, run,
 	// store, replay.
 	{"once"},
@@ -44,11 +44,12 @@ var floors = [][]string{
 	// principal's intents, the conformance suites and the kits that open
 	// real stores.
 	{"backend", "interceptor/tracing", "metrics", "boltstore/boltadmin", "httpapi", "intentsearch",
-		"interceptor/storage/storagetest", "intenttest", "boltstore/bolttest"},
+		"storage/storagetest", "intenttest", "boltstore/bolttest"},
 	// The daemon's parts: its databases (intents beside their records) and
 	// what operators are shown of a record. In daemon/: its configuration,
-	// credential files, metrics, log and store health.
-	{"boltintents", "pgintents", "recordview",
+	// credential files, metrics, log and store health. The tests of once's
+	// rules, which open stores as the conformance suite does.
+	{"once/oncetest", "boltintents", "pgintents", "recordview",
 		"daemon/config", "daemon/credfiles", "daemon/prom", "daemon/rpclog", "daemon/storehealth"},
 	// What stands on the daemon's parts: the operator console, which shows
 	// records as recordview does. In daemon/: the listeners, bound from the

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/bearer"
+	"github.com/paymentsd/paymentsd/internal/bearer"
 )
 
 // FuzzParseKeys feeds ParseKeys a file whose first line is

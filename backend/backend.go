@@ -15,8 +15,8 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Records is what the daemon needs of an idempotency store. That is the

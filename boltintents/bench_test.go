@@ -18,8 +18,8 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // transport stands in for the call's grpc transport stream, which a

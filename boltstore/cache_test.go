@@ -11,8 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // The key and the two requests of the tests of kept records.
@@ -32,7 +31,7 @@ func openKept(t *testing.T) *boltstore.DB {
 }
 
 func keptRequest(fp storage.Fingerprint, now time.Time) storage.ClaimRequest {
-	return storage.ClaimRequest{Key: keptKey, Fingerprint: fp, Scheme: interceptor.FingerprintScheme,
+	return storage.ClaimRequest{Key: keptKey, Fingerprint: fp, Scheme: storage.FingerprintScheme,
 		Now: now, Lease: time.Minute, TTL: time.Hour}
 }
 

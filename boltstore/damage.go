@@ -11,9 +11,9 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/safefile"
 	"github.com/paymentsd/paymentsd/internal/sealed"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // ErrDamaged is returned when the data file is damaged. Open returns it

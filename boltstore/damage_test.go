@@ -15,8 +15,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/bolttest"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 const pageSize = 4096
@@ -35,7 +34,7 @@ func makeFile(t *testing.T) string {
 	for i := range 2000 {
 		req := storage.ClaimRequest{
 			Key:         storage.RecordKey{Scope: "s", Key: fmt.Sprint("k", i)},
-			Fingerprint: sha256.Sum256([]byte{byte(i)}), Scheme: interceptor.FingerprintScheme,
+			Fingerprint: sha256.Sum256([]byte{byte(i)}), Scheme: storage.FingerprintScheme,
 			Now: now, Lease: time.Minute, TTL: time.Hour,
 		}
 		if _, _, err := db.Claim(ctx, req); err != nil {
@@ -209,7 +208,7 @@ func TestServing_DamagedPages_ErrorsNotPanicsHealthReportsIt(t *testing.T) {
 	}
 	_, _, claim := db.Claim(ctx, storage.ClaimRequest{
 		Key: storage.RecordKey{Scope: "s", Key: "k7"}, Fingerprint: sha256.Sum256([]byte{7}),
-		Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
+		Scheme: storage.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
 	})
 	if !errors.Is(claim, storage.ErrDamaged) {
 		t.Errorf("claim of a record on a damaged page: %v, want storage.ErrDamaged", claim)

@@ -21,10 +21,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/storage/ledger"
 	"github.com/paymentsd/paymentsd/internal/dirsync"
+	"github.com/paymentsd/paymentsd/internal/ledger"
 	"github.com/paymentsd/paymentsd/internal/sealed"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Errors of Open and New.

@@ -10,8 +10,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/once"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // The compact encoding of a record, the payload of its sealed value. A
@@ -41,7 +40,7 @@ const (
 	flagTransactional // Durability is Transactional
 	flagClaimTime     // ClaimTime is set
 	flagLease         // LeaseExpiry is set
-	flagKnownScheme   // Scheme is once.FingerprintScheme
+	flagKnownScheme   // Scheme is storage.FingerprintScheme
 	flagShortType     // the response's type URL had typeURLPrefix, not stored
 )
 
@@ -77,7 +76,7 @@ func marshalRecord(r *storage.Record) ([]byte, error) {
 	if !r.LeaseExpiry.IsZero() {
 		flags |= flagLease
 	}
-	if r.Scheme == once.FingerprintScheme {
+	if r.Scheme == storage.FingerprintScheme {
 		flags |= flagKnownScheme
 	}
 	result := r.Result
@@ -135,7 +134,7 @@ func unmarshalCompact(b []byte) (*storage.Record, error) {
 		return nil, errCompact // a flag of a later format: refused, not misread
 	}
 	d := decoder{b: b[2:]}
-	r := &storage.Record{State: storage.StateInFlight, Durability: storage.Durable, Scheme: once.FingerprintScheme}
+	r := &storage.Record{State: storage.StateInFlight, Durability: storage.Durable, Scheme: storage.FingerprintScheme}
 	if flags&flagCompleted != 0 {
 		r.State = storage.StateCompleted
 	}

@@ -14,9 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/sealed"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // encodingCases are records of every shape the compact encoding has a
@@ -40,8 +39,8 @@ func encodingCases(t *testing.T) map[string]*storage.Record {
 		r.ClaimTime = claimTime
 		return r
 	}
-	inFlight := claim(interceptor.FingerprintScheme, now)
-	transactional := claim(interceptor.FingerprintScheme, now).Completed(&storage.Result{
+	inFlight := claim(storage.FingerprintScheme, now)
+	transactional := claim(storage.FingerprintScheme, now).Completed(&storage.Result{
 		Response: resp, Header: map[string][]string{"a": {"1", "2"}}, Trailer: map[string][]string{"t-bin": {"\x00\xff"}},
 	})
 	transactional.Durability = storage.Transactional
@@ -49,8 +48,8 @@ func encodingCases(t *testing.T) map[string]*storage.Record {
 	return map[string]*storage.Record{
 		"in flight":                     inFlight,
 		"completed, a response":         transactional,
-		"completed, a status":           claim(interceptor.FingerprintScheme, now).Completed(&storage.Result{Status: &spb.Status{Code: 9, Message: "no", Details: []*anypb.Any{detail}}}),
-		"another type URL":              claim(interceptor.FingerprintScheme, now).Completed(&storage.Result{Response: &anypb.Any{TypeUrl: "example.com/x.Y", Value: []byte{1}}}),
+		"completed, a status":           claim(storage.FingerprintScheme, now).Completed(&storage.Result{Status: &spb.Status{Code: 9, Message: "no", Details: []*anypb.Any{detail}}}),
+		"another type URL":              claim(storage.FingerprintScheme, now).Completed(&storage.Result{Response: &anypb.Any{TypeUrl: "example.com/x.Y", Value: []byte{1}}}),
 		"another scheme, no claim time": claim("another scheme", time.Time{}).Completed(&storage.Result{Response: resp}),
 		"expired long ago":              func() *storage.Record { r := claim("", time.Time{}); r.Expiry = time.Unix(5, 7); return r }(),
 	}

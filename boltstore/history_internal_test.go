@@ -9,8 +9,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/sealed"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // A file written by a build without the release history opens: the

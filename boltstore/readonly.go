@@ -12,8 +12,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/sealed"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // ReadOnly is a data file opened for reading only. It serves an operator's

@@ -5,16 +5,20 @@ import (
 	"testing"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor/storage/storagetest"
+	"github.com/paymentsd/paymentsd/once/oncetest"
+	"github.com/paymentsd/paymentsd/storage/storagetest"
 )
 
-func TestConformance(t *testing.T) {
-	storagetest.RunTests(t, func(t *testing.T, dir string) storagetest.Store {
-		// A small batch makes the sweeper tests cross batch boundaries.
-		db, err := boltstore.Open(filepath.Join(dir, "paymentsd.db"), &boltstore.Options{SweepBatch: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return db
-	})
+func TestConformance(t *testing.T) { storagetest.RunTests(t, openBolt) }
+
+func TestOnce(t *testing.T) { oncetest.RunTests(t, openBolt) }
+
+// openBolt opens the file in dir. A small batch makes the sweeper tests
+// cross batch boundaries.
+func openBolt(t *testing.T, dir string) storagetest.Store {
+	db, err := boltstore.Open(filepath.Join(dir, "paymentsd.db"), &boltstore.Options{SweepBatch: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }

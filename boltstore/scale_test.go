@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/sealed"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // TestScale fills the store with PAYMENTSD_SCALE_RECORDS completed records

@@ -11,9 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/sealed"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // A file written before records were sealed (their encodings stored bare)
@@ -28,7 +27,7 @@ func TestRecordsWrittenBeforeSealing_ReadThenSealedByOpen(t *testing.T) {
 	}
 	req := storage.ClaimRequest{
 		Key: storage.RecordKey{Scope: "s", Key: "k"}, Fingerprint: sha256.Sum256([]byte("r")),
-		Scheme: interceptor.FingerprintScheme, Now: now, Lease: time.Minute, TTL: time.Hour,
+		Scheme: storage.FingerprintScheme, Now: now, Lease: time.Minute, TTL: time.Hour,
 	}
 	_, claim := storage.Decide(nil, false, req, storage.Durable, storage.Claimant{ID: "old"})
 	old, err := claim.Completed(&storage.Result{Response: resp}).MarshalBinary()

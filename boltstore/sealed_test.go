@@ -11,7 +11,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/bolttest"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // A stored answer whose bytes changed on disk (100000000 become 900000000)

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // confirmed is what an operator saw of a record when they confirmed its

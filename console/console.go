@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/bearer"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/internal/bearer"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Store is what the console needs of the daemon's idempotency store.

@@ -25,8 +25,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/console"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/logbuf"
 )
 
@@ -103,7 +102,7 @@ func (f *fixture) storeAs(t *testing.T, p, key string, result *storage.Result, t
 	t.Helper()
 	ctx := context.Background()
 	k := storage.RecordKey{Scope: p, Key: key}
-	_, rec, err := f.db.Claim(ctx, storage.ClaimRequest{Key: k, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
+	_, rec, err := f.db.Claim(ctx, storage.ClaimRequest{Key: k, Scheme: storage.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // FuzzPageQuery: any query of the keys in flight either is refused or

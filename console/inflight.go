@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/recordview"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Page sizes of the list of keys in flight.

@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // claim leaves key of principal in flight, claimed at claimed, as a
@@ -18,7 +17,7 @@ import (
 func (f *fixture) claim(t *testing.T, key string, claimed time.Time) {
 	t.Helper()
 	k := storage.RecordKey{Scope: principal, Key: key}
-	req := storage.ClaimRequest{Key: k, Scheme: interceptor.FingerprintScheme, Now: claimed, Lease: time.Minute, TTL: time.Hour}
+	req := storage.ClaimRequest{Key: k, Scheme: storage.FingerprintScheme, Now: claimed, Lease: time.Minute, TTL: time.Hour}
 	if _, _, err := f.db.Claim(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/intentsearch"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // errNoSearch says the intents' store cannot scan a principal's intents.

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/recordview"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // keyPage is what the key page shows of one record: its story from the

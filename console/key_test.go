@@ -16,8 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // keyPath is the key page of key of principal.
@@ -136,7 +135,7 @@ func TestKeyPage_TellsTheStoryOfATakeover(t *testing.T) {
 	ctx := context.Background()
 	k := storage.RecordKey{Scope: principal, Key: "order-1"}
 	first := time.Now().Add(-3 * time.Minute)
-	req := storage.ClaimRequest{Key: k, Scheme: interceptor.FingerprintScheme, Now: first, Lease: time.Minute, TTL: time.Hour}
+	req := storage.ClaimRequest{Key: k, Scheme: storage.FingerprintScheme, Now: first, Lease: time.Minute, TTL: time.Hour}
 	if _, _, err := f.db.Claim(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +191,7 @@ func TestAttemptsInWords(t *testing.T) {
 	k := storage.RecordKey{Scope: principal, Key: "order-1"}
 	start := time.Now().Add(-10 * time.Minute)
 	for i := range 4 {
-		req := storage.ClaimRequest{Key: k, Scheme: interceptor.FingerprintScheme, Now: start.Add(time.Duration(i) * 2 * time.Minute), Lease: time.Minute, TTL: time.Hour}
+		req := storage.ClaimRequest{Key: k, Scheme: storage.FingerprintScheme, Now: start.Add(time.Duration(i) * 2 * time.Minute), Lease: time.Minute, TTL: time.Hour}
 		if _, _, err := f.db.Claim(ctx, req); err != nil {
 			t.Fatal(err)
 		}

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/recordview"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 //go:embed page.html

@@ -14,9 +14,9 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/console"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgintents"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/logbuf"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )

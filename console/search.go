@@ -5,10 +5,10 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/recordview"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/storage"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // maxHolders bounds the principals a lookup by key alone lists. A key

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/paymentsd/paymentsd/bearer"
+	"github.com/paymentsd/paymentsd/internal/bearer"
 )
 
 // cookieName is the session cookie's name.

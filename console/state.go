@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // current is what a key holds now, as the console judges it: the record

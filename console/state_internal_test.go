@@ -3,8 +3,8 @@ package console
 import (
 	"testing"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/storage"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // For idempotency keys a and b of one scope, a comes before justBefore(b)

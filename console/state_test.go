@@ -13,14 +13,13 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // claimReq is a claim of key of principal at now, with a lease of a
 // minute, the same request as every other claim of the tests.
 func claimReq(key string, now time.Time) storage.ClaimRequest {
-	return storage.ClaimRequest{Key: storage.RecordKey{Scope: principal, Key: key}, Scheme: interceptor.FingerprintScheme,
+	return storage.ClaimRequest{Key: storage.RecordKey{Scope: principal, Key: key}, Scheme: storage.FingerprintScheme,
 		Now: now, Lease: time.Minute, TTL: time.Hour}
 }
 

@@ -23,8 +23,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 

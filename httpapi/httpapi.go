@@ -24,7 +24,7 @@ import (
 	"github.com/paymentsd/paymentsd"
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // MaxBodyBytes is the largest request body accepted.

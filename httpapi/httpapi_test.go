@@ -20,7 +20,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/httpapi"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // fakeService records the metadata of each call and answers with headers

@@ -25,7 +25,7 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/httpapi"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // heldService answers a create at once, unless its payer is "held": that

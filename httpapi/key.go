@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // keyHeader is the HTTP spelling of wire.KeyHeader.

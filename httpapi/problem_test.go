@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 func withDetails(t *testing.T, code codes.Code, msg string, details ...protoadapt.MessageV1) *status.Status {

@@ -33,9 +33,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/testclock"
 )
 
@@ -174,7 +173,7 @@ func request(key string, now time.Time) storage.ClaimRequest {
 	return storage.ClaimRequest{
 		Key:         storage.RecordKey{Scope: "scope-a", Key: key},
 		Fingerprint: sha256.Sum256([]byte("body")),
-		Scheme:      interceptor.FingerprintScheme,
+		Scheme:      storage.FingerprintScheme,
 		Now:         now, Lease: lease, TTL: ttl,
 	}
 }

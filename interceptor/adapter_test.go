@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // headerRefused is a call's stream that can no longer set a header, as

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // transport stands in for the call's grpc transport stream, which a

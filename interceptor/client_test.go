@@ -20,7 +20,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // flaky is a server interceptor in front of the idempotency layer that

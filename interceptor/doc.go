@@ -116,14 +116,14 @@
 //   - once: the rules with no transport, for a message consumer or any
 //     caller that is not a gRPC server. This package is its gRPC face.
 //
-//   - interceptor/storage: the store contract, for those who write a store.
+//   - storage: the store contract, for those who write a store.
 //     It holds Store, TxStore, Record, the claim rules in Decide and the
 //     errors a store returns. Its conformance suite is storage/storagetest.
 //
 //   - interceptor/retry: the client half. It gives each call a key, keeps
 //     it across attempts and retries what is safe to retry.
 //
-//   - interceptor/wire: the metadata names, the ErrorInfo reasons and the
+//   - wire: the metadata names, the ErrorInfo reasons and the
 //     key rule. Both halves share them, and so does an HTTP face.
 //
 //   - interceptor/tracing: an Observer that puts each outcome on the

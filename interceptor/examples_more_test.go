@@ -24,8 +24,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/memstore"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // With mutual TLS, the caller is the verified client certificate: scope

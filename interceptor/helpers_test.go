@@ -18,9 +18,9 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/testclock"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // testService is grpc.testing.TestService whose UnaryCall runs a test's

@@ -13,8 +13,8 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/memstore"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // slowTx delays every store write of a claim (its claim, renewals and

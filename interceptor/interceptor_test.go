@@ -19,9 +19,10 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
+	"github.com/paymentsd/paymentsd/once"
+	"github.com/paymentsd/paymentsd/storage"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 func marshal(t *testing.T, m proto.Message) []byte {
@@ -79,8 +80,8 @@ func TestMismatch_NamesKeyAndFingerprints_StoresNothing(t *testing.T) {
 	}
 	other := h.send("tok", "order-1001", payload("amount 999"))
 	st := wantReason(t, other.err, codes.FailedPrecondition, wire.ReasonKeyReused)
-	fpFirst, _ := interceptor.NewFingerprint(testgrpc.TestService_UnaryCall_FullMethodName, payload("amount 100"))
-	fpOther, _ := interceptor.NewFingerprint(testgrpc.TestService_UnaryCall_FullMethodName, payload("amount 999"))
+	fpFirst, _ := once.NewFingerprint(testgrpc.TestService_UnaryCall_FullMethodName, payload("amount 100"))
+	fpOther, _ := once.NewFingerprint(testgrpc.TestService_UnaryCall_FullMethodName, payload("amount 999"))
 	for _, want := range []string{`"order-1001"`, fpFirst.Short(), fpOther.Short()} {
 		if !strings.Contains(st.Message(), want) {
 			t.Errorf("message %q does not contain %s", st.Message(), want)
@@ -367,9 +368,9 @@ func TestFingerprint_DeterministicAndMethodBound(t *testing.T) {
 	if err := proto.Unmarshal(reversed, &reordered); err != nil {
 		t.Fatal(err)
 	}
-	a, _ := interceptor.NewFingerprint("/s/M", req)
-	b, _ := interceptor.NewFingerprint("/s/M", &reordered)
-	c, _ := interceptor.NewFingerprint("/s/N", req)
+	a, _ := once.NewFingerprint("/s/M", req)
+	b, _ := once.NewFingerprint("/s/M", &reordered)
+	c, _ := once.NewFingerprint("/s/N", req)
 	if a != b {
 		t.Errorf("field order changed the fingerprint: %v vs %v", a, b)
 	}
@@ -466,7 +467,7 @@ func TestFingerprintScheme_ChangeIsMismatchNotReplay(t *testing.T) {
 	// compared with the old record: refused, not replayed nor run again.
 	_, err := after(ctx, req, info, handler)
 	st := wantReason(t, err, codes.FailedPrecondition, wire.ReasonKeyReused)
-	if !strings.Contains(st.Message(), interceptor.FingerprintScheme) || !strings.Contains(st.Message(), "excluding") {
+	if !strings.Contains(st.Message(), storage.FingerprintScheme) || !strings.Contains(st.Message(), "excluding") {
 		t.Errorf("message %q does not name both schemes", st.Message())
 	}
 	if runs != 1 {

@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"github.com/paymentsd/paymentsd/bearer"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/internal/bearer"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // keyFromContext returns the request's idempotency key and whether one was

@@ -10,9 +10,9 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/once"
+	"github.com/paymentsd/paymentsd/storage"
+	"github.com/paymentsd/paymentsd/wire"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 )

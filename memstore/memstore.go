@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Store keeps records in a map. It is safe for concurrent use.

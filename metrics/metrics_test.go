@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/metrics"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // The metrics go on the embedder's registry, labelled as go-grpc-middleware

@@ -9,17 +9,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
-// FingerprintScheme names how fingerprints are computed. Records keep the
-// scheme of their fingerprint. A fingerprint computed another way cannot
-// be compared with it. A request that meets a record of another scheme is
-// thus a mismatch, never a replay.
-const FingerprintScheme = "sha256-deterministic-v1"
-
 // NewFingerprint computes the fingerprint of req sent to fullMethod, under
-// FingerprintScheme with no excluded fields.
+// storage.FingerprintScheme with no excluded fields.
 func NewFingerprint(fullMethod string, req proto.Message) (storage.Fingerprint, error) {
 	return fingerprinter{}.fingerprint(fullMethod, req)
 }
@@ -44,14 +38,14 @@ func newFingerprinter(exclude []protoreflect.FullName) fingerprinter {
 // made under other exclusions are thus known to be incomparable.
 func (f fingerprinter) scheme() string {
 	if len(f.exclude) == 0 {
-		return FingerprintScheme
+		return storage.FingerprintScheme
 	}
 	names := make([]string, 0, len(f.exclude))
 	for name := range f.exclude {
 		names = append(names, string(name))
 	}
 	slices.Sort(names)
-	return FingerprintScheme + "; excluding " + strings.Join(names, ",")
+	return storage.FingerprintScheme + "; excluding " + strings.Join(names, ",")
 }
 
 func (f fingerprinter) fingerprint(fullMethod string, req proto.Message) (storage.Fingerprint, error) {

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // flights tracks the claims this process is running. Duplicates waiting

@@ -15,10 +15,9 @@ import (
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/intenttest"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
@@ -246,7 +245,7 @@ func TestUpdate_LockTimeoutInTx_FailsTx(t *testing.T) {
 	req := storage.ClaimRequest{
 		Key:         storage.RecordKey{Scope: "scope", Key: "k"},
 		Fingerprint: sha256.Sum256([]byte("body")),
-		Scheme:      interceptor.FingerprintScheme,
+		Scheme:      storage.FingerprintScheme,
 		Now:         t0, Lease: 30 * time.Second, TTL: time.Hour,
 	}
 	outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.Transactional)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // A record damaged in the database (bytes that do not decode) is reported

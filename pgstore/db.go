@@ -37,8 +37,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/storage/ledger"
+	"github.com/paymentsd/paymentsd/internal/ledger"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Errors returned when opening a database.

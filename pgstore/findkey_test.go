@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // FindKey reads a key's records through the index on the key (migration

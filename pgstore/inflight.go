@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // DB lists its claims in flight.

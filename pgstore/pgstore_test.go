@@ -16,9 +16,10 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/storage/storagetest"
+	"github.com/paymentsd/paymentsd/once/oncetest"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/storage"
+	"github.com/paymentsd/paymentsd/storage/storagetest"
 	"github.com/paymentsd/paymentsd/testkit/faultproxy"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
@@ -45,17 +46,20 @@ func open(t testing.TB, name string, opts *pgstore.Options) *pgstore.DB {
 	return db
 }
 
-func TestConformance(t *testing.T) {
-	storagetest.RunTests(t, func(t *testing.T, dir string) storagetest.Store {
-		// The suite simulates time, so the store takes the caller's clock;
-		// a short lock timeout keeps its waits for uncommitted claims short.
-		url := pgtest.Require(t, cluster).NewDatabase(t, pgtest.DatabaseName(dir))
-		db, err := pgstore.Open(context.Background(), url, &pgstore.Options{CallerClock: true, LockTimeout: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		return db
-	})
+func TestConformance(t *testing.T) { storagetest.RunTests(t, openSuiteDB) }
+
+func TestOnce(t *testing.T) { oncetest.RunTests(t, openSuiteDB) }
+
+// openSuiteDB opens a database of its own for dir. The suites simulate
+// time, so the store takes the caller's clock; a short lock timeout keeps
+// its waits for uncommitted claims short.
+func openSuiteDB(t *testing.T, dir string) storagetest.Store {
+	url := pgtest.Require(t, cluster).NewDatabase(t, pgtest.DatabaseName(dir))
+	db, err := pgstore.Open(context.Background(), url, &pgstore.Options{CallerClock: true, LockTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return db
 }
 
 func request(key string, now time.Time) storage.ClaimRequest {

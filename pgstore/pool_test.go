@@ -14,8 +14,8 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/storage/ledger"
+	"github.com/paymentsd/paymentsd/internal/ledger"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // DB is an storage.TxStore and a Watcher.

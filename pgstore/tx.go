@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/storage/ledger"
+	"github.com/paymentsd/paymentsd/internal/ledger"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // endTimeout bounds a rollback, which runs whatever the caller's context.

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Duplicates waiting for a key's lock hold no pool connection while they

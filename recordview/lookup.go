@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // LookupBolt returns k's record in the bbolt data file at path, or nil

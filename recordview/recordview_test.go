@@ -19,10 +19,9 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/recordview"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
@@ -39,7 +38,7 @@ var (
 func inFlight() *storage.Record {
 	return &storage.Record{
 		Fingerprint: storage.Fingerprint{0xab, 0xcd},
-		Scheme:      interceptor.FingerprintScheme,
+		Scheme:      storage.FingerprintScheme,
 		State:       storage.StateInFlight,
 		Attempt:     2,
 		Owner:       "host-1",
@@ -168,7 +167,7 @@ func TestView_JSONNames(t *testing.T) {
 func claim(t *testing.T, s storage.Store, id string) {
 	t.Helper()
 	ctx := context.Background()
-	_, rec, err := s.Claim(ctx, storage.ClaimRequest{Key: key, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
+	_, rec, err := s.Claim(ctx, storage.ClaimRequest{Key: key, Scheme: storage.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +261,7 @@ func lookUpStored(t *testing.T, claimed time.Time, lease time.Duration, store fu
 		t.Fatal(err)
 	}
 	defer db.Close()
-	_, rec, err := db.Claim(context.Background(), storage.ClaimRequest{Key: key, Scheme: interceptor.FingerprintScheme, Now: claimed, Lease: lease, TTL: time.Hour})
+	_, rec, err := db.Claim(context.Background(), storage.ClaimRequest{Key: key, Scheme: storage.FingerprintScheme, Now: claimed, Lease: lease, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

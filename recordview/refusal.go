@@ -3,7 +3,7 @@ package recordview
 import (
 	"errors"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // refusalText says why each refusal of a release keeps the record, for

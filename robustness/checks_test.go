@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // The checks here are those a sequential model cannot state: what a

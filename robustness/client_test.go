@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // tokens are the principals' bearer tokens; the servers run in dev mode,

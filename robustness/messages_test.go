@@ -24,12 +24,12 @@ import (
 	"github.com/paymentsd/paymentsd/backend"
 	"github.com/paymentsd/paymentsd/boltintents"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/pgintents"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/natstest"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/testkit/proctest"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // The message run drives examples/jetstream, the NATS JetStream consumer

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // The model is the service as one sequential machine, split in partitions

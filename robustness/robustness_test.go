@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/testkit/faultproxy"
 	"github.com/paymentsd/paymentsd/testkit/patroni"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 func TestMain(m *testing.M) {

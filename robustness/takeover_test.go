@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // A pause takes a worker over only if the paused process holds a durable

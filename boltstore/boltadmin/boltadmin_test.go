@@ -19,8 +19,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 var (
@@ -38,7 +37,7 @@ func openWithRecord(t *testing.T, path string) *boltstore.DB {
 	}
 	ctx := context.Background()
 	_, claim, err := db.Claim(ctx, storage.ClaimRequest{
-		Key: stored, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
+		Key: stored, Scheme: storage.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Client asks a running server through its admin socket.

@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // statusDamaged is the status of an answer about damaged data. The

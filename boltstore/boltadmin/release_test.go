@@ -18,8 +18,7 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // storeTx stores result for key as a transactional method does.
@@ -27,7 +26,7 @@ func storeTx(t *testing.T, db *boltstore.DB, key string, result *storage.Result)
 	t.Helper()
 	k := storage.RecordKey{Scope: "alice", Key: key}
 	_, claim, tx, err := db.ClaimTx(context.Background(), storage.ClaimRequest{
-		Key: k, Scheme: interceptor.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
+		Key: k, Scheme: storage.FingerprintScheme, Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
 	}, storage.Transactional)
 	if err != nil {
 		t.Fatal(err)

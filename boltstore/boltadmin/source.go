@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Source is what an operator's tool reads a bbolt data file through. It is

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // rawCall sends one unary gRPC request over plain HTTP/2 with headers that

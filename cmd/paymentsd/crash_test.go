@@ -17,7 +17,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // crashRecord is what the clients of the crash test know of one key.

@@ -25,8 +25,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/testkit/rawgrpc"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // How one face answered a create.

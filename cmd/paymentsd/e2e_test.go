@@ -36,10 +36,10 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/testkit/faultproxy"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 func TestE2E_SeedDemo_FreshReplayMismatch(t *testing.T) {
@@ -63,8 +63,8 @@ func TestE2E_SeedDemo_FreshReplayMismatch(t *testing.T) {
 		t.Fatalf("reused key: %v, want FAILED_PRECONDITION / %s", third.err, wire.ReasonKeyReused)
 	}
 	method := paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName
-	stored, _ := interceptor.NewFingerprint(method, seedRequest("100000000"))
-	got, _ := interceptor.NewFingerprint(method, seedRequest("999000000"))
+	stored, _ := once.NewFingerprint(method, seedRequest("100000000"))
+	got, _ := once.NewFingerprint(method, seedRequest("999000000"))
 	for _, want := range []string{`"order-1001"`, stored.Short(), got.Short()} {
 		if msg := status.Convert(third.err).Message(); !strings.Contains(msg, want) {
 			t.Errorf("message %q does not name %s", msg, want)

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/bearer"
+	"github.com/paymentsd/paymentsd/internal/bearer"
 	"github.com/paymentsd/paymentsd/internal/cli"
 )
 

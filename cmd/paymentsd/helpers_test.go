@@ -38,8 +38,8 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/boltstore/bolttest"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // ---- Starting the binary ----

@@ -27,7 +27,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore/bolttest"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // changeWithDD sets the byte at offset of every occurrence of marker in the

@@ -44,7 +44,6 @@ import (
 	"github.com/paymentsd/paymentsd/daemon/storehealth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/interceptor/tracing"
 	"github.com/paymentsd/paymentsd/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/grpcreflect"
@@ -54,6 +53,7 @@ import (
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/server"
 	"github.com/paymentsd/paymentsd/server/strictcodec"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/tlsreload"
 )
 

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // Two replicas on one database answer as one: a create on either is

@@ -18,8 +18,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/boltstore"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // wantLogged fails t unless log has a line holding each of want.
@@ -100,7 +99,7 @@ func TestRelease_Stopped_RefusesWhatAHandlerMayHaveActedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := func(key string) storage.ClaimRequest {
-		return storage.ClaimRequest{Key: storage.RecordKey{Scope: "acme-shop", Key: key}, Scheme: interceptor.FingerprintScheme,
+		return storage.ClaimRequest{Key: storage.RecordKey{Scope: "acme-shop", Key: key}, Scheme: storage.FingerprintScheme,
 			Now: time.Now(), Lease: time.Hour, TTL: 24 * time.Hour}
 	}
 	ctx := context.Background()

@@ -23,10 +23,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/server"
 	"github.com/paymentsd/paymentsd/testkit/faultproxy"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // replicaRounds is the number of rounds of TestCrash_Replicas_PostgreSQL:

@@ -33,10 +33,10 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/testclock"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 const createMethod = paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName

@@ -27,7 +27,8 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/daemon/config"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/once"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
@@ -66,7 +67,7 @@ func parseRecord(t *testing.T, r run) recordJSON {
 
 func fingerprintHex(t *testing.T, req *paymentsv1.CreatePaymentIntentRequest) string {
 	t.Helper()
-	fp, err := interceptor.NewFingerprint(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, req)
+	fp, err := once.NewFingerprint(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestRecord_WhileRunning_ThenStopped(t *testing.T) {
 	// A completed create, by token: the intent it made.
 	paymentsd(t, token+"\n", "record", "--db", db, "--token-stdin", "--key", "order-1").want(t, 0,
 		"state:              completed", "intent:             "+id, "code:               OK",
-		fingerprintHex(t, seedRequest("100000000")), interceptor.FingerprintScheme)
+		fingerprintHex(t, seedRequest("100000000")), storage.FingerprintScheme)
 
 	// An error result, by principal, as JSON.
 	rec := parseRecord(t, paymentsd(t, "", "record", "--db", db, "--principal", devPrincipal(token), "--key", "order-zero", "--json"))
@@ -103,7 +104,7 @@ func TestRecord_WhileRunning_ThenStopped(t *testing.T) {
 		rec.Message == nil || *rec.Message == "" || rec.IntentID != nil || rec.ResponseType != nil || rec.LeaseExpiry != nil {
 		t.Errorf("record of the error = %+v", rec)
 	}
-	if rec.Fingerprint != fingerprintHex(t, seedRequest("0")) || rec.FingerprintScheme != interceptor.FingerprintScheme ||
+	if rec.Fingerprint != fingerprintHex(t, seedRequest("0")) || rec.FingerprintScheme != storage.FingerprintScheme ||
 		rec.Principal != devPrincipal(token) || rec.Key != "order-zero" || !strings.HasPrefix(rec.Owner, "pid ") {
 		t.Errorf("record = %+v, want the key's fingerprint and names", rec)
 	}

@@ -36,8 +36,8 @@ import (
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/devcerts"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // certSet is a CA and the certificates it issued, as PEM files in a

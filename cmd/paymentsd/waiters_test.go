@@ -8,8 +8,8 @@ import (
 	"time"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/pgstore"
+	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/envflags"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Config is paymentsd's configuration, one field per flag.

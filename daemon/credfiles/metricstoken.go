@@ -5,7 +5,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 
-	"github.com/paymentsd/paymentsd/bearer"
+	"github.com/paymentsd/paymentsd/internal/bearer"
 	"github.com/paymentsd/paymentsd/internal/safefile"
 )
 

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/bearer"
 	"github.com/paymentsd/paymentsd/boltintents"
 	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
 	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/intentsearch"
+	"github.com/paymentsd/paymentsd/internal/bearer"
 	"github.com/paymentsd/paymentsd/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/envflags"
 	"github.com/paymentsd/paymentsd/pgintents"

@@ -6,12 +6,12 @@ package keycmd
 
 import (
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/bearer"
 	"github.com/paymentsd/paymentsd/daemon/config"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/internal/bearer"
 	"github.com/paymentsd/paymentsd/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/envflags"
+	"github.com/paymentsd/paymentsd/storage"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // recordQuery is what paymentsd record (or release) was asked.

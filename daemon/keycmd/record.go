@@ -9,9 +9,9 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/daemon/config"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
 	"github.com/paymentsd/paymentsd/internal/cli"
 	"github.com/paymentsd/paymentsd/recordview"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // recordAbout is what paymentsd record -h says above its flags.

@@ -17,10 +17,10 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/internal/logattr"
 	"github.com/paymentsd/paymentsd/internal/requestid"
 	"github.com/paymentsd/paymentsd/metrics"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // callKey holds the *call of the line being gathered. Observer and

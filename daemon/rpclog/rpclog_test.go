@@ -17,10 +17,10 @@ import (
 	"github.com/paymentsd/paymentsd/daemon/rpclog"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/memstore"
 	"github.com/paymentsd/paymentsd/testkit/grpctest"
 	"github.com/paymentsd/paymentsd/testkit/logbuf"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // payments answers GetPaymentIntent: the error wanted for the id "fail",

@@ -6,7 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/genproto/googleapis/rpc/code"
 
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // The scope is the subject's last token, a valid principal, and nothing else.

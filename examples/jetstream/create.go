@@ -12,9 +12,9 @@ import (
 
 	"github.com/paymentsd/paymentsd/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // outcome is what becomes of one command.

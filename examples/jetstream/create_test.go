@@ -14,9 +14,9 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltintents"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/server"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // gate is an IntentStore whose creates can be held or failed.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/backend"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/storage"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // figures are what verify counted.

@@ -33,7 +33,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // Option configures UnaryClientInterceptor.

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/retry"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 // Options that cannot work are refused when the interceptor is built, not

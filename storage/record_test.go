@@ -14,8 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	idempotencyv1 "github.com/paymentsd/paymentsd/gen/idempotency/v1"
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 func TestRecord_MarshalRoundTrip(t *testing.T) {
@@ -23,7 +22,7 @@ func TestRecord_MarshalRoundTrip(t *testing.T) {
 	detail, _ := anypb.New(wrapperspb.Int64(7))
 	at := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
 	inFlight := &storage.Record{
-		Fingerprint: sha256.Sum256([]byte("req")), Scheme: interceptor.FingerprintScheme, State: storage.StateInFlight, Attempt: 3,
+		Fingerprint: sha256.Sum256([]byte("req")), Scheme: storage.FingerprintScheme, State: storage.StateInFlight, Attempt: 3,
 		Token: storage.ClaimToken{1, 2, 3}, LeaseExpiry: at.Add(time.Second), Expiry: at.Add(time.Hour),
 	}
 	withResponse := *inFlight

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/paymentsd/paymentsd/bearer"
+	"github.com/paymentsd/paymentsd/internal/bearer"
 )
 
 // FuzzBearer_FacesAgree reads the same authorization value as the gRPC

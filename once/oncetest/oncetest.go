@@ -1,25 +1,79 @@
-package storagetest
+// Package oncetest tests the rules of package once on a store: a function
+// runs once per key, its answer is stored and replayed, and every refusal
+// is the one the rules name. A store's tests run it beside the storage
+// conformance suite:
+//
+//	func TestOnce(t *testing.T) {
+//		oncetest.RunTests(t, opener)
+//	}
+package oncetest
 
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
-	"github.com/paymentsd/paymentsd/interceptor/wire"
 	"github.com/paymentsd/paymentsd/once"
+	"github.com/paymentsd/paymentsd/storage"
+	"github.com/paymentsd/paymentsd/storage/storagetest"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
-// The tests of this file run once.Do, the rules with no transport, on the
-// store under test.
-
 const operation = "/shop.v1.Orders/Place"
+
+const (
+	lease = 30 * time.Second
+	ttl   = 24 * time.Hour
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// Opener opens the store kept in dir; see storagetest.Opener.
+type Opener = storagetest.Opener
+
+// RunTests runs the tests of the rules against the stores open returns.
+func RunTests(t *testing.T, open Opener) {
+	tests := []struct {
+		name string
+		run  func(*testing.T, Opener)
+	}{
+		{"Do_RunsOnceAndReplaysTheStoredResponse", testOnceReplays},
+		{"Do_StoredErrorReplayed_OtherRequestRefused", testOnceErrorsAndMismatch},
+		{"Do_WhileRunning_InFlightOrWaits", testOnceInFlight},
+		{"Do_AfterLease_TakenOverAsNextAttempt", testOnceTakeover},
+		{"Do_Transactional_ClaimCommitsWithTheResult", testOnceTransactional},
+		{"Do_BadKeyOrNoMessage_RefusedBeforeAClaim", testOnceBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
+	}
+}
+
+func openStore(t *testing.T, open Opener, dir string) storagetest.Store {
+	t.Helper()
+	s := open(t, dir)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newStore(t *testing.T, open Opener) storagetest.Store { return openStore(t, open, t.TempDir()) }
+
+// reopen closes s, the store kept in dir, and opens it again.
+func reopen(t *testing.T, open Opener, dir string, s storagetest.Store) storagetest.Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return openStore(t, open, dir)
+}
 
 // onceRequest is a Do request of key for body, in scope-a.
 func onceRequest(key, body string) once.Request {
@@ -154,7 +208,7 @@ func testOnceTakeover(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	dead := storage.ClaimRequest{Key: storage.RecordKey{Scope: "scope-a", Key: "k"}, Fingerprint: fp,
-		Scheme: once.FingerprintScheme, Now: t0, Lease: lease, TTL: ttl}
+		Scheme: storage.FingerprintScheme, Now: t0, Lease: lease, TTL: ttl}
 	orphan := claim(t, s, dead, storage.OutcomeFresh)
 
 	var attempt uint64
@@ -166,7 +220,7 @@ func testOnceTakeover(t *testing.T, open Opener) {
 	if err != nil || got.GetValue() != "paid" || attempt != 2 {
 		t.Fatalf("Do after the lease = %v, %v as attempt %d; want paid as attempt 2", got, err, attempt)
 	}
-	late := orphan.Completed(sampleResult(t, "late"))
+	late := orphan.Completed(result(t, "late"))
 	if err := s.Complete(context.Background(), dead.Key, late); !errors.Is(err, storage.ErrSuperseded) {
 		t.Fatalf("the dead worker's Complete: %v, want ErrSuperseded", err)
 	}
@@ -210,4 +264,36 @@ func testOnceBadRequest(t *testing.T, open Opener) {
 	if rec, err := s.Get(context.Background(), storage.RecordKey{Scope: "scope-a", Key: "k"}); err != nil || rec != nil {
 		t.Errorf("record after refusals: %+v, %v; want none", rec, err)
 	}
+}
+
+// claim claims req on s directly, as a worker that then dies would, and
+// checks the outcome.
+func claim(t *testing.T, s storage.Store, req storage.ClaimRequest, want storage.Outcome) *storage.Record {
+	t.Helper()
+	got, rec, err := s.Claim(context.Background(), req)
+	if err != nil || got != want || rec == nil {
+		t.Fatalf("Claim(%q at %v) = %v, %+v, %v; want %v", req.Key.Key, req.Now, got, rec, err, want)
+	}
+	return rec
+}
+
+// as returns s as a T, the optional part of a store that a test is about.
+// It skips the test when s is not one.
+func as[T any](t *testing.T, s storage.Store) T {
+	t.Helper()
+	v, ok := s.(T)
+	if !ok {
+		t.Skipf("store is not an %v", reflect.TypeFor[T]())
+	}
+	return v
+}
+
+// result is a stored response of text.
+func result(t *testing.T, text string) *storage.Result {
+	t.Helper()
+	resp, err := anypb.New(wrapperspb.String(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &storage.Result{Response: resp}
 }

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // testInFlightDurability: a claim is listed in flight with the durability

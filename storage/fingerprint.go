@@ -17,3 +17,9 @@ type Fingerprint [sha256.Size]byte
 func (fp Fingerprint) Short() string { return hex.EncodeToString(fp[:8]) }
 
 func (fp Fingerprint) String() string { return hex.EncodeToString(fp[:]) }
+
+// FingerprintScheme names how fingerprints of protobuf requests are
+// computed. Records keep the scheme of their fingerprint. A fingerprint
+// computed another way cannot be compared with it. A request that meets a
+// record of another scheme is thus a mismatch, never a replay.
+const FingerprintScheme = "sha256-deterministic-v1"

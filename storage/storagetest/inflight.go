@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // listInFlight reads every page of l's claims in flight, limit per page.

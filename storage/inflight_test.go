@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // MergeInFlight keeps the order, lists a key held in both lists once with

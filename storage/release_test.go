@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // A Seen matches the record of its attempt and claim time alone; the zero

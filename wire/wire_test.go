@@ -3,7 +3,7 @@ package wire_test
 import (
 	"testing"
 
-	"github.com/paymentsd/paymentsd/interceptor/wire"
+	"github.com/paymentsd/paymentsd/wire"
 )
 
 func TestValidateMethod(t *testing.T) {

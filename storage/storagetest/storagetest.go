@@ -36,8 +36,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/paymentsd/paymentsd/interceptor"
-	"github.com/paymentsd/paymentsd/interceptor/storage"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // Store is what the suite tests: the interceptor's Store plus the upkeep a
@@ -133,12 +132,6 @@ func RunTests(t *testing.T, open Opener) {
 		// Finding a key in every scope: run when the store is an
 		// storage.KeyFinder.
 		{"FindKey_FindsTheKeyInEveryScopeOrderedByScope", testFindKey},
-		{"Once_Do_RunsOnceAndReplaysTheStoredResponse", testOnceReplays},
-		{"Once_Do_StoredErrorReplayed_OtherRequestRefused", testOnceErrorsAndMismatch},
-		{"Once_Do_WhileRunning_InFlightOrWaits", testOnceInFlight},
-		{"Once_Do_AfterLease_TakenOverAsNextAttempt", testOnceTakeover},
-		{"Once_Do_Transactional_ClaimCommitsWithTheResult", testOnceTransactional},
-		{"Once_Do_BadKeyOrNoMessage_RefusedBeforeAClaim", testOnceBadRequest},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
@@ -176,7 +169,7 @@ func request(key string, fp string, now time.Time) storage.ClaimRequest {
 	return storage.ClaimRequest{
 		Key:         storage.RecordKey{Scope: "scope-a", Key: key},
 		Fingerprint: fingerprint(fp),
-		Scheme:      interceptor.FingerprintScheme,
+		Scheme:      storage.FingerprintScheme,
 		Now:         now, Lease: lease, TTL: ttl,
 	}
 }
