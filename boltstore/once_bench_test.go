@@ -32,7 +32,7 @@ func BenchmarkDo(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				if _, err := once.Do(ctx, g, request(fmt.Sprint("key-", i), transactional), fn); err != nil {
+				if _, _, err := once.Do(ctx, g, request(fmt.Sprint("key-", i), transactional), fn); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -43,11 +43,11 @@ func BenchmarkDo(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := once.Do(ctx, g, request("key", false), fn); err != nil {
+		if _, _, err := once.Do(ctx, g, request("key", false), fn); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			if _, err := once.Do(ctx, g, request("key", false), fn); err != nil {
+			if _, _, err := once.Do(ctx, g, request("key", false), fn); err != nil {
 				b.Fatal(err)
 			}
 		}

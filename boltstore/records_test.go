@@ -13,6 +13,8 @@ func TestConformance(t *testing.T) { storagetest.RunTests(t, openBolt) }
 
 func TestOnce(t *testing.T) { oncetest.RunTests(t, openBolt) }
 
+func TestOnceCrash(t *testing.T) { oncetest.RunCrashTests(t, openBolt) }
+
 // openBolt opens the file in dir. A small batch makes the sweeper tests
 // cross batch boundaries.
 func openBolt(t *testing.T, dir string) storagetest.Store {

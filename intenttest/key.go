@@ -47,7 +47,7 @@ func testFindKeepsKey(t *testing.T, open Opener) {
 		if transactional {
 			key = "order-1-transactional"
 		}
-		resp, err := once.Do(ctx, g, once.Request{Scope: "alice", Key: key, Operation: "/test/Create", Message: req, Transactional: transactional},
+		resp, _, err := once.Do(ctx, g, once.Request{Scope: "alice", Key: key, Operation: "/test/Create", Message: req, Transactional: transactional},
 			func(ctx context.Context) (*paymentsv1.CreatePaymentIntentResponse, error) {
 				return srv.CreatePaymentIntent(ctx, req)
 			})

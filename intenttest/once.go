@@ -22,7 +22,7 @@ func testOnceTransactional(t *testing.T, open Opener) {
 	}
 	create := func(key, id string, fail bool) (*paymentsv1.PaymentIntent, error) {
 		req := once.Request{Scope: "alice", Key: key, Operation: "/test/Create", Message: intent(id, t0), Transactional: true}
-		return once.Do(context.Background(), g, req, func(ctx context.Context) (*paymentsv1.PaymentIntent, error) {
+		resp, _, err := once.Do(context.Background(), g, req, func(ctx context.Context) (*paymentsv1.PaymentIntent, error) {
 			pi := intent(id, t0)
 			if err := b.Intents.CreateIntent(ctx, "alice", "", pi); err != nil {
 				return nil, err
@@ -32,6 +32,7 @@ func testOnceTransactional(t *testing.T, open Opener) {
 			}
 			return pi, nil
 		})
+		return resp, err
 	}
 	if _, err := create("k1", "pi_kept", false); err != nil {
 		t.Fatalf("Do: %v", err)
@@ -39,7 +40,7 @@ func testOnceTransactional(t *testing.T, open Opener) {
 	stored(t, b, "alice", intent("pi_kept", t0))
 	for range 2 {
 		_, err := create("k2", "pi_dropped", true)
-		var e *once.Error
+		var e *once.StoredError
 		if !errors.As(err, &e) || e.Code() != code.Code_FAILED_PRECONDITION {
 			t.Fatalf("Do of a failing function: %v, want its FAILED_PRECONDITION, stored", err)
 		}

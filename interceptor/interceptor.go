@@ -136,7 +136,7 @@ func (c *grpcCall) answer(ctx context.Context, a once.Answer, err error) (any, e
 	if err == nil && a.Replayed {
 		return replay(ctx, a.Result, c.expires, c.i.opts.storedBytes)
 	}
-	var refused *once.Error
+	var refused *once.Refusal
 	switch {
 	case errors.As(err, &refused):
 		return nil, status.ErrorProto(refused.Status)

@@ -3,10 +3,12 @@ package once
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/paymentsd/paymentsd/storage"
@@ -34,7 +36,9 @@ type call struct {
 	req Request
 	key storage.RecordKey
 	fp  storage.Fingerprint
-	obs *Observation
+	// scheme is how fp was computed, kept with the claim.
+	scheme string
+	obs    *Observation
 	// durability is Transactional for a function declared so, on a
 	// TxStore. Its writes are its only effect, so its claim commits with
 	// them or never. Every other claim is Durable.
@@ -44,8 +48,8 @@ type call struct {
 	tx    storage.Tx      // the claim's Tx, on a TxStore
 }
 
-func (g *Guard) newCall(req Request, fp storage.Fingerprint, obs *Observation) *call {
-	c := &call{g: g, req: req, key: storage.RecordKey{Scope: req.Scope, Key: req.Key}, fp: fp, obs: obs, durability: storage.Durable}
+func (g *Guard) newCall(req Request, fp storage.Fingerprint, scheme string, obs *Observation) *call {
+	c := &call{g: g, req: req, key: storage.RecordKey{Scope: req.Scope, Key: req.Key}, fp: fp, scheme: scheme, obs: obs, durability: storage.Durable}
 	if g.txStore != nil && req.Transactional {
 		c.durability = storage.Transactional
 	}
@@ -60,7 +64,7 @@ func (c *call) answer(ctx context.Context, fn Func, again bool) (Answer, error) 
 	outcome, rec, now, err := c.claimKey(ctx)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return Answer{}, &Error{Status: statusOf(ctxErr)} // the caller gave up, maybe while waiting
+			return Answer{}, gaveUp(ctxErr) // maybe while waiting
 		}
 		c.obs.Err = err
 		return Answer{}, c.storeFailure(err)
@@ -82,12 +86,12 @@ func (c *call) answer(ctx context.Context, fn Func, again bool) (Answer, error) 
 	case outcome == storage.OutcomeInFlight:
 		return Answer{}, errInFlight(c.key.Key, c.g.handlerTimes.retryDelay(c.req.Operation, rec.LeaseExpiry.Sub(now)))
 	case outcome == storage.OutcomeMismatch:
-		return Answer{}, errMismatch(c.key.Key, rec, c.fp, c.g.scheme)
+		return Answer{}, errMismatch(c.key.Key, rec, c.fp, c.scheme)
 	}
 	if c.g.txStore != nil && c.tx == nil {
 		// A TxStore that claimed without a Tx broke its contract: run nothing.
 		c.obs.Err = errors.New("the store claimed without a Tx")
-		return Answer{}, plain(code.Code_UNAVAILABLE, "idempotency store unavailable, the request was not run; retry with the same key")
+		return Answer{}, plain(ErrStoreUnavailable, code.Code_UNAVAILABLE, "idempotency store unavailable, the request was not run; retry with the same key")
 	}
 	c.claim = rec
 	return c.run(ctx, fn)
@@ -143,7 +147,7 @@ func (c *call) waitAndClaim(ctx context.Context, outcome storage.Outcome, rec *s
 // claimOnce asks the store once, at now, through ClaimTx when it is a
 // TxStore.
 func (c *call) claimOnce(ctx context.Context, now time.Time) (outcome storage.Outcome, rec *storage.Record, err error) {
-	req := storage.ClaimRequest{Key: c.key, Fingerprint: c.fp, Scheme: c.g.scheme, Now: now, Lease: c.g.opts.Lease, TTL: c.g.opts.TTL}
+	req := storage.ClaimRequest{Key: c.key, Fingerprint: c.fp, Scheme: c.scheme, Now: now, Lease: c.g.opts.Lease, TTL: c.g.opts.TTL}
 	start := time.Now()
 	if c.g.txStore != nil {
 		outcome, rec, c.tx, err = c.g.txStore.ClaimTx(ctx, req, c.durability)
@@ -216,9 +220,9 @@ func (c *call) invoke(ctx context.Context, fn Func) (*storage.Result, error) {
 		return nil, err
 	}
 	if size := resultSize(result); size > c.g.opts.MaxResultSize {
-		result = &storage.Result{Status: plain(code.Code_INTERNAL,
+		result = &storage.Result{Status: &spb.Status{Code: int32(code.Code_INTERNAL), Message: fmt.Sprintf(
 			"idempotency: the handler's result is %d bytes, over the %d-byte limit for stored results; it was discarded",
-			size, c.g.opts.MaxResultSize).Status}
+			size, c.g.opts.MaxResultSize)}}
 	}
 	return result, nil
 }
@@ -308,21 +312,21 @@ func (c *call) renewWhileRunning(ctx context.Context) (stop func()) {
 // its completion failed, and a durable claim's function may have acted
 // outside the store. The cause goes to the Observation, never to the
 // caller.
-func (c *call) storeFailure(err error) *Error {
+func (c *call) storeFailure(err error) *Refusal {
 	switch {
 	case c.claim == nil && errors.Is(err, storage.ErrDamaged):
-		return plain(code.Code_DATA_LOSS, "idempotency store found its data damaged; the request was not run")
+		return plain(ErrDataLoss, code.Code_DATA_LOSS, "idempotency store found its data damaged; the request was not run")
 	case c.claim == nil:
-		return plain(code.Code_UNAVAILABLE, "idempotency store unavailable, the request was not run; retry with the same key")
+		return plain(ErrStoreUnavailable, code.Code_UNAVAILABLE, "idempotency store unavailable, the request was not run; retry with the same key")
 	case errors.Is(err, storage.ErrDamaged):
-		return plain(code.Code_DATA_LOSS, "idempotency store found its data damaged; the result of attempt %d was not stored", c.claim.Attempt)
+		return plain(ErrDataLoss, code.Code_DATA_LOSS, "idempotency store found its data damaged; the result of attempt %d was not stored", c.claim.Attempt)
 	case errors.Is(err, storage.ErrOutcomeUnknown):
 		return errOutcomeUnknown(c.key.Key, c.claim.Attempt, c.durability == storage.Durable)
 	case c.durability == storage.Durable:
-		return plain(code.Code_UNAVAILABLE,
+		return plain(ErrStoreUnavailable, code.Code_UNAVAILABLE,
 			"idempotency store failed to save the result of attempt %d; retry with the same key", c.claim.Attempt)
 	default:
-		return plain(code.Code_UNAVAILABLE,
+		return plain(ErrStoreUnavailable, code.Code_UNAVAILABLE,
 			"idempotency store failed to save the request's writes and result, which were most likely not kept (a commit whose answer was lost may have been); retry with the same key to learn which")
 	}
 }

@@ -8,10 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/wire"
@@ -62,6 +60,11 @@ type Options struct {
 	// WatchPoll is how often a duplicate waiting on a Watcher's notice
 	// looks at the store anyway, in case the notice was lost.
 	WatchPoll time.Duration
+	// Statuses, when set, stores the errors of Do's and DoValue's
+	// functions with the codes and details of their own type, and answers
+	// with errors of that type. interceptor.StatusErrors keeps gRPC status
+	// errors. Unset, a function chooses its code with Errorf.
+	Statuses Statuses
 }
 
 func (o Options) withDefaults() Options {
@@ -149,6 +152,7 @@ type Request struct {
 	// part of the fingerprint, so one key cannot serve two operations.
 	Operation string
 	// Message is the request. Its deterministic encoding is fingerprinted.
+	// It is nil for DoValue, which fingerprints its value.
 	Message proto.Message
 	// Transactional declares that the function acts only through the
 	// store's Tx. On a TxStore its claim then commits with its writes, or
@@ -194,24 +198,28 @@ type Answer struct {
 
 // Run runs fn at most once for req across retries, processes and replicas
 // that share g's store. It returns the stored result, unchanged, to every
-// later call with the same request. Its error is an *Error: a refusal of
-// the rules (an invalid key, in flight, mismatch, superseded, a store
-// failure), or one fn returned. obs, when not nil, is filled in.
+// later call with the same request. Its error is a *Refusal, or one that
+// fn or req.OnClaim returned. obs, when not nil, is filled in.
 func (g *Guard) Run(ctx context.Context, req Request, obs *Observation, fn Func) (Answer, error) {
+	if req.Message == nil {
+		return Answer{}, misuse("a request needs a message")
+	}
+	fp, err := g.fingerprinter.fingerprint(req.Operation, req.Message)
+	if err != nil {
+		return Answer{}, misuse("%v", err)
+	}
+	return g.run(ctx, req, fp, g.scheme, obs, fn)
+}
+
+// run runs fn for req, whose request fingerprints as fp under scheme.
+func (g *Guard) run(ctx context.Context, req Request, fp storage.Fingerprint, scheme string, obs *Observation, fn Func) (Answer, error) {
 	if obs == nil {
 		obs = &Observation{}
 	}
 	if err := wire.ValidateKey(req.Key); err != nil {
-		return Answer{}, refusal(code.Code_INVALID_ARGUMENT, wire.ReasonKeyInvalid, "invalid idempotency key: "+err.Error(), nil)
+		return Answer{}, errInvalidKey(err)
 	}
-	if req.Message == nil {
-		return Answer{}, plain(code.Code_INTERNAL, "idempotency: a request needs a message")
-	}
-	fp, err := g.fingerprinter.fingerprint(req.Operation, req.Message)
-	if err != nil {
-		return Answer{}, plain(code.Code_INTERNAL, "idempotency: %v", err)
-	}
-	c := g.newCall(req, fp, obs)
+	c := g.newCall(req, fp, scheme, obs)
 	for runs := 1; ; runs++ {
 		a, err := c.answer(ctx, fn, runs > 1)
 		if !errors.Is(err, errRunAgain) {
@@ -221,53 +229,6 @@ func (g *Guard) Run(ctx context.Context, req Request, obs *Observation, fn Func)
 			return Answer{}, errWriteConflict(req.Key, runs)
 		}
 	}
-}
-
-// Do runs fn at most once for req, as Run does, and returns its response:
-// fn's own the first time, the stored one after. An error fn returns is
-// stored as its status: an *Error's own, a context's error as CANCELLED or
-// DEADLINE_EXCEEDED, any other as UNKNOWN. So return an *Error for a code
-// of your own: a gRPC status error is UNKNOWN here. A typed nil response
-// is stored, and answered, as an empty message. Every later call gets it back
-// as an *Error.
-func Do[T proto.Message](ctx context.Context, g *Guard, req Request, fn func(ctx context.Context) (T, error)) (T, error) {
-	var resp T
-	a, err := g.Run(ctx, req, nil, func(ctx context.Context) (*storage.Result, error) {
-		var ferr error
-		resp, ferr = fn(ctx)
-		if ferr != nil {
-			return &storage.Result{Status: statusOf(ferr)}, nil
-		}
-		if any(resp) == nil {
-			return nil, plain(code.Code_INTERNAL, "idempotency: the function returned neither a response nor an error")
-		}
-		if !resp.ProtoReflect().IsValid() { // a typed nil: answer what is stored, an empty message
-			resp = resp.ProtoReflect().Type().New().Interface().(T)
-		}
-		packed, err := anypb.New(resp)
-		if err != nil {
-			return nil, plain(code.Code_INTERNAL, "idempotency: encode response: %v", err)
-		}
-		return &storage.Result{Response: packed}, nil
-	})
-	var zero T
-	switch {
-	case err != nil:
-		return zero, err
-	case a.Result.Status != nil:
-		return zero, &Error{Status: proto.Clone(a.Result.Status).(*spb.Status)} // the stored one stays as it is
-	case !a.Replayed:
-		return resp, nil
-	}
-	msg, err := a.Result.Response.UnmarshalNew()
-	if err != nil {
-		return zero, plain(code.Code_INTERNAL, "idempotency: stored response cannot be decoded: %v", err)
-	}
-	stored, ok := msg.(T)
-	if !ok {
-		return zero, plain(code.Code_INTERNAL, "idempotency: stored response is a %T, not a %T", msg, zero)
-	}
-	return stored, nil
 }
 
 // running is what a function's context says of its run: one value, for

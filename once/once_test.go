@@ -30,25 +30,25 @@ func request(key string) once.Request {
 func TestDo_TypedNilResponse_AnsweredAsStored(t *testing.T) {
 	g := guard(t)
 	for i := range 2 {
-		got, err := once.Do(context.Background(), g, request("k"), func(context.Context) (*wrapperspb.StringValue, error) { return nil, nil })
+		got, _, err := once.Do(context.Background(), g, request("k"), func(context.Context) (*wrapperspb.StringValue, error) { return nil, nil })
 		if err != nil || got == nil || got.GetValue() != "" {
 			t.Fatalf("Do #%d = %v, %v; want an empty message", i+1, got, err)
 		}
 	}
 }
 
-// A typed nil *Error is an error like any other: stored as UNKNOWN, never
+// A typed nil *StoredError is an error like any other: stored as UNKNOWN, never
 // a panic after the function ran.
 func TestDo_TypedNilError_StoredAsUnknown(t *testing.T) {
 	g := guard(t)
 	runs := 0
 	for i := range 2 {
-		_, err := once.Do(context.Background(), g, request("k"), func(context.Context) (*wrapperspb.StringValue, error) {
+		_, _, err := once.Do(context.Background(), g, request("k"), func(context.Context) (*wrapperspb.StringValue, error) {
 			runs++
-			var e *once.Error
+			var e *once.StoredError
 			return wrapperspb.String("x"), e
 		})
-		var e *once.Error
+		var e *once.StoredError
 		if !errors.As(err, &e) || e.Code() != code.Code_UNKNOWN || runs != 1 {
 			t.Fatalf("Do #%d: %v after %d runs, want the stored UNKNOWN after 1", i+1, err, runs)
 		}
@@ -61,13 +61,13 @@ func TestDo_StoredError_CallersOwnCopy(t *testing.T) {
 	fn := func(context.Context) (*wrapperspb.StringValue, error) {
 		return nil, once.Errorf(code.Code_INVALID_ARGUMENT, "bad")
 	}
-	_, err := once.Do(context.Background(), g, request("k"), fn)
-	var e *once.Error
+	_, _, err := once.Do(context.Background(), g, request("k"), fn)
+	var e *once.StoredError
 	if !errors.As(err, &e) {
 		t.Fatal(err)
 	}
 	e.Status.Message = "changed"
-	_, err = once.Do(context.Background(), g, request("k"), fn)
+	_, _, err = once.Do(context.Background(), g, request("k"), fn)
 	if !errors.As(err, &e) || e.Status.Message != "bad" {
 		t.Fatalf("replay after a change: %v, want the stored bad", err)
 	}

@@ -50,6 +50,8 @@ func TestConformance(t *testing.T) { storagetest.RunTests(t, openSuiteDB) }
 
 func TestOnce(t *testing.T) { oncetest.RunTests(t, openSuiteDB) }
 
+func TestOnceCrash(t *testing.T) { oncetest.RunCrashTests(t, openSuiteDB) }
+
 // openSuiteDB opens a database of its own for dir. The suites simulate
 // time, so the store takes the caller's clock; a short lock timeout keeps
 // its waits for uncommitted claims short.

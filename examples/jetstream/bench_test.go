@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/paymentsd/paymentsd/testkit/natstest"
 	"github.com/paymentsd/paymentsd/testkit/proctest"
 )

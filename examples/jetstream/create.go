@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
@@ -14,7 +15,6 @@ import (
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/server"
-	"github.com/paymentsd/paymentsd/wire"
 )
 
 // outcome is what becomes of one command.
@@ -42,58 +42,47 @@ func (c *creator) create(ctx context.Context, principal string, cmd command) out
 		resp, err := c.server.CreatePaymentIntent(auth.NewContext(ctx, principal), cmd.req)
 		return c.plainOutcome(resp, err)
 	}
-	ran := false
-	resp, err := once.Do(ctx, c.guard, once.Request{Scope: principal, Key: cmd.key, Operation: operation,
+	resp, answered, err := once.Do(ctx, c.guard, once.Request{Scope: principal, Key: cmd.key, Operation: operation,
 		Message: cmd.req, Transactional: true},
 		func(ctx context.Context) (*paymentsv1.CreatePaymentIntentResponse, error) {
-			ran = true
 			resp, err := c.server.CreatePaymentIntent(auth.NewContext(ctx, principal), cmd.req)
-			return resp, c.asOnceError(err)
+			if cause := errors.Unwrap(err); cause != nil {
+				c.log.Error("intent storage failed", "err", cause) // logged, never stored
+			}
+			return resp, err
 		})
-	if err == nil {
-		return outcome{resp: resp, replayed: !ran}
+	var refused *once.Refusal
+	switch {
+	case err == nil:
+		return outcome{resp: resp, replayed: answered.Replayed}
+	case !errors.As(err, &refused):
+		// The server's own error, with its code and details
+		// (interceptor.StatusErrors): stored, on this run or an earlier
+		// one, unless its code is one of notStored.
+		st := status.Convert(err).Proto()
+		if slices.Contains(notStored, code.Code(st.Code)) {
+			return outcome{retry: c.retry, why: st.Message}
+		}
+		return outcome{status: st, replayed: answered.Replayed}
 	}
-	var e *once.Error
-	if !errors.As(err, &e) {
-		return outcome{retry: c.retry, why: err.Error()} // not an answer of the core: keep the command
+	if d, again := c.retryable(ctx, refused); again {
+		return outcome{retry: d, why: refused.Error()}
 	}
-	if d, again := c.retryable(ctx, e); again {
-		return outcome{retry: d, why: e.Error()}
-	}
-	// A refusal of the rules carries a reason; a stored error never does.
-	return outcome{status: e.Status, replayed: !ran && e.Reason() == ""}
+	return outcome{status: refused.Status}
 }
 
-// retryable says whether e leaves the command to a redelivery, and when.
-// Nothing was stored for such an answer.
-func (c *creator) retryable(ctx context.Context, e *once.Error) (time.Duration, bool) {
-	switch e.Reason() {
-	case wire.ReasonKeyInUse, wire.ReasonAttemptSuperseded, wire.ReasonWriteConflict:
-		return max(e.RetryDelay(), 50*time.Millisecond), true
-	}
-	switch e.Code() {
-	case code.Code_UNAVAILABLE, code.Code_DATA_LOSS:
+// retryable says whether a refusal leaves the command to a redelivery,
+// and when. Nothing was stored for it.
+func (c *creator) retryable(ctx context.Context, r *once.Refusal) (time.Duration, bool) {
+	switch {
+	case errors.Is(r, once.ErrInFlight), errors.Is(r, once.ErrSuperseded), errors.Is(r, once.ErrWriteConflict):
+		return max(r.RetryDelay(), 50*time.Millisecond), true
+	case once.Retryable(r), errors.Is(r, once.ErrDataLoss):
 		return c.retry, true
-	case code.Code_CANCELLED, code.Code_DEADLINE_EXCEEDED:
-		return c.retry, ctx.Err() != nil // stopping: not a stored answer
+	case errors.Is(r, context.Canceled), errors.Is(r, context.DeadlineExceeded):
+		return c.retry, ctx.Err() != nil // stopping: not an answer
 	}
 	return 0, false
-}
-
-// asOnceError gives a server error's status to the core, which stores it.
-// A storage failure's cause is logged, never stored.
-func (c *creator) asOnceError(err error) error {
-	if err == nil {
-		return nil
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
-	}
-	if cause := errors.Unwrap(err); cause != nil {
-		c.log.Error("intent storage failed", "err", cause)
-	}
-	return &once.Error{Status: st.Proto()}
 }
 
 // plainOutcome is the outcome of a create without the core.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltintents"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/server"
 	"github.com/paymentsd/paymentsd/wire"
@@ -46,7 +47,7 @@ func newCreator(t *testing.T) (*creator, *gate, *boltintents.Backend) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	guard, err := once.New(db.Records(), once.Options{NotStored: notStored})
+	guard, err := once.New(db.Records(), once.Options{NotStored: notStored, Statuses: interceptor.StatusErrors})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/paymentsd/paymentsd/testkit/natstest"
 )
 

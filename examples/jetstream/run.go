@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/server"
 )
@@ -18,7 +19,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		err := db.Close()
 		log.LogAttrs(ctx, slog.LevelInfo, "store closed", append(db.ClosedAttrs(), slog.Any("err", err))...)
 	}()
-	guard, err := once.New(db.Records(), once.Options{InFlightWait: c.wait, NotStored: notStored, Logger: log})
+	guard, err := once.New(db.Records(), once.Options{InFlightWait: c.wait, NotStored: notStored, Logger: log, Statuses: interceptor.StatusErrors})
 	if err != nil {
 		return err
 	}

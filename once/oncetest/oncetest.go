@@ -1,11 +1,11 @@
 // Package oncetest tests the rules of package once on a store: a function
 // runs once per key, its answer is stored and replayed, and every refusal
 // is the one the rules name. A store's tests run it beside the storage
-// conformance suite:
+// conformance suite, and a store kept outside its process runs the crash
+// tests too:
 //
-//	func TestOnce(t *testing.T) {
-//		oncetest.RunTests(t, opener)
-//	}
+//	func TestOnce(t *testing.T)      { oncetest.RunTests(t, opener) }
+//	func TestOnceCrash(t *testing.T) { oncetest.RunCrashTests(t, opener) }
 package oncetest
 
 import (
@@ -51,10 +51,22 @@ func RunTests(t *testing.T, open Opener) {
 		{"Do_AfterLease_TakenOverAsNextAttempt", testOnceTakeover},
 		{"Do_Transactional_ClaimCommitsWithTheResult", testOnceTransactional},
 		{"Do_BadKeyOrNoMessage_RefusedBeforeAClaim", testOnceBadRequest},
+		{"DoValue_RunsOnce_FirstCallAndReplaysGetTheStoredValue", testValueReplays},
+		{"DoValue_StoredErrorsApartFromRefusals_ReuseRefused", testValueRefusalsAndStoredErrors},
+		{"DoValue_StatusErrors_KeepCodeAndDetails", testValueStatusErrors},
+		{"DoValue_50Concurrent_OneRun", testValueConcurrent},
+		{"DoValue_Transactional_NotStoredLeavesTheKeyFree", testValueTransactional},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
 	}
+}
+
+// RunCrashTests runs the tests that kill a process holding a claim, for a
+// store that outlives its process: open must reach the same data from a
+// copy of the test binary, which the tests run and kill with SIGKILL.
+func RunCrashTests(t *testing.T, open Opener) {
+	t.Run("DoValue_TakenOverAfterSIGKILL", func(t *testing.T) { testValueTakeoverAfterKill(t, open) })
 }
 
 func openStore(t *testing.T, open Opener, dir string) storagetest.Store {
@@ -109,14 +121,15 @@ func counted(runs *atomic.Int32, reply string, err error) func(context.Context) 
 	}
 }
 
-// refusedAs fails unless err is an *once.Error of code c and reason.
-func refusedAs(t *testing.T, err error, c code.Code, reason string) *once.Error {
+// refusedAs fails unless err is a *once.Refusal of kind, code c and
+// reason.
+func refusedAs(t *testing.T, err, kind error, c code.Code, reason string) *once.Refusal {
 	t.Helper()
-	var e *once.Error
-	if !errors.As(err, &e) || e.Code() != c || e.Reason() != reason {
-		t.Fatalf("Do: %v, want %v with reason %q", err, c, reason)
+	var r *once.Refusal
+	if !errors.As(err, &r) || !errors.Is(err, kind) || r.Code() != c || r.Reason() != reason {
+		t.Fatalf("Do: %v, want a refusal %v, %v with reason %q", err, kind, c, reason)
 	}
-	return e
+	return r
 }
 
 // testOnceReplays: a response is made once, and every later call, on a
@@ -128,14 +141,14 @@ func testOnceReplays(t *testing.T, open Opener) {
 	var runs atomic.Int32
 	ctx := context.Background()
 	for i := range 2 {
-		got, err := once.Do(ctx, guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"), counted(&runs, "paid", nil))
-		if err != nil || got.GetValue() != "paid" {
-			t.Fatalf("Do #%d = %v, %v; want paid", i+1, got, err)
+		got, answered, err := once.Do(ctx, guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"), counted(&runs, "paid", nil))
+		if err != nil || got.GetValue() != "paid" || answered != (once.Answered{Replayed: i > 0, Attempt: 1}) {
+			t.Fatalf("Do #%d = %v, %+v, %v; want paid, replayed %t, attempt 1", i+1, got, answered, err, i > 0)
 		}
 	}
 	s = reopen(t, open, dir, s)
-	got, err := once.Do(ctx, guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"), counted(&runs, "paid again", nil))
-	if err != nil || got.GetValue() != "paid" || runs.Load() != 1 {
+	got, answered, err := once.Do(ctx, guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"), counted(&runs, "paid again", nil))
+	if err != nil || got.GetValue() != "paid" || runs.Load() != 1 || !answered.Replayed {
 		t.Fatalf("Do after reopening = %v, %v after %d runs; want the stored paid, 1 run", got, err, runs.Load())
 	}
 }
@@ -148,14 +161,17 @@ func testOnceErrorsAndMismatch(t *testing.T, open Opener) {
 	var runs atomic.Int32
 	failed := once.Errorf(code.Code_INVALID_ARGUMENT, "amount must be positive")
 	for i := range 2 {
-		_, err := once.Do(context.Background(), g, onceRequest("k", "pay 0"), counted(&runs, "", failed))
-		var e *once.Error
-		if !errors.As(err, &e) || !proto.Equal(e.Status, failed.Status) {
-			t.Fatalf("Do #%d: %v, want the stored %v", i+1, err, failed)
+		_, answered, err := once.Do(context.Background(), g, onceRequest("k", "pay 0"), counted(&runs, "", failed))
+		var e *once.StoredError
+		if !errors.As(err, &e) || !proto.Equal(e.Status, failed.Status) || answered.Replayed != (i > 0) {
+			t.Fatalf("Do #%d: %v, %+v; want the stored %v, replayed %t", i+1, err, answered, failed, i > 0)
+		}
+		if errors.As(err, new(*once.Refusal)) || once.Retryable(err) {
+			t.Fatalf("Do #%d: the function's own error %v is taken for a refusal", i+1, err)
 		}
 	}
-	_, err := once.Do(context.Background(), g, onceRequest("k", "pay 10"), counted(&runs, "paid", nil))
-	refusedAs(t, err, code.Code_FAILED_PRECONDITION, wire.ReasonKeyReused)
+	_, _, err := once.Do(context.Background(), g, onceRequest("k", "pay 10"), counted(&runs, "paid", nil))
+	refusedAs(t, err, once.ErrKeyReused, code.Code_FAILED_PRECONDITION, wire.ReasonKeyReused)
 	if runs.Load() != 1 {
 		t.Errorf("the function ran %d times, want 1", runs.Load())
 	}
@@ -169,7 +185,7 @@ func testOnceInFlight(t *testing.T, open Opener) {
 	running, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
-		_, err := once.Do(context.Background(), guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"),
+		_, _, err := once.Do(context.Background(), guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"),
 			func(context.Context) (*wrapperspb.StringValue, error) {
 				close(running)
 				<-release
@@ -179,13 +195,13 @@ func testOnceInFlight(t *testing.T, open Opener) {
 	}()
 	<-running
 	var runs atomic.Int32
-	_, err := once.Do(context.Background(), guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"), counted(&runs, "twice", nil))
-	if e := refusedAs(t, err, code.Code_ABORTED, wire.ReasonKeyInUse); e.RetryDelay() <= 0 {
-		t.Errorf("in flight with retry delay %v, want one", e.RetryDelay())
+	_, _, err := once.Do(context.Background(), guard(t, s, now, once.Options{}), onceRequest("k", "pay 10"), counted(&runs, "twice", nil))
+	if e := refusedAs(t, err, once.ErrInFlight, code.Code_ABORTED, wire.ReasonKeyInUse); e.RetryDelay() <= 0 || !once.Retryable(err) {
+		t.Errorf("in flight with retry delay %v, retryable %t; want a delay, retryable", e.RetryDelay(), once.Retryable(err))
 	}
 	waited := make(chan *wrapperspb.StringValue, 1)
 	go func() {
-		got, _ := once.Do(context.Background(), guard(t, s, now, once.Options{InFlightWait: time.Minute}),
+		got, _, _ := once.Do(context.Background(), guard(t, s, now, once.Options{InFlightWait: time.Minute}),
 			onceRequest("k", "pay 10"), counted(&runs, "twice", nil))
 		waited <- got
 	}()
@@ -212,12 +228,12 @@ func testOnceTakeover(t *testing.T, open Opener) {
 	orphan := claim(t, s, dead, storage.OutcomeFresh)
 
 	var attempt uint64
-	got, err := once.Do(context.Background(), guard(t, s, clockAt(t0.Add(2*lease)), once.Options{}), onceRequest("k", "pay 10"),
+	got, answered, err := once.Do(context.Background(), guard(t, s, clockAt(t0.Add(2*lease)), once.Options{}), onceRequest("k", "pay 10"),
 		func(ctx context.Context) (*wrapperspb.StringValue, error) {
 			attempt, _ = once.AttemptFrom(ctx)
 			return wrapperspb.String("paid"), nil
 		})
-	if err != nil || got.GetValue() != "paid" || attempt != 2 {
+	if err != nil || got.GetValue() != "paid" || attempt != 2 || answered != (once.Answered{Attempt: 2}) {
 		t.Fatalf("Do after the lease = %v, %v as attempt %d; want paid as attempt 2", got, err, attempt)
 	}
 	late := orphan.Completed(result(t, "late"))
@@ -234,7 +250,7 @@ func testOnceTransactional(t *testing.T, open Opener) {
 	req := onceRequest("k", "pay 0")
 	req.Transactional = true
 	var runs atomic.Int32
-	_, err := once.Do(context.Background(), guard(t, s, clockAt(t0), once.Options{}), req,
+	_, _, err := once.Do(context.Background(), guard(t, s, clockAt(t0), once.Options{}), req,
 		counted(&runs, "", once.Errorf(code.Code_INVALID_ARGUMENT, "amount must be positive")))
 	if err == nil {
 		t.Fatal("Do = nil error, want the function's")
@@ -251,12 +267,12 @@ func testOnceBadRequest(t *testing.T, open Opener) {
 	s := newStore(t, open)
 	g := guard(t, s, clockAt(t0), once.Options{})
 	var runs atomic.Int32
-	_, err := once.Do(context.Background(), g, onceRequest(" padded", "pay 10"), counted(&runs, "paid", nil))
-	refusedAs(t, err, code.Code_INVALID_ARGUMENT, wire.ReasonKeyInvalid)
+	_, _, err := once.Do(context.Background(), g, onceRequest(" padded", "pay 10"), counted(&runs, "paid", nil))
+	refusedAs(t, err, once.ErrInvalidKey, code.Code_INVALID_ARGUMENT, wire.ReasonKeyInvalid)
 	noMessage := onceRequest("k", "pay 10")
 	noMessage.Message = nil
-	if _, err := once.Do(context.Background(), g, noMessage, counted(&runs, "paid", nil)); err == nil {
-		t.Error("Do without a message = nil error, want a refusal")
+	if _, _, err := once.Do(context.Background(), g, noMessage, counted(&runs, "paid", nil)); !errors.Is(err, once.ErrMisuse) {
+		t.Errorf("Do without a message: %v, want a refusal for misuse", err)
 	}
 	if runs.Load() != 0 {
 		t.Errorf("the function ran %d times, want 0", runs.Load())

@@ -180,7 +180,16 @@ func Main(m *testing.M, c **Cluster) { os.Exit(Run(m, c)) }
 // Run is Main without the exit, for a TestMain with work of its own after
 // the tests. It returns m.Run's code.
 func Run(m *testing.M, c **Cluster) int {
+	if port, err := strconv.Atoi(os.Getenv(parentEnv)); err == nil {
+		*c = &Cluster{port: port, running: true} // a child of a test: its parent's cluster
+		return m.Run()
+	}
 	cluster, stop, err := Start()
+	if err == nil {
+		// A test that runs its own binary again, to kill it, hands the
+		// child this cluster.
+		os.Setenv(parentEnv, strconv.Itoa(cluster.port))
+	}
 	if err != nil {
 		why := strings.TrimPrefix(err.Error(), "pgtest: ")
 		if ci() {
@@ -197,6 +206,10 @@ func Run(m *testing.M, c **Cluster) int {
 	}
 	return code
 }
+
+// parentEnv hands a test binary's cluster to the copies of it that its
+// tests start. A copy uses the cluster and never stops it.
+const parentEnv = "PAYMENTSD_PGTEST_PARENT_PORT"
 
 // Connect opens a connection of the test's own to url, a cluster's or a
 // pair's database. The test checks or holds with it what the code under
