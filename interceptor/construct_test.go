@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
@@ -30,8 +31,9 @@ func TestUnaryServerInterceptor_BadOptions_AreErrors(t *testing.T) {
 		{"transactional method with a space", interceptor.WithTransactional("/shop.v1.Orders/Place Order"), "Place Order"},
 		{"lease not under ttl", interceptor.WithLease(48 * time.Hour), "lease"},
 		{"ttl past the stores' times", interceptor.WithTTL(250 * 365 * 24 * time.Hour), "ttl <="},
-		{"no handler limit", interceptor.WithHandlerTimeout(0), "WithHandlerTimeout"},
-		{"no result size", interceptor.WithMaxResultSize(0), "WithMaxResultSize"},
+		{"negative handler limit", interceptor.WithHandlerTimeout(-time.Second), "handler timeout"},
+		{"negative result size", interceptor.WithMaxResultSize(-1), "max result size"},
+		{"a success unstored", interceptor.WithoutStoring(codes.OK), "a success is always stored"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i, err := interceptor.UnaryServerInterceptor(memstore.New(), tc.opt)
@@ -48,7 +50,8 @@ func TestUnaryServerInterceptor_BadOptions_AreErrors(t *testing.T) {
 	}
 	if _, err := interceptor.UnaryServerInterceptor(memstore.New(),
 		interceptor.WithKeyPolicy(testgrpc.TestService_UnaryCall_FullMethodName, interceptor.KeyRequired),
-		interceptor.WithKeyPolicy("/NoPackage/Method", interceptor.KeyIgnored)); err != nil {
+		interceptor.WithKeyPolicy("/NoPackage/Method", interceptor.KeyIgnored),
+		interceptor.WithHandlerTimeout(0), interceptor.WithMaxResultSize(0)); err != nil { // zero takes the default
 		t.Errorf("valid options: %v", err)
 	}
 }

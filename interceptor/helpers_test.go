@@ -18,6 +18,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/testclock"
 	"github.com/paymentsd/paymentsd/wire"
@@ -41,7 +42,7 @@ func (s *testService) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest
 func (s *testService) blockFirstAttempt() (running, release chan struct{}) {
 	running, release = make(chan struct{}), make(chan struct{})
 	s.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		if attempt, _ := interceptor.AttemptFromContext(ctx); attempt == 1 {
+		if attempt, _ := once.AttemptFrom(ctx); attempt == 1 {
 			close(running)
 			<-release
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
 	"github.com/paymentsd/paymentsd/memstore"
+	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/storage"
 )
 
@@ -80,7 +81,7 @@ func TestSlowStore_LiveWorkerKeepsItsClaim(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startWith(t, tc.store, interceptor.WithLease(lease), interceptor.WithClock(time.Now))
 			h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-				if attempt, _ := interceptor.AttemptFromContext(ctx); attempt == 1 {
+				if attempt, _ := once.AttemptFrom(ctx); attempt == 1 {
 					time.Sleep(3 * lease)
 				}
 				return echo(ctx, req)
@@ -207,7 +208,7 @@ func TestHandlerTimeout_HandlerThatNeverReturns_ReleasesItsKey(t *testing.T) {
 	hang := make(chan struct{})
 	defer close(hang)
 	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		if attempt, _ := interceptor.AttemptFromContext(ctx); h.service.calls.Load() == 1 && attempt == 1 {
+		if attempt, _ := once.AttemptFrom(ctx); h.service.calls.Load() == 1 && attempt == 1 {
 			<-hang // deaf to its context
 		}
 		return echo(ctx, req)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -23,16 +24,17 @@ import (
 // handler at most once per (scope, idempotency key). It replays the stored
 // result to every retry. See the package documentation.
 //
-// It fails for options that cannot work. A lease must be positive and
-// shorter than the TTL, and a handler timeout positive. A method named in
-// WithKeyPolicy or WithTransactional must be named as
-// "/package.Service/Method". WithoutStoring(OK) is refused.
+// It fails for options that cannot work. A method named in WithKeyPolicy
+// or WithTransactional must be named as "/package.Service/Method". The
+// rest are once.New's rules: a lease must be positive and shorter than the
+// TTL, a handler timeout and a result size positive, and WithoutStoring(OK)
+// is refused.
 func UnaryServerInterceptor(store storage.Store, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	o := evaluateOptions(opts)
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	guard, err := once.New(store, o.guardOptions())
+	guard, err := once.New(store, o.guard)
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: %w", err)
 	}
@@ -57,16 +59,12 @@ type idempotency struct {
 }
 
 func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-	obs := &Observation{FullMethod: info.FullMethod}
-	var c *grpcCall
+	obs := &once.Observation{Operation: info.FullMethod} // the guard fills in the rest, but for Code
 	defer func() {
-		if c != nil { // also after a handler's panic
-			obs.Runs, obs.Handler, obs.Store, obs.Err = c.core.Runs, c.core.Handler, c.core.Store, c.core.Err
-		}
-		obs.Code = status.Code(err)
+		obs.Code = code.Code(status.Code(err))
 		if obs.Err != nil { // the caller knows only the code; the operator needs the cause
-			i.opts.logger.LogAttrs(ctx, slog.LevelError, "idempotency: store failed",
-				slog.String("method", obs.FullMethod), slog.String("code", obs.Code.String()), slog.String("err", obs.Err.Error()))
+			i.opts.guard.Logger.LogAttrs(ctx, slog.LevelError, "idempotency: store failed",
+				slog.String("method", obs.Operation), slog.String("code", status.Code(err).String()), slog.String("err", obs.Err.Error()))
 		}
 		i.opts.observer.Finished(ctx, *obs)
 	}()
@@ -77,20 +75,18 @@ func (i *idempotency) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	if !dedup {
 		return handler(ctx, req)
 	}
-	c = &grpcCall{i: i, obs: obs, handler: handler, req: req}
+	c := &grpcCall{i: i, obs: obs, handler: handler, req: req}
 	a, err := i.guard.Run(ctx, once.Request{
 		Scope: rk.Scope, Key: rk.Key, Operation: info.FullMethod, Message: msg,
 		Transactional: i.opts.transactional[info.FullMethod], OnClaim: c.claimed,
-	}, &c.core, c.run)
+	}, obs, c.run)
 	return c.answer(ctx, a, err)
 }
 
-// grpcCall is one keyed call: what the guard needs of gRPC, and what it
-// reports back.
+// grpcCall is one keyed call: what the guard needs of gRPC.
 type grpcCall struct {
 	i       *idempotency
-	obs     *Observation
-	core    once.Observation
+	obs     *once.Observation // what the guard has observed so far
 	handler grpc.UnaryHandler
 	req     any
 	resp    any         // the handler's response of its last run
@@ -103,7 +99,6 @@ type grpcCall struct {
 // its stored header; every other answer gets it now, before the handler
 // runs. A caller that has gone gets no header; its claim still runs.
 func (c *grpcCall) claimed(ctx context.Context, outcome storage.Outcome, rec *storage.Record) error {
-	c.obs.Outcome, c.obs.Attempt, c.obs.Store = outcome, rec.Attempt, c.core.Store
 	c.i.opts.observer.Claimed(ctx, *c.obs)
 	c.expires = metadata.MD{wire.ExpiresAtHeader: []string{rec.Expiry.UTC().Format(time.RFC3339)}}
 	if once.Replays(outcome, rec) {
@@ -255,10 +250,4 @@ func sendMetadata(ctx context.Context, header, trailer metadata.MD) error {
 		}
 	}
 	return nil
-}
-
-// AttemptFromContext returns the attempt a handler runs as: 1 for a fresh
-// claim, more after takeovers. ok is false outside the interceptor.
-func AttemptFromContext(ctx context.Context) (attempt uint64, ok bool) {
-	return once.AttemptFrom(ctx)
 }

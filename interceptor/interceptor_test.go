@@ -190,7 +190,7 @@ func TestTakeover_SharedStore_SupersededAttemptIsRefused(t *testing.T) {
 	h := startWith(t, func(*boltstore.DB) storage.Store { return memstore.New() }, interceptor.WithLease(10*time.Second))
 	firstRunning, releaseFirst := make(chan struct{}), make(chan struct{})
 	h.service.handler = func(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-		attempt, _ := interceptor.AttemptFromContext(ctx)
+		attempt, _ := once.AttemptFrom(ctx)
 		grpc.SetHeader(ctx, metadata.Pairs("x-attempt", fmt.Sprint(attempt)))
 		if attempt == 1 {
 			close(firstRunning)

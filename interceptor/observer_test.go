@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"google.golang.org/grpc/codes"
+	"google.golang.org/genproto/googleapis/rpc/code"
 
 	"github.com/paymentsd/paymentsd/interceptor"
 )
@@ -28,7 +28,7 @@ func TestObservers_AllObserve_StoreFailureLogged(t *testing.T) {
 	h.send("tok", "k2", payload("y"))
 	for name, o := range map[string]*recordingObserver{"first": first, "second": second} {
 		o.mu.Lock()
-		if o.claimed != 1 || len(o.finished) != 2 || o.finished[1].Code != codes.Unavailable {
+		if o.claimed != 1 || len(o.finished) != 2 || o.finished[1].Code != code.Code_UNAVAILABLE {
 			t.Errorf("%s observer: claimed %d, finished %v; want 1, and two, the second UNAVAILABLE", name, o.claimed, o.finished)
 		}
 		o.mu.Unlock()

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 
 	"github.com/paymentsd/paymentsd/once"
-	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/wire"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -38,104 +37,60 @@ const (
 // UNAUTHENTICATED.
 type ScopeFunc func(ctx context.Context) (string, error)
 
-// Observation is what the interceptor did with one request, for logs and
-// metrics.
-type Observation struct {
-	FullMethod string
-	// Outcome is zero when the request was not deduplicated. Its method
-	// ignores keys, it carried none where one is optional, or it was
-	// rejected before a claim.
-	Outcome storage.Outcome
-	// Attempt is the record's attempt, for claims and replays.
-	Attempt uint64
-	// Runs is how many times the handler ran. It is more than once when a
-	// transactional method's writes lost to concurrent changes. Outcome and
-	// Attempt are then those of the first claim, the one Claimed was told
-	// of. Set for Finished.
-	Runs int
-	// Code is the answer's status code; set for Finished.
-	Code codes.Code
-	// Handler is the time spent in the handler, over all its runs. It is
-	// zero when the handler did not run. Set for Finished.
-	Handler time.Duration
-	// Store is the time spent claiming and completing, lease renewals
-	// aside. Set for Finished.
-	Store time.Duration
-	// Err is the store's error when a claim or a completion failed. The
-	// caller was told only UNAVAILABLE or DATA_LOSS. Set for Finished.
-	Err error
-}
-
-// Observer is told what the interceptor does. Its methods must be quick
+// Observer is told what the interceptor does, in a once.Observation whose
+// Operation is the full method. Its Outcome is zero when the request was
+// not deduplicated: its method ignores keys, it carried none where one is
+// optional, or it was refused before a claim. Its methods must be quick
 // and safe for concurrent use.
 type Observer interface {
 	// Claimed is called once a claim has decided, before the handler runs
 	// (if it does). It is called once per request, even when the handler
-	// runs again.
-	Claimed(ctx context.Context, o Observation)
+	// runs again. Runs, Handler, Err and Code are not set yet.
+	Claimed(ctx context.Context, o once.Observation)
 	// Finished is called for every request as the interceptor returns.
-	Finished(ctx context.Context, o Observation)
+	// Code is the answer's status code. Outcome and Attempt are those of
+	// the first claim, the one Claimed was told of.
+	Finished(ctx context.Context, o once.Observation)
 }
 
 // observers tells each of its observers, in the order they were given.
 type observers []Observer
 
-func (all observers) Claimed(ctx context.Context, o Observation) {
+func (all observers) Claimed(ctx context.Context, o once.Observation) {
 	for _, ob := range all {
 		ob.Claimed(ctx, o)
 	}
 }
 
-func (all observers) Finished(ctx context.Context, o Observation) {
+func (all observers) Finished(ctx context.Context, o once.Observation) {
 	for _, ob := range all {
 		ob.Finished(ctx, o)
 	}
 }
 
-// Option configures the interceptor.
+// Option configures the interceptor. A duration or size given as zero
+// takes its default, as in once.Options.
 type Option func(*options)
 
 type options struct {
-	lease          time.Duration
-	ttl            time.Duration
-	policies       map[string]KeyPolicy
-	defaultPolicy  KeyPolicy
-	scope          ScopeFunc
-	now            func() time.Time
-	observer       observers
-	maxResult      int
-	exclude        []protoreflect.FullName
-	inFlightWait   time.Duration
-	transactional  map[string]bool
-	notStored      map[codes.Code]bool
-	logger         *slog.Logger
-	handlerTimeout time.Duration
-	storedBytes    bool
+	// guard holds the options of the once.Guard the interceptor runs on;
+	// once.New checks them.
+	guard         once.Options
+	policies      map[string]KeyPolicy
+	defaultPolicy KeyPolicy
+	scope         ScopeFunc
+	observer      observers
+	transactional map[string]bool
+	storedBytes   bool
 }
-
-// Defaults of the options.
-const (
-	DefaultLease = once.DefaultLease
-	DefaultTTL   = once.DefaultTTL
-	// DefaultMaxResultSize is four times gRPC's default message size limit.
-	DefaultMaxResultSize = once.DefaultMaxResultSize
-	// DefaultHandlerTimeout bounds a handler whose caller has gone.
-	DefaultHandlerTimeout = once.DefaultHandlerTimeout
-)
 
 func evaluateOptions(opts []Option) *options {
 	o := &options{
-		lease:          DefaultLease,
-		ttl:            DefaultTTL,
-		policies:       map[string]KeyPolicy{},
-		defaultPolicy:  KeyOptional,
-		scope:          BearerScope,
-		now:            time.Now,
-		maxResult:      DefaultMaxResultSize,
-		transactional:  map[string]bool{},
-		notStored:      map[codes.Code]bool{},
-		logger:         slog.Default(),
-		handlerTimeout: DefaultHandlerTimeout,
+		guard:         once.Options{Logger: slog.Default(), WatchPoll: watchedPollEvery},
+		policies:      map[string]KeyPolicy{},
+		defaultPolicy: KeyOptional,
+		scope:         BearerScope,
+		transactional: map[string]bool{},
 	}
 	for _, opt := range opts {
 		opt(o)
@@ -146,11 +101,11 @@ func evaluateOptions(opts []Option) *options {
 // WithLease sets how long a claim holds before a retry of the same request
 // may take it over, assuming its worker died. Default 30s. It should exceed
 // the method's longest run. It must be shorter than the TTL.
-func WithLease(d time.Duration) Option { return func(o *options) { o.lease = d } }
+func WithLease(d time.Duration) Option { return func(o *options) { o.guard.Lease = d } }
 
 // WithTTL sets how long a record lives from its first claim. After that the
 // key runs fresh again. Default 24h.
-func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+func WithTTL(d time.Duration) Option { return func(o *options) { o.guard.TTL = d } }
 
 // WithKeyPolicy sets the key policy of one method, by full method name
 // ("/package.Service/Method").
@@ -166,14 +121,14 @@ func WithDefaultKeyPolicy(p KeyPolicy) Option { return func(o *options) { o.defa
 func WithScope(f ScopeFunc) Option { return func(o *options) { o.scope = f } }
 
 // WithClock sets the clock used for leases and expiry. Default time.Now.
-func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+func WithClock(now func() time.Time) Option { return func(o *options) { o.guard.Now = now } }
 
 // WithMaxResultSize sets the largest result stored, in bytes of its
 // encoding: the response or status plus the metadata. A larger result is
 // not kept. In its place, INTERNAL saying so is stored, returned and
 // replayed. One answer still leaves the server for the key. Default
-// DefaultMaxResultSize.
-func WithMaxResultSize(n int) Option { return func(o *options) { o.maxResult = n } }
+// once.DefaultMaxResultSize, 16 MiB.
+func WithMaxResultSize(n int) Option { return func(o *options) { o.guard.MaxResultSize = n } }
 
 // WithFingerprintExclude leaves the named fields out of request
 // fingerprints, wherever they occur in a request. They are fields that
@@ -182,7 +137,7 @@ func WithMaxResultSize(n int) Option { return func(o *options) { o.maxResult = n
 // Excluded fields are part of the fingerprint scheme. Records made before
 // the exclusion changed are thus refused as mismatches, never replayed.
 func WithFingerprintExclude(fields ...protoreflect.FullName) Option {
-	return func(o *options) { o.exclude = append(o.exclude, fields...) }
+	return func(o *options) { o.guard.FingerprintExclude = append(o.guard.FingerprintExclude, fields...) }
 }
 
 // WithInFlightWait has a duplicate of a request in flight wait for the
@@ -193,7 +148,7 @@ func WithFingerprintExclude(fields ...protoreflect.FullName) Option {
 // polled, backing off from 10ms to 200ms. With a store that is a Watcher,
 // its notice wakes the waiters instead. They then poll once a second, in
 // case a notice is lost. Default 0: no waiting.
-func WithInFlightWait(d time.Duration) Option { return func(o *options) { o.inFlightWait = d } }
+func WithInFlightWait(d time.Duration) Option { return func(o *options) { o.guard.InFlightWait = d } }
 
 // WithTransactional declares methods, by full method name, whose only
 // effects are writes through the TxStore's Tx. Nothing outside the store
@@ -220,11 +175,12 @@ func WithTransactional(fullMethods ...string) Option {
 // downstream service. An operator would otherwise have to release those
 // key by key. A method that is not transactional stores every result
 // regardless. Its handler may have acted outside the store before it
-// failed. By default every result is stored.
+// failed. By default every result is stored. OK is refused: a success is
+// always stored.
 func WithoutStoring(cs ...codes.Code) Option {
 	return func(o *options) {
 		for _, c := range cs {
-			o.notStored[c] = true
+			o.guard.NotStored = append(o.guard.NotStored, code.Code(c))
 		}
 	}
 }
@@ -237,8 +193,10 @@ func WithoutStoring(cs ...codes.Code) Option {
 // handler's context is done. A handler deaf to its context does not hold
 // its key for good. At twice the limit, with a TxStore, its claim is
 // released and nothing it still does is stored. A durable claim is left to
-// the lease rule. Default DefaultHandlerTimeout.
-func WithHandlerTimeout(d time.Duration) Option { return func(o *options) { o.handlerTimeout = d } }
+// the lease rule. Default 30s.
+func WithHandlerTimeout(d time.Duration) Option {
+	return func(o *options) { o.guard.HandlerTimeout = d }
+}
 
 // WithStoredBytes makes the interceptor answer with a *StoredResponse,
 // the bytes its record holds, rather than a decoded message. The server
@@ -251,7 +209,7 @@ func WithStoredBytes() Option { return func(o *options) { o.storedBytes = true }
 // the cause of a store failure the caller knows only by its code
 // (UNAVAILABLE, DATA_LOSS). Another is a lease renewal that failed.
 // Default slog.Default().
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.guard.Logger = l } }
 
 // WithObserver has o told of every request the interceptor sees. Each
 // call adds one, so metrics and a log can both observe.
@@ -259,28 +217,15 @@ func WithObserver(o Observer) Option {
 	return func(opts *options) { opts.observer = append(opts.observer, o) }
 }
 
-// check reports options that cannot work. A lease must be positive and
-// shorter than the TTL, and a handler timeout and a result size positive. A
-// method name must be of the form "/package.Service/Method". A typo there
-// would silently leave the method without its policy. WithoutStoring(OK)
-// is refused.
+// check reports the options of the interceptor's own that cannot work:
+// method names not of the form "/package.Service/Method". A typo there
+// would silently leave the method without its policy. once.New checks the
+// rest.
 func (o *options) check() error {
-	if o.lease <= 0 || o.ttl <= o.lease || o.ttl > storage.MaxTTL {
-		return fmt.Errorf("interceptor: need 0 < lease < ttl <= %v, got lease %v, ttl %v", storage.MaxTTL, o.lease, o.ttl)
-	}
-	if o.maxResult <= 0 {
-		return fmt.Errorf("interceptor: WithMaxResultSize(%d): need a positive limit", o.maxResult)
-	}
-	if o.handlerTimeout <= 0 {
-		return fmt.Errorf("interceptor: WithHandlerTimeout(%v): need a positive limit", o.handlerTimeout)
-	}
 	for m := range o.policies {
 		if err := wire.ValidateMethod(m); err != nil {
 			return fmt.Errorf("interceptor: WithKeyPolicy: %w", err)
 		}
-	}
-	if o.notStored[codes.OK] {
-		return fmt.Errorf("interceptor: WithoutStoring(OK): a success is always stored")
 	}
 	for m := range o.transactional {
 		if err := wire.ValidateMethod(m); err != nil {
@@ -295,19 +240,6 @@ func (o *options) policy(fullMethod string) KeyPolicy {
 		return p
 	}
 	return o.defaultPolicy
-}
-
-// guardOptions are the options of the once.Guard the interceptor runs on.
-func (o *options) guardOptions() once.Options {
-	g := once.Options{
-		Lease: o.lease, TTL: o.ttl, InFlightWait: o.inFlightWait, HandlerTimeout: o.handlerTimeout,
-		MaxResultSize: o.maxResult, FingerprintExclude: o.exclude, Now: o.now, Logger: o.logger,
-		WatchPoll: watchedPollEvery,
-	}
-	for c := range o.notStored {
-		g.NotStored = append(g.NotStored, code.Code(c))
-	}
-	return g
 }
 
 // watchedPollEvery is how often a duplicate waiting on a Watcher's notice

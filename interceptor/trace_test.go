@@ -21,6 +21,7 @@ import (
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/tracing"
 	"github.com/paymentsd/paymentsd/memstore"
+	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/testkit/testclock"
 	"github.com/paymentsd/paymentsd/wire"
 )
@@ -154,7 +155,7 @@ func TestTraceTakeover(t *testing.T) {
 		first <- err
 	}()
 	<-running
-	h.clock.Advance(interceptor.DefaultLease + time.Second)
+	h.clock.Advance(once.DefaultLease + time.Second)
 	if _, err := h.client.UnaryCall(ctx, payload("a")); err != nil {
 		t.Fatal(err)
 	}

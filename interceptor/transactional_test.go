@@ -21,6 +21,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/metrics"
+	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/wire"
 )
@@ -269,16 +270,16 @@ func TestTransactional_ConflictingWrites_RunAgainNoChangeLost(t *testing.T) {
 type recordingObserver struct {
 	mu       sync.Mutex
 	claimed  int
-	finished []interceptor.Observation
+	finished []once.Observation
 }
 
-func (o *recordingObserver) Claimed(context.Context, interceptor.Observation) {
+func (o *recordingObserver) Claimed(context.Context, once.Observation) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.claimed++
 }
 
-func (o *recordingObserver) Finished(_ context.Context, obs interceptor.Observation) {
+func (o *recordingObserver) Finished(_ context.Context, obs once.Observation) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.finished = append(o.finished, obs)
@@ -325,12 +326,12 @@ idempotency_claims_in_flight 0
 // both tells two observers.
 type both [2]interceptor.Observer
 
-func (b both) Claimed(ctx context.Context, o interceptor.Observation) {
+func (b both) Claimed(ctx context.Context, o once.Observation) {
 	b[0].Claimed(ctx, o)
 	b[1].Claimed(ctx, o)
 }
 
-func (b both) Finished(ctx context.Context, o interceptor.Observation) {
+func (b both) Finished(ctx context.Context, o once.Observation) {
 	b[0].Finished(ctx, o)
 	b[1].Finished(ctx, o)
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/once"
 )
 
 // Metrics holds the interceptor's collectors.
@@ -99,15 +99,15 @@ func splitMethod(fullMethod string) (service, method string) {
 }
 
 // Claimed counts a claim whose handler is about to run as in flight.
-func (m *Metrics) Claimed(ctx context.Context, o interceptor.Observation) {
+func (m *Metrics) Claimed(ctx context.Context, o once.Observation) {
 	if o.Outcome.Claimed() {
 		m.inFlight.Inc()
 	}
 }
 
 // Finished counts the request, its times and a failure of the store.
-func (m *Metrics) Finished(ctx context.Context, o interceptor.Observation) {
-	service, method := splitMethod(o.FullMethod)
+func (m *Metrics) Finished(ctx context.Context, o once.Observation) {
+	service, method := splitMethod(o.Operation)
 	outcome := o.Outcome.String()
 	if o.Outcome == 0 {
 		outcome = "none"

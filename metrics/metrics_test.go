@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/metrics"
+	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/storage"
 )
 
@@ -25,9 +25,9 @@ func TestNew_RegistersOnTheGivenRegistryWithGRPCLabels(t *testing.T) {
 	}
 	ctx := context.Background()
 	const method = "/shop.v1.Orders/PlaceOrder"
-	m.Claimed(ctx, interceptor.Observation{FullMethod: method, Outcome: storage.OutcomeFresh})
-	m.Finished(ctx, interceptor.Observation{FullMethod: method, Outcome: storage.OutcomeFresh})
-	m.Finished(ctx, interceptor.Observation{FullMethod: method, Err: errors.New("disk full")})
+	m.Claimed(ctx, once.Observation{Operation: method, Outcome: storage.OutcomeFresh})
+	m.Finished(ctx, once.Observation{Operation: method, Outcome: storage.OutcomeFresh})
+	m.Finished(ctx, once.Observation{Operation: method, Err: errors.New("disk full")})
 
 	got, err := testutil.GatherAndCount(reg, "idempotency_requests_total", "idempotency_store_errors_total", "idempotency_records")
 	if err != nil || got != 4 { // fresh and none, one store error, the gauge

@@ -164,8 +164,11 @@ type Request struct {
 }
 
 // Observation is what the guard did with one request, for logs and
-// metrics.
+// metrics. Run fills in all but Code; a caller that answers with a status
+// code, such as package interceptor, sets it.
 type Observation struct {
+	// Operation is the request's Operation, such as a gRPC full method.
+	Operation string
 	// Outcome is the first claim's decision; zero when none was made.
 	Outcome storage.Outcome
 	// Attempt is the record's attempt, for claims and replays.
@@ -180,6 +183,8 @@ type Observation struct {
 	// Err is the store's error when a claim or a completion failed. The
 	// caller was told only UNAVAILABLE or DATA_LOSS.
 	Err error
+	// Code is the code of the answer the caller was given.
+	Code code.Code
 }
 
 // Func runs an operation once and returns its result to store: a
@@ -216,6 +221,7 @@ func (g *Guard) run(ctx context.Context, req Request, fp storage.Fingerprint, sc
 	if obs == nil {
 		obs = &Observation{}
 	}
+	obs.Operation = req.Operation
 	if err := wire.ValidateKey(req.Key); err != nil {
 		return Answer{}, errInvalidKey(err)
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/server"
 	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/testkit/testclock"
@@ -222,7 +223,7 @@ type createCall struct {
 }
 
 func (f *faultyIntents) CreateIntent(ctx context.Context, owner, key string, pi *paymentsv1.PaymentIntent) error {
-	attempt, _ := interceptor.AttemptFromContext(ctx)
+	attempt, _ := once.AttemptFrom(ctx)
 	f.mu.Lock()
 	f.calls = append(f.calls, createCall{pi.Amount, pi.Id, attempt})
 	f.mu.Unlock()
@@ -251,17 +252,17 @@ func (f *faultyIntents) runs(amount string) []createCall {
 // observations keeps what the interceptor reports of each finished call.
 type observations struct {
 	mu  sync.Mutex
-	all []interceptor.Observation
+	all []once.Observation
 }
 
-func (o *observations) Claimed(context.Context, interceptor.Observation) {}
-func (o *observations) Finished(_ context.Context, obs interceptor.Observation) {
+func (o *observations) Claimed(context.Context, once.Observation) {}
+func (o *observations) Finished(_ context.Context, obs once.Observation) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.all = append(o.all, obs)
 }
 
-func (o *observations) last() interceptor.Observation {
+func (o *observations) last() once.Observation {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.all[len(o.all)-1]

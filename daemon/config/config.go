@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/internal/envflags"
+	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/storage"
 )
 
@@ -68,11 +68,11 @@ func Default() Config {
 	return Config{
 		Listen:         "localhost:50051",
 		DB:             filepath.Join("data", "paymentsd.db"),
-		Lease:          interceptor.DefaultLease,
-		TTL:            interceptor.DefaultTTL,
+		Lease:          once.DefaultLease,
+		TTL:            once.DefaultTTL,
 		SweepInterval:  time.Minute,
 		ShutdownGrace:  30 * time.Second,
-		HandlerTimeout: interceptor.DefaultHandlerTimeout,
+		HandlerTimeout: once.DefaultHandlerTimeout,
 		HTTPListen:     "localhost:8080",
 		PrincipalFrom:  "bearer",
 		Limits:         DefaultLimits(),

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/paymentsd/paymentsd/daemon/config"
-	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/once"
 )
 
 func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {
@@ -20,8 +20,8 @@ func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {
 	}
 	want := config.Config{
 		Listen: "localhost:50051", DB: filepath.Join("data", "paymentsd.db"),
-		Lease: interceptor.DefaultLease, TTL: interceptor.DefaultTTL, SweepInterval: time.Minute,
-		ShutdownGrace: 30 * time.Second, HandlerTimeout: interceptor.DefaultHandlerTimeout,
+		Lease: once.DefaultLease, TTL: once.DefaultTTL, SweepInterval: time.Minute,
+		ShutdownGrace: 30 * time.Second, HandlerTimeout: once.DefaultHandlerTimeout,
 		HTTPListen: "localhost:8080", PrincipalFrom: "bearer",
 		Limits: config.Limits{
 			MaxConnections: 4096, MaxCalls: 1024, MaxStreams: 256, MaxHeaderBytes: 64 << 10, HeaderTimeout: 10 * time.Second,

@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/internal/logattr"
 	"github.com/paymentsd/paymentsd/internal/requestid"
 	"github.com/paymentsd/paymentsd/metrics"
+	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/wire"
 )
 
@@ -29,7 +29,7 @@ type callKey struct{}
 
 // call is what the inner interceptors tell a call's line.
 type call struct {
-	obs       interceptor.Observation
+	obs       once.Observation
 	principal string // "" until Identified saw one
 }
 
@@ -39,14 +39,14 @@ type call struct {
 type Observer struct{ Metrics *metrics.Metrics }
 
 // Claimed counts a claim.
-func (o Observer) Claimed(ctx context.Context, obs interceptor.Observation) {
+func (o Observer) Claimed(ctx context.Context, obs once.Observation) {
 	if o.Metrics != nil {
 		o.Metrics.Claimed(ctx, obs)
 	}
 }
 
 // Finished hands obs to the log line, and counts it.
-func (o Observer) Finished(ctx context.Context, obs interceptor.Observation) {
+func (o Observer) Finished(ctx context.Context, obs once.Observation) {
 	if c, ok := ctx.Value(callKey{}).(*call); ok {
 		c.obs = obs
 	}

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsd/paymentsd/interceptor"
+	"github.com/paymentsd/paymentsd/once"
 )
 
 // Span attributes the Observer sets on the request's span.
@@ -36,10 +37,10 @@ type Observer struct{}
 var _ interceptor.Observer = Observer{}
 
 // Claimed does nothing: Finished records the whole decision.
-func (Observer) Claimed(context.Context, interceptor.Observation) {}
+func (Observer) Claimed(context.Context, once.Observation) {}
 
 // Finished sets the attributes above on the request's span.
-func (Observer) Finished(ctx context.Context, obs interceptor.Observation) {
+func (Observer) Finished(ctx context.Context, obs once.Observation) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
