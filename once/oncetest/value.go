@@ -15,11 +15,11 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/wire"
@@ -127,11 +127,22 @@ func testValueRefusalsAndStoredErrors(t *testing.T, open Opener) {
 	}
 }
 
-// testValueStatusErrors: with interceptor.StatusErrors, a gRPC status
-// error keeps its code and details, on the first run and on replays.
+// grpcStatuses keeps gRPC status errors, as interceptor.StatusErrors does.
+// The suite has its own, since the interceptor imports once.
+type grpcStatuses struct{}
+
+func (grpcStatuses) Status(err error) (*spb.Status, bool) {
+	s, ok := status.FromError(err)
+	return s.Proto(), ok
+}
+
+func (grpcStatuses) Error(st *spb.Status) error { return status.ErrorProto(st) }
+
+// testValueStatusErrors: with a Statuses for gRPC, a gRPC status error
+// keeps its code and details, on the first run and on replays.
 func testValueStatusErrors(t *testing.T, open Opener) {
 	s := newStore(t, open)
-	g := guard(t, s, clockAt(t0), once.Options{Statuses: interceptor.StatusErrors})
+	g := guard(t, s, clockAt(t0), once.Options{Statuses: grpcStatuses{}})
 	invalid, err := status.New(codes.InvalidArgument, "amount must be > 0").WithDetails(&errdetails.BadRequest{
 		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "amount", Description: "must be > 0"}}})
 	if err != nil {
