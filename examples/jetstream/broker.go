@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// connect connects to NATS as the consumer's own user.
+// connectWait is how long connect waits for a server that is not up yet,
+// such as one started a moment before.
+const connectWait = 30 * time.Second
+
+// connect connects to NATS as the user of the flags.
 func connect(c config, log *slog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("paymentsd-jetstream"),
@@ -27,11 +33,17 @@ func connect(c config, log *slog.Logger) (*nats.Conn, error) {
 	case c.user != "":
 		opts = append(opts, nats.UserInfo(c.user, c.password))
 	}
-	nc, err := nats.Connect(c.natsURL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
+	deadline := time.Now().Add(connectWait)
+	for {
+		nc, err := nats.Connect(c.natsURL, opts...)
+		switch {
+		case err == nil:
+			return nc, nil
+		case !errors.Is(err, nats.ErrNoServers) || time.Now().After(deadline):
+			return nil, fmt.Errorf("nats: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return nc, nil
 }
 
 // bind finds the durable consumer. The operator creates it, with the

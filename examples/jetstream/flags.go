@@ -3,8 +3,12 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"time"
+
+	"github.com/paymentsd/paymentsd/once"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // config is what the flags say.
@@ -22,7 +26,15 @@ type config struct {
 	fetch    int
 	wait     time.Duration // once.Options.InFlightWait
 	retry    time.Duration // the redelivery delay after a store failure
+	lease    time.Duration // once.Options.Lease
+	ttl      time.Duration // once.Options.TTL, and the streams' MaxAge under --setup
+	sweep    time.Duration // how often expired records are deleted
 	verbose  bool
+
+	setup        bool          // create the streams and the durable consumer, then exit
+	publish      string        // publish a command of this key, print its reply, then exit
+	msgID        string        // the published command's Nats-Msg-Id
+	replyTimeout time.Duration // how long --publish waits for the reply
 }
 
 // parseFlags reads the command line into a config.
@@ -42,7 +54,14 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.fetch, "fetch", 64, "commands buffered from the broker")
 	fs.DurationVar(&c.wait, "in-flight-wait", time.Second, "how long a duplicate waits for its first to end")
 	fs.DurationVar(&c.retry, "retry-delay", time.Second, "the redelivery delay after a store failure")
+	fs.DurationVar(&c.lease, "lease", once.DefaultLease, "how long a claim holds before a redelivery may take it over")
+	fs.DurationVar(&c.ttl, "ttl", once.DefaultTTL, "how long a record lives; after it the key runs fresh (with --setup: the streams' MaxAge)")
+	fs.DurationVar(&c.sweep, "sweep-interval", time.Minute, "how often expired records are deleted")
 	fs.BoolVar(&c.verbose, "v", false, "log every command")
+	fs.BoolVar(&c.setup, "setup", false, "create or update the streams and the durable consumer, as an admin user, then exit")
+	fs.StringVar(&c.publish, "publish", "", "publish a create command with this key, its body read from standard input, as --user; print its reply, then exit")
+	fs.StringVar(&c.msgID, "msg-id", "", "with --publish: the command's Nats-Msg-Id, for the broker's dedup window")
+	fs.DurationVar(&c.replyTimeout, "reply-timeout", 30*time.Second, "with --publish: how long to wait for the reply")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -53,6 +72,16 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("give --creds or --user, not both")
 	case c.workers < 1 || c.fetch < 1:
 		return c, errors.New("--workers and --fetch must be at least 1")
+	case c.lease <= 0 || c.ttl <= c.lease || c.ttl > storage.MaxTTL:
+		return c, fmt.Errorf("need 0 < --lease < --ttl <= %v, got %v and %v", storage.MaxTTL, c.lease, c.ttl)
+	case c.sweep <= 0:
+		return c, errors.New("--sweep-interval must be positive")
+	case c.setup && c.publish != "":
+		return c, errors.New("give --setup or --publish, not both")
+	case c.publish != "" && c.user == "":
+		return c, errors.New("--publish needs --user: it publishes as that principal")
+	case c.msgID != "" && c.publish == "":
+		return c, errors.New("--msg-id goes with --publish")
 	}
 	return c, nil
 }

@@ -10,6 +10,8 @@
 // Usage:
 //
 //	jetstream --nats nats://127.0.0.1:4222 --user creator --password ... --db payments.db
+//	jetstream --setup --user admin ...        # create the streams and the consumer, then exit
+//	jetstream --publish KEY --user alice ...  # publish a command from stdin, print its reply
 package main
 
 import (
@@ -35,7 +37,15 @@ func main() {
 	log := newLogger(cfg.verbose)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg, log); err != nil {
+	switch {
+	case cfg.setup:
+		err = runSetup(ctx, cfg, log, os.Stdout)
+	case cfg.publish != "":
+		err = runPublish(ctx, cfg, log, os.Stdin, os.Stdout)
+	default:
+		err = run(ctx, cfg, log)
+	}
+	if err != nil {
 		log.Error("jetstream: stopped", "err", err)
 		os.Exit(1)
 	}
