@@ -6,6 +6,11 @@ SHELL := bash
 # buf, protoc-gen-go and protoc-gen-go-grpc are pinned in tools/go.mod and run
 # through `go tool`, so a fresh clone needs nothing but Go.
 BUF := go tool -modfile=tools/go.mod buf
+# The modules of the repository: the library at the top, then metrics, the
+# service (daemon), the deployment files' tests and the examples (see
+# docs/layout.md). Each is built and tested against its own go.mod, as
+# those who depend on it get it.
+MODULES := . metrics daemon deploy examples
 GHZ_VERSION := v0.120.0
 # The binaries we hand out say which commit they were built from
 # (paymentsd version) wherever git can tell, even where GOFLAGS turns that
@@ -28,20 +33,21 @@ IMAGE_ARGS = --build-arg VERSION=$(strip $(file < VERSION)) --build-arg REVISION
 ## binary is run itself, not through go run, so that Ctrl-C reaches it
 ## alone and its clean exit is what make sees.
 run:
-	go build $(STAMP) -o bin/paymentsd ./cmd/paymentsd
+	go build -C daemon $(STAMP) -o ../bin/paymentsd ./cmd/paymentsd
 	exec bin/paymentsd $(ARGS)
 
 ## certs: a development CA and server and client certificates in ./certs/,
 ## to try TLS and mutual TLS (never for production); refuses to overwrite
 certs:
-	go run ./cmd/paymentsd dev-certs certs
+	go build -C daemon -o ../bin/paymentsd ./cmd/paymentsd
+	bin/paymentsd dev-certs certs
 
-## test: every test, with the race detector. grpcurl (tools/go.mod), which
-## the TLS tests run, is built first, so that its build, minutes on a cold
-## cache, is not counted in their package's timeout.
+## test: every test of every module, with the race detector. grpcurl
+## (tools/go.mod), which the TLS tests run, is built first, so that its
+## build, minutes on a cold cache, is not counted in their package's timeout.
 test:
 	go build -modfile=tools/go.mod -o /dev/null github.com/fullstorydev/grpcurl/cmd/grpcurl
-	go test -race -count=1 -timeout 25m ./...
+	for m in $(MODULES); do go test -C $$m -race -count=1 -timeout 25m ./...; done
 
 ## crashtest: kill -9 paymentsd under load for 200 rounds; fails on a
 ## single orphan intent (make test runs a 20-round version). Its
@@ -56,7 +62,7 @@ test:
 ## leader kills, 3 switchovers, 3 pauses past the TTL and an etcd member
 ## killed here (each kind once in make test)
 crashtest:
-	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 PAYMENTSD_PATRONI_ROUNDS=crashtest go test -count=1 -timeout 45m -v -run '^TestCrash' ./cmd/paymentsd
+	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 PAYMENTSD_PATRONI_ROUNDS=crashtest go test -C daemon -count=1 -timeout 45m -v -run '^TestCrash' ./cmd/paymentsd
 
 ## robustness: the robustness suite for about 30 minutes: 20 runs on bbolt
 ## and 20 on three PostgreSQL replicas, random operations under a seeded
@@ -73,7 +79,7 @@ crashtest:
 robustness:
 	PAYMENTSD_ROBUSTNESS_RUNS=$${PAYMENTSD_ROBUSTNESS_RUNS:-20} PAYMENTSD_ROBUSTNESS_DURATION=$${PAYMENTSD_ROBUSTNESS_DURATION:-10s} \
 	PAYMENTSD_ROBUSTNESS_PATRONI_RUNS=$${PAYMENTSD_ROBUSTNESS_PATRONI_RUNS:-5} \
-		go test -count=1 -timeout 55m -v -run '^TestRobustness' ./robustness
+		go test -C daemon -count=1 -timeout 55m -v -run '^TestRobustness' ./robustness
 
 ## bench: Go benchmarks of the store, the interceptor and the HTTP face's
 ## observation, then ghz against the real binary with and without the
@@ -81,25 +87,28 @@ robustness:
 ## and PostgreSQL's instructions per create counted by valgrind (see
 ## BENCHMARKS.md)
 bench: bin/ghz
-	go build -o bin/paymentsd ./cmd/paymentsd
-	go build -tags benchbaseline -o bin/paymentsd-baseline ./cmd/paymentsd
-	go build -tags benchnolimits -o bin/paymentsd-nolimits ./cmd/paymentsd
-	go test -run '^$$' -bench . -benchmem -count 3 ./boltstore ./interceptor ./httpapi
+	go build -C daemon -o ../bin/paymentsd ./cmd/paymentsd
+	go build -C daemon -tags benchbaseline -o ../bin/paymentsd-baseline ./cmd/paymentsd
+	go build -C daemon -tags benchnolimits -o ../bin/paymentsd-nolimits ./cmd/paymentsd
+	go build -C daemon -o ../bin/bench ./bench
+	go test -run '^$$' -bench . -benchmem -count 3 ./boltstore ./interceptor
+	go test -C daemon -run '^$$' -bench . -benchmem -count 3 ./httpapi
 	PAYMENTSD_SCALE_RECORDS=1000000 go test -count=1 -run '^TestScale$$' -v -timeout 20m ./boltstore
-	go run ./bench
-	go run ./bench -disk 6000,100000
-	bench/pg-instructions.sh
+	bin/bench
+	bin/bench -disk 6000,100000
+	daemon/bench/pg-instructions.sh
 
 bin/ghz:
 	GOBIN=$(CURDIR)/bin go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 
-## lint: buf lint, go vet and gofmt
+## lint: buf lint, go vet of every module and gofmt
 lint:
 	$(BUF) lint
-	go vet ./...
+	for m in $(MODULES); do go vet -C $$m ./...; done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
 
-## generate: regenerate gen/ from proto/, and the descriptors with their
+## generate: regenerate gen/ (the library's stored record) and daemon/gen/
+## (the service) from proto/, and the descriptors with their
 ## comments that paymentsd's server reflection serves; openapitidy then
 ## drops the OpenAPI definitions nothing uses, makes the cancel's empty
 ## body optional, declares the echoed Idempotency-Key on every answer of
@@ -107,10 +116,12 @@ lint:
 ## protoc-gen-openapiv2 has no option for. Then the Grafana dashboard,
 ## deploy/grafana/paymentsd.json, from its Go source (deploy/grafana/gen)
 generate:
-	$(BUF) generate
-	go run ./internal/openapitidy -version "$$(cat VERSION)" gen/payments/v1/payments.swagger.json
-	$(BUF) build --exclude-imports -o gen/descriptors.binpb
-	go run ./deploy/grafana/gen deploy/grafana/paymentsd.json
+	$(BUF) generate --template buf.gen.yaml --path proto/idempotency
+	$(BUF) generate --template buf.gen.payments.yaml --path proto/payments
+	$(BUF) generate --template buf.gen.openapi.yaml
+	go run -C daemon ./internal/openapitidy -version "$$(cat VERSION)" gen/payments/v1/payments.swagger.json
+	$(BUF) build --exclude-imports -o daemon/gen/descriptors.binpb
+	go run -C deploy ./grafana/gen grafana/paymentsd.json
 
 ## image: the container image $(IMAGE) (Containerfile) with Podman, or
 ## Buildah when Podman is missing (apt-get install podman): the static
@@ -135,5 +146,5 @@ image-context:
 	rm -rf $(IMAGE_CONTEXT)
 	mkdir -p $(IMAGE_CONTEXT)/data/paymentsd
 	chmod 0700 $(IMAGE_CONTEXT)/data/paymentsd
-	CGO_ENABLED=0 go build $(STAMP) -trimpath -tags timetzdata -o $(IMAGE_CONTEXT)/paymentsd ./cmd/paymentsd
+	CGO_ENABLED=0 go build -C daemon $(STAMP) -trimpath -tags timetzdata -o $(abspath $(IMAGE_CONTEXT))/paymentsd ./cmd/paymentsd
 	cp /etc/ssl/certs/ca-certificates.crt LICENSE NOTICE $(IMAGE_CONTEXT)/

@@ -218,7 +218,7 @@ func TestDocs_LinksResolve(t *testing.T) {
 // TestDocs_TestingNamesEveryFuzzTarget checks that docs/testing.md gives
 // the command of every fuzz target in the tree's _test.go files. The
 // command is go test's -fuzz with the target's name anchored, then its
-// package.
+// package, from the directory of its module (-C).
 func TestDocs_TestingNamesEveryFuzzTarget(t *testing.T) {
 	doc, err := os.ReadFile("docs/testing.md")
 	if err != nil {
@@ -243,6 +243,9 @@ func TestDocs_TestingNamesEveryFuzzTarget(t *testing.T) {
 		for _, m := range fuzzRE.FindAllStringSubmatch(string(src), -1) {
 			found++
 			cmd := fmt.Sprintf("go test -fuzz='^%s$' ./%s", m[1], filepath.ToSlash(filepath.Dir(p)))
+			if mod, rest, ok := strings.Cut(filepath.ToSlash(filepath.Dir(p)), "/"); ok && slices.Contains(modules, mod) {
+				cmd = fmt.Sprintf("go test -C %s -fuzz='^%s$' ./%s", mod, m[1], rest) // a package of a nested module
+			}
 			if !strings.Contains(string(doc), cmd) {
 				t.Errorf("docs/testing.md does not give %s of %s: want %s", m[1], p, cmd)
 			}

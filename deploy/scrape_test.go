@@ -23,9 +23,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/storage"
-	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // families maps each metric family of a scrape to the label names of its
@@ -36,7 +36,7 @@ type families map[string]map[string]bool
 func buildPaymentsd(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "paymentsd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/paymentsd").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-C", "../daemon", "-o", bin, "./cmd/paymentsd").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

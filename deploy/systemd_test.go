@@ -32,7 +32,7 @@ func TestSystemd_UnitVerifiesWithoutAWord(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "paymentsd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/paymentsd").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-C", "../daemon", "-o", bin, "./cmd/paymentsd").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	copied := filepath.Join(dir, "paymentsd.service")

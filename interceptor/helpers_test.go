@@ -18,9 +18,9 @@ import (
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/retry"
+	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/storage"
-	"github.com/paymentsd/paymentsd/testkit/testclock"
 	"github.com/paymentsd/paymentsd/wire"
 )
 

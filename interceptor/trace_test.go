@@ -20,9 +20,9 @@ import (
 
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/interceptor/tracing"
+	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
 	"github.com/paymentsd/paymentsd/memstore"
 	"github.com/paymentsd/paymentsd/once"
-	"github.com/paymentsd/paymentsd/testkit/testclock"
 	"github.com/paymentsd/paymentsd/wire"
 )
 

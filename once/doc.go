@@ -4,10 +4,19 @@
 // interceptor is its gRPC face.
 //
 // A Guard works over one storage.Store. For each request it fingerprints
-// the operation and the message's deterministic encoding, and claims
-// (scope, key) atomically. It runs the function once and stores its
-// result: a message, or an error as a google.rpc.Status. Every later call
-// with the same request gets the stored result back, unchanged.
+// the operation and the request, and claims (scope, key) atomically. It
+// runs the function once and stores its result: a response, or an error
+// as a google.rpc.Status. Every later call with the same request gets the
+// stored result back, unchanged. Do takes protobuf messages, fingerprinted
+// by their deterministic encoding; DoValue takes plain Go values,
+// fingerprinted and stored as JSON. Both say, in Answered, whether the
+// answer was a replay.
+//
+// An error is either the rules' or the function's. A *Refusal is the
+// rules' answer, of one kind that errors.Is tells (ErrInFlight,
+// ErrKeyReused, ...); nothing of the call was stored. Any other error is
+// the function's, as stored: a *StoredError, or what Options.Statuses
+// makes of it.
 //
 // The outcomes are those of the interceptor:
 //
@@ -23,5 +32,5 @@
 //
 // With Request.Transactional, on a storage.TxStore, the function runs
 // inside the store's transaction. Its writes and the record commit
-// together, or not at all. See docs/embedding.md for a consumer.
+// together, or not at all.
 package once

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/storage"
-	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // probeTimeout is what paymentsd gives each probe (pgintents.Timeout).

@@ -16,12 +16,12 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/paymentsd/paymentsd/internal/testkit/faultproxy"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/once/oncetest"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/storage/storagetest"
-	"github.com/paymentsd/paymentsd/testkit/faultproxy"
-	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 var cluster *pgtest.Cluster

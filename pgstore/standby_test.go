@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
 	"github.com/paymentsd/paymentsd/storage"
-	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 // standbyPair is a primary with a synchronous standby, a DB on it and a

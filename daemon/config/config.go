@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/internal/envflags"
+	"github.com/paymentsd/paymentsd/daemon/auth"
+	"github.com/paymentsd/paymentsd/daemon/internal/envflags"
 	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/storage"
 )

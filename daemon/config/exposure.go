@@ -5,7 +5,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/daemon/auth"
 )
 
 // Open reports whether the server accepts any bearer token as a principal

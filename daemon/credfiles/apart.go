@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/daemon/auth"
 )
 
 // apart refuses operators' keys that are customers' keys. The two files

@@ -15,9 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/internal/filewatch"
-	"github.com/paymentsd/paymentsd/tlsreload"
+	"github.com/paymentsd/paymentsd/daemon/auth"
+	"github.com/paymentsd/paymentsd/daemon/internal/filewatch"
+	"github.com/paymentsd/paymentsd/daemon/tlsreload"
 )
 
 // Poll is how often the files are looked at for a change.

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/daemon/auth"
 	"github.com/paymentsd/paymentsd/daemon/credfiles"
-	"github.com/paymentsd/paymentsd/internal/devcerts"
-	"github.com/paymentsd/paymentsd/testkit/logbuf"
-	"github.com/paymentsd/paymentsd/tlsreload"
+	"github.com/paymentsd/paymentsd/daemon/internal/devcerts"
+	"github.com/paymentsd/paymentsd/daemon/testkit/logbuf"
+	"github.com/paymentsd/paymentsd/daemon/tlsreload"
 )
 
 // reloads records what Watch reports.

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paymentsd/paymentsd/daemon/config"
-	"github.com/paymentsd/paymentsd/internal/cli"
+	"github.com/paymentsd/paymentsd/daemon/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/safefile"
 )
 

@@ -11,8 +11,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/paymentsd/paymentsd/daemon/healthcmd"
-	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/testkit/grpctest"
+	"github.com/paymentsd/paymentsd/daemon/internal/cli"
+	"github.com/paymentsd/paymentsd/daemon/testkit/grpctest"
 )
 
 // run runs paymentsd health with args, and returns its exit code and

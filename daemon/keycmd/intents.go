@@ -9,17 +9,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/boltintents"
-	"github.com/paymentsd/paymentsd/boltstore/boltadmin"
+	"github.com/paymentsd/paymentsd/daemon/auth"
+	"github.com/paymentsd/paymentsd/daemon/boltadmin"
 	"github.com/paymentsd/paymentsd/daemon/config"
-	"github.com/paymentsd/paymentsd/intentsearch"
+	"github.com/paymentsd/paymentsd/daemon/intents/boltintents"
+	"github.com/paymentsd/paymentsd/daemon/intents/pgintents"
+	"github.com/paymentsd/paymentsd/daemon/intentsearch"
+	"github.com/paymentsd/paymentsd/daemon/internal/cli"
+	"github.com/paymentsd/paymentsd/daemon/internal/envflags"
+	"github.com/paymentsd/paymentsd/daemon/server"
 	"github.com/paymentsd/paymentsd/internal/bearer"
-	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/internal/envflags"
-	"github.com/paymentsd/paymentsd/pgintents"
 	"github.com/paymentsd/paymentsd/pgstore"
-	"github.com/paymentsd/paymentsd/server"
 )
 
 // intentsAbout is what paymentsd intents -h says above its flags.

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
-	"github.com/paymentsd/paymentsd/intentsearch"
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/daemon/intentsearch"
 )
 
 // intentsAnswer is what paymentsd intents prints, and what the admin

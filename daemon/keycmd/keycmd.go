@@ -5,11 +5,11 @@
 package keycmd
 
 import (
-	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/daemon/auth"
 	"github.com/paymentsd/paymentsd/daemon/config"
+	"github.com/paymentsd/paymentsd/daemon/internal/cli"
+	"github.com/paymentsd/paymentsd/daemon/internal/envflags"
 	"github.com/paymentsd/paymentsd/internal/bearer"
-	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/internal/envflags"
 	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/wire"
 )

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/paymentsd/paymentsd/boltstore"
+	"github.com/paymentsd/paymentsd/daemon/internal/cli"
 	"github.com/paymentsd/paymentsd/daemon/keycmd"
-	"github.com/paymentsd/paymentsd/internal/cli"
 )
 
 func TestRecordAndRelease_BadCommandLine_Exits2(t *testing.T) {

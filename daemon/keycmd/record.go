@@ -9,8 +9,8 @@ import (
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/daemon/config"
-	"github.com/paymentsd/paymentsd/internal/cli"
-	"github.com/paymentsd/paymentsd/recordview"
+	"github.com/paymentsd/paymentsd/daemon/internal/cli"
+	"github.com/paymentsd/paymentsd/daemon/recordview"
 	"github.com/paymentsd/paymentsd/storage"
 )
 

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/paymentsd/paymentsd/internal/connlimit"
+	"github.com/paymentsd/paymentsd/daemon/internal/connlimit"
 )
 
 // HTTPServer is the server of the metrics or console listener, named

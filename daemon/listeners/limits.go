@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/paymentsd/paymentsd/httpapi"
-	"github.com/paymentsd/paymentsd/internal/connlimit"
+	"github.com/paymentsd/paymentsd/daemon/httpapi"
+	"github.com/paymentsd/paymentsd/daemon/internal/connlimit"
 )
 
 // smallListenerConnections bounds the metrics and console listeners,

@@ -9,8 +9,8 @@ import (
 	"net"
 
 	"github.com/paymentsd/paymentsd/daemon/config"
-	"github.com/paymentsd/paymentsd/httpapi"
-	"github.com/paymentsd/paymentsd/internal/connlimit"
+	"github.com/paymentsd/paymentsd/daemon/httpapi"
+	"github.com/paymentsd/paymentsd/daemon/internal/connlimit"
 )
 
 // Set is paymentsd's bound listeners, each behind its connection limit.

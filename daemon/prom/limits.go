@@ -3,7 +3,7 @@ package prom
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/paymentsd/paymentsd/internal/connlimit"
+	"github.com/paymentsd/paymentsd/daemon/internal/connlimit"
 )
 
 // WatchLimits exports the listeners' connections and refusals, and the

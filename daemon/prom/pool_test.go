@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsd/paymentsd/daemon/prom"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/pgstore"
-	"github.com/paymentsd/paymentsd/testkit/pgtest"
 )
 
 var cluster *pgtest.Cluster

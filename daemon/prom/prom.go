@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/paymentsd/paymentsd/httpapi"
-	"github.com/paymentsd/paymentsd/internal/version"
+	"github.com/paymentsd/paymentsd/daemon/httpapi"
+	"github.com/paymentsd/paymentsd/daemon/internal/version"
+	"github.com/paymentsd/paymentsd/daemon/tlsreload"
 	"github.com/paymentsd/paymentsd/metrics"
-	"github.com/paymentsd/paymentsd/tlsreload"
 )
 
 // Prom is the registry and the metrics paymentsd feeds.

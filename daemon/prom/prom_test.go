@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paymentsd/paymentsd/daemon/internal/devcerts"
 	"github.com/paymentsd/paymentsd/daemon/prom"
-	"github.com/paymentsd/paymentsd/internal/devcerts"
-	"github.com/paymentsd/paymentsd/tlsreload"
+	"github.com/paymentsd/paymentsd/daemon/tlsreload"
 )
 
 // scrape returns the lines of p's exposition that start with prefix.

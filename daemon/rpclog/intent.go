@@ -5,7 +5,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/interceptor"
 )
 

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/paymentsd/paymentsd/auth"
-	"github.com/paymentsd/paymentsd/internal/logattr"
-	"github.com/paymentsd/paymentsd/internal/requestid"
+	"github.com/paymentsd/paymentsd/daemon/auth"
+	"github.com/paymentsd/paymentsd/daemon/internal/logattr"
+	"github.com/paymentsd/paymentsd/daemon/internal/requestid"
 	"github.com/paymentsd/paymentsd/metrics"
 	"github.com/paymentsd/paymentsd/once"
 	"github.com/paymentsd/paymentsd/wire"

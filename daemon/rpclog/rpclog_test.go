@@ -13,13 +13,13 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/paymentsd/paymentsd/auth"
+	"github.com/paymentsd/paymentsd/daemon/auth"
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/daemon/rpclog"
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/daemon/testkit/grpctest"
+	"github.com/paymentsd/paymentsd/daemon/testkit/logbuf"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/memstore"
-	"github.com/paymentsd/paymentsd/testkit/grpctest"
-	"github.com/paymentsd/paymentsd/testkit/logbuf"
 	"github.com/paymentsd/paymentsd/wire"
 )
 

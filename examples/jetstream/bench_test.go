@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/paymentsd/paymentsd/testkit/natstest"
-	"github.com/paymentsd/paymentsd/testkit/proctest"
+	"github.com/paymentsd/paymentsd/daemon/testkit/natstest"
+	"github.com/paymentsd/paymentsd/daemon/testkit/proctest"
 )
 
 // TestThroughput measures the example's commands per second, with the core

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsd/paymentsd/testkit/natstest"
+	"github.com/paymentsd/paymentsd/daemon/testkit/natstest"
 )
 
 // The broker binds a command's subject to its publisher: alice's command

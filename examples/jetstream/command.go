@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/paymentsd/paymentsd/auth"
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/daemon/auth"
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/wire"
 )
 

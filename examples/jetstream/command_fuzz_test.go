@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/paymentsd/paymentsd/auth"
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/daemon/auth"
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/wire"
 )
 

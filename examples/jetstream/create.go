@@ -11,10 +11,10 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/status"
 
-	"github.com/paymentsd/paymentsd/auth"
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/daemon/auth"
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/daemon/server"
 	"github.com/paymentsd/paymentsd/once"
-	"github.com/paymentsd/paymentsd/server"
 )
 
 // outcome is what becomes of one command.

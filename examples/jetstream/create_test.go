@@ -12,11 +12,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/paymentsd/paymentsd/boltintents"
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/daemon/intents/boltintents"
+	"github.com/paymentsd/paymentsd/daemon/server"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/once"
-	"github.com/paymentsd/paymentsd/server"
 	"github.com/paymentsd/paymentsd/wire"
 )
 

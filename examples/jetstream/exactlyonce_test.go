@@ -8,12 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/paymentsd/paymentsd/backend"
-	"github.com/paymentsd/paymentsd/boltintents"
-	"github.com/paymentsd/paymentsd/pgintents"
-	"github.com/paymentsd/paymentsd/testkit/natstest"
-	"github.com/paymentsd/paymentsd/testkit/pgtest"
-	"github.com/paymentsd/paymentsd/testkit/proctest"
+	"github.com/paymentsd/paymentsd/daemon/intents"
+	"github.com/paymentsd/paymentsd/daemon/intents/boltintents"
+	"github.com/paymentsd/paymentsd/daemon/intents/pgintents"
+	"github.com/paymentsd/paymentsd/daemon/testkit/natstest"
+	"github.com/paymentsd/paymentsd/daemon/testkit/proctest"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
 
 // The acceptance figures: 1,000 commands, 30% of them published again,
@@ -30,7 +30,7 @@ type scenario struct {
 	procs int      // consumer processes on the one durable consumer
 	store []string // the consumer's flags naming its store
 	env   []string // and its environment
-	open  func(t *testing.T) backend.Backend
+	open  func(t *testing.T) intents.Backend
 	// outage, when set, takes the store down for a while mid-stream.
 	outage func(t *testing.T)
 }
@@ -39,7 +39,7 @@ type scenario struct {
 // creates one intent per key and answers every duplicate alike.
 func TestExactlyOnce_Bolt(t *testing.T) {
 	path := t.TempDir() + "/payments.db"
-	runScenario(t, scenario{procs: 1, store: []string{"--db", path}, open: func(t *testing.T) backend.Backend {
+	runScenario(t, scenario{procs: 1, store: []string{"--db", path}, open: func(t *testing.T) intents.Backend {
 		db, err := boltintents.Open(context.Background(), path)
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func TestExactlyOnce_Postgres(t *testing.T) {
 	c := pgtest.Require(t, cluster)
 	url := c.NewDatabase(t, pgtest.DatabaseName(t.Name()))
 	runScenario(t, scenario{procs: 2, store: []string{"--postgres", "env:TEST_PG_URL"}, env: []string{"TEST_PG_URL=" + url},
-		open: func(t *testing.T) backend.Backend {
+		open: func(t *testing.T) intents.Backend {
 			db, err := pgintents.Open(context.Background(), url, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/paymentsd/paymentsd/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 )
 
 var cluster *pgtest.Cluster

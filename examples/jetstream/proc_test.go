@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/paymentsd/paymentsd/testkit/proctest"
+	"github.com/paymentsd/paymentsd/daemon/testkit/proctest"
 )
 
 // startConsumer starts the example with args, logging to name.log in dir.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/paymentsd/paymentsd/testkit/natstest"
+	"github.com/paymentsd/paymentsd/daemon/testkit/natstest"
 )
 
 // gotReply is one reply, as the reply stream kept it.

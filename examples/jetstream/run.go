@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/paymentsd/paymentsd/daemon/server"
 	"github.com/paymentsd/paymentsd/interceptor"
 	"github.com/paymentsd/paymentsd/once"
-	"github.com/paymentsd/paymentsd/server"
 	"github.com/paymentsd/paymentsd/storage"
 )
 

@@ -8,15 +8,15 @@ import (
 	"os"
 	"strings"
 
-	"github.com/paymentsd/paymentsd/backend"
-	"github.com/paymentsd/paymentsd/boltintents"
-	"github.com/paymentsd/paymentsd/pgintents"
+	"github.com/paymentsd/paymentsd/daemon/intents"
+	"github.com/paymentsd/paymentsd/daemon/intents/boltintents"
+	"github.com/paymentsd/paymentsd/daemon/intents/pgintents"
 	"github.com/paymentsd/paymentsd/pgstore"
 )
 
 // openStore opens the records and intents: PostgreSQL with --postgres,
 // else the bbolt file of --db.
-func openStore(ctx context.Context, c config, log *slog.Logger) (backend.Backend, error) {
+func openStore(ctx context.Context, c config, log *slog.Logger) (intents.Backend, error) {
 	if c.postgres == "" {
 		b, err := boltintents.Open(ctx, c.db)
 		if err != nil {

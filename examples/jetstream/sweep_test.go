@@ -12,10 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/paymentsd/paymentsd/boltintents"
+	"github.com/paymentsd/paymentsd/daemon/intents/boltintents"
+	"github.com/paymentsd/paymentsd/daemon/testkit/natstest"
+	"github.com/paymentsd/paymentsd/daemon/testkit/proctest"
 	"github.com/paymentsd/paymentsd/storage"
-	"github.com/paymentsd/paymentsd/testkit/natstest"
-	"github.com/paymentsd/paymentsd/testkit/proctest"
 )
 
 // runExample runs the example's binary to its end with args, as a user of

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/paymentsd/paymentsd/backend"
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/daemon/intents"
 	"github.com/paymentsd/paymentsd/storage"
 	"github.com/paymentsd/paymentsd/wire"
 )
@@ -25,7 +25,7 @@ type figures struct {
 // verify checks the replies and the store against what was published. A
 // key has one intent, and every command of its body the same reply. A
 // reuse is refused, and no claim is left in flight.
-func verify(t *testing.T, w *workload, got *replies, db backend.Backend) figures {
+func verify(t *testing.T, w *workload, got *replies, db intents.Backend) figures {
 	t.Helper()
 	got.mu.Lock() // the consumers have stopped: nothing more comes
 	defer got.mu.Unlock()
@@ -102,7 +102,7 @@ func checkReused(t *testing.T, c sentCommand, r gotReply) {
 
 // checkStore checks that the store holds the intents replied, one per key,
 // each of its first body, and no claim in flight. It returns their count.
-func checkStore(t *testing.T, db backend.Backend, first map[ownedKey]*paymentsv1.CreatePaymentIntentResponse) int {
+func checkStore(t *testing.T, db intents.Backend, first map[ownedKey]*paymentsv1.CreatePaymentIntentResponse) int {
 	t.Helper()
 	ctx := context.Background()
 	want := map[string]string{} // intent id to its key's amount

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	paymentsv1 "github.com/paymentsd/paymentsd/gen/payments/v1"
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 )
 
 // kind is what a published command is to the test.
