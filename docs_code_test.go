@@ -1,6 +1,7 @@
 package paymentsd_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -16,18 +17,24 @@ import (
 // either the body of an Example function of the files, up to its
 // "// Output:" comment, or a run of their top-level declarations with
 // their doc comments. go test runs the examples and checks their output;
-// the files of a program are built and run by its tests.
+// the files of a program are built and run by its tests. Every ```go
+// block of README.md and docs/ must be in an entry.
 var compiledDocs = []struct {
 	page, section string
-	files         string // a glob
+	files         string // globs, separated by spaces
 }{
+	{"docs/embedding.md", "embedding-the-interceptor", "interceptor/example*_test.go pgstore/example_test.go"},
 	{"docs/embedding.md", "without-grpc-a-message-consumer", "once/example_test.go"},
+	{"docs/embedding.md", "the-client-half", "daemon/server/example_test.go"},
+	{"docs/embedding.md", "another-store", "memstore/memstore_test.go"},
+	{"docs/idempotency.md", "", "interceptor/examples_more_test.go"},
 	{"docs/jetstream.md", "", "examples/jetstream/*.go"},
 }
 
 // TestDocs_GoCodeIsCompiled checks each page of compiledDocs against its
-// Go files.
+// Go files, and that no Go block of the docs is left out of compiledDocs.
 func TestDocs_GoCodeIsCompiled(t *testing.T) {
+	checked := map[string]bool{} // "page:line" of each block checked
 	for _, d := range compiledDocs {
 		src, err := os.ReadFile(d.page)
 		if err != nil {
@@ -37,9 +44,13 @@ func TestDocs_GoCodeIsCompiled(t *testing.T) {
 		if len(blocks) == 0 {
 			t.Errorf("%s#%s has no Go code block: fix compiledDocs", d.page, d.section)
 		}
-		files, err := filepath.Glob(d.files)
-		if err != nil || len(files) == 0 {
-			t.Fatalf("%s: no files (%v)", d.files, err)
+		var files []string
+		for _, g := range strings.Fields(d.files) {
+			m, err := filepath.Glob(g)
+			if err != nil || len(m) == 0 {
+				t.Fatalf("%s: no files (%v)", g, err)
+			}
+			files = append(files, m...)
 		}
 		known := map[string]bool{}
 		for _, f := range files {
@@ -48,9 +59,21 @@ func TestDocs_GoCodeIsCompiled(t *testing.T) {
 			}
 		}
 		for _, b := range blocks {
+			checked[fmt.Sprintf("%s:%d", d.page, b.line)] = true
 			if !known[strings.TrimSpace(b.text)] {
 				t.Errorf("%s:%d: this Go block is neither an Example's body nor declarations of %s; make it one, word for word:\n%s",
 					d.page, b.line, d.files, b.text)
+			}
+		}
+	}
+	for p := range docsPages(t) {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range fencedBlocks(string(src), "", "go") {
+			if !checked[fmt.Sprintf("%s:%d", p, b.line)] {
+				t.Errorf("%s:%d: this Go block is in no entry of compiledDocs: add one, or fence it as another language if it is not Go", p, b.line)
 			}
 		}
 	}

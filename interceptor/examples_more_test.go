@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -142,4 +143,34 @@ func ExampleRunSweeper() {
 	<-done
 	fmt.Println("stopped")
 	// Output: stopped
+}
+
+// Stand-ins for what the examples of docs/embedding.md leave to your
+// server: the authentication that refuses unknown bearer tokens, and the
+// listener. Those examples are compiled, never run.
+var (
+	yourAuthInterceptor grpc.UnaryServerInterceptor
+	yourListener        net.Listener
+)
+
+// With WithStoredBytes and the server codec Codec, a keyed call is
+// answered with the bytes its record holds: a response is encoded once,
+// and a replay sent as stored. Its body is the code of docs/embedding.md,
+// section "Sending the stored bytes"; it is compiled, not run.
+func ExampleWithStoredBytes() {
+	store := memstore.New() // or a boltstore.DB or pgstore.DB
+	srv := grpc.NewServer(
+		grpc.ForceServerCodecV2(interceptor.Codec(encoding.GetCodecV2("proto"))),
+		grpc.ChainUnaryInterceptor(yourAuthInterceptor,
+			interceptor.MustUnaryServerInterceptor(store, interceptor.WithStoredBytes())),
+	)
+	log.Fatal(srv.Serve(yourListener)) // once your services are registered on srv
+}
+
+// Leave a field that differs between retries of one operation, such as a
+// trace id, out of the fingerprint; pass the option to
+// UnaryServerInterceptor. Its body is the code of docs/idempotency.md,
+// section "Fingerprint control".
+func ExampleWithFingerprintExclude() {
+	interceptor.WithFingerprintExclude("shop.v1.PlaceOrderRequest.trace_id")
 }
