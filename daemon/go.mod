@@ -13,8 +13,8 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.56.0
-	github.com/paymentsd/paymentsd v0.0.0-00010101000000-000000000000
-	github.com/paymentsd/paymentsd/metrics v0.0.0-00010101000000-000000000000
+	github.com/paymentsd/paymentsd v0.5.0
+	github.com/paymentsd/paymentsd/metrics v0.5.0
 	github.com/prometheus/client_golang v1.25.0
 	go.etcd.io/bbolt v1.5.0
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/grafana/grafana-foundation-sdk/go v0.0.22
-	github.com/paymentsd/paymentsd v0.0.0-00010101000000-000000000000
+	github.com/paymentsd/paymentsd v0.5.0
 	golang.org/x/sys v0.49.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

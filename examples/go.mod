@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/nats-io/nats.go v1.56.0
-	github.com/paymentsd/paymentsd v0.0.0-00010101000000-000000000000
-	github.com/paymentsd/paymentsd/daemon v0.0.0-00010101000000-000000000000
+	github.com/paymentsd/paymentsd v0.5.0
+	github.com/paymentsd/paymentsd/daemon v0.5.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

@@ -3,7 +3,7 @@ module github.com/paymentsd/paymentsd/metrics
 go 1.26.0
 
 require (
-	github.com/paymentsd/paymentsd v0.0.0-00010101000000-000000000000
+	github.com/paymentsd/paymentsd v0.5.0
 	github.com/prometheus/client_golang v1.25.0
 )
 
