@@ -49,36 +49,10 @@ const typeURLPrefix = "type.googleapis.com/"
 
 // marshalRecord is the compact encoding of r.
 func marshalRecord(r *storage.Record) ([]byte, error) {
-	if r.State != storage.StateInFlight && r.State != storage.StateCompleted {
-		return nil, fmt.Errorf("encode idempotency record: unknown state %d", r.State)
+	if err := encodable(r); err != nil {
+		return nil, fmt.Errorf("encode idempotency record: %w", err)
 	}
-	if (r.State == storage.StateCompleted) != (r.Result != nil) {
-		return nil, fmt.Errorf("encode idempotency record: state %d with result %t", r.State, r.Result != nil)
-	}
-	for _, t := range []time.Time{r.ClaimTime, r.LeaseExpiry} {
-		if !t.IsZero() && !inNanos(t) {
-			return nil, fmt.Errorf("encode idempotency record: time %v is out of the encoding's range", t)
-		}
-	}
-	if !inNanos(r.Expiry) {
-		return nil, fmt.Errorf("encode idempotency record: expiry %v is out of the encoding's range", r.Expiry)
-	}
-	var flags byte
-	if r.State == storage.StateCompleted {
-		flags |= flagCompleted
-	}
-	if r.Durability == storage.Transactional {
-		flags |= flagTransactional
-	}
-	if !r.ClaimTime.IsZero() {
-		flags |= flagClaimTime
-	}
-	if !r.LeaseExpiry.IsZero() {
-		flags |= flagLease
-	}
-	if r.Scheme == storage.FingerprintScheme {
-		flags |= flagKnownScheme
-	}
+	flags := recordFlags(r)
 	result := r.Result
 	if result != nil && result.Response != nil && strings.HasPrefix(result.Response.TypeUrl, typeURLPrefix) {
 		flags |= flagShortType
@@ -113,6 +87,47 @@ func marshalRecord(r *storage.Record) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, res...), nil
+}
+
+// encodable says why r cannot be encoded, or returns nil.
+func encodable(r *storage.Record) error {
+	if r.State != storage.StateInFlight && r.State != storage.StateCompleted {
+		return fmt.Errorf("unknown state %d", r.State)
+	}
+	if (r.State == storage.StateCompleted) != (r.Result != nil) {
+		return fmt.Errorf("state %d with result %t", r.State, r.Result != nil)
+	}
+	for _, t := range []time.Time{r.ClaimTime, r.LeaseExpiry} {
+		if !t.IsZero() && !inNanos(t) {
+			return fmt.Errorf("time %v is out of the encoding's range", t)
+		}
+	}
+	if !inNanos(r.Expiry) {
+		return fmt.Errorf("expiry %v is out of the encoding's range", r.Expiry)
+	}
+	return nil
+}
+
+// recordFlags are the flags of r's encoding, but flagShortType, which
+// marshalRecord sets as it shortens the type URL.
+func recordFlags(r *storage.Record) byte {
+	var flags byte
+	if r.State == storage.StateCompleted {
+		flags |= flagCompleted
+	}
+	if r.Durability == storage.Transactional {
+		flags |= flagTransactional
+	}
+	if !r.ClaimTime.IsZero() {
+		flags |= flagClaimTime
+	}
+	if !r.LeaseExpiry.IsZero() {
+		flags |= flagLease
+	}
+	if r.Scheme == storage.FingerprintScheme {
+		flags |= flagKnownScheme
+	}
+	return flags
 }
 
 // inNanos reports whether t is nanoseconds since 1970 in an int64, as the

@@ -41,12 +41,7 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, b
 		return err
 	}
 	err = pgx.BeginTxFunc(ctx, conn, readCommitted, func(tx pgx.Tx) error {
-		// The wait for the key's lock is bounded whatever the pool's own
-		// lock_timeout. An embedder's pool may have none.
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(max(db.opts.LockTimeout.Milliseconds(), 1), 10)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, KeyLock(k)); err != nil {
+		if err := db.lockKey(ctx, tx, k); err != nil {
 			return err
 		}
 		var dbNow time.Time
@@ -63,21 +58,11 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, b
 		if !seen.Matches(stored) {
 			return refuse(tx, storage.ErrReleaseChanged)
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM idempotency_records
-			WHERE scope = $1 AND key = $2 AND state = 2 AND attempt = $3 AND claim_token = $4`,
-			k.Scope, k.Key, int64(stored.Attempt), stored.Token[:])
-		if err != nil {
+		switch deleted, err := deleteReleased(ctx, tx, k, stored, now, by); {
+		case err != nil:
 			return err
-		}
-		if tag.RowsAffected() != 1 {
+		case !deleted:
 			return refuse(tx, storage.ErrNoRecord) // swept meanwhile
-		}
-		e := storage.NewReleaseEntry(stored, now, by)
-		if _, err := tx.Exec(ctx, `INSERT INTO idempotency_releases
-				(scope, key, release_time, released_by, attempt, code, message, expire_time)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			k.Scope, k.Key, e.Time, e.By, int64(e.Attempt), e.Code, e.Message, e.Expiry); err != nil {
-			return err
 		}
 		released = stored
 		return nil
@@ -95,6 +80,34 @@ func (db *DB) Release(ctx context.Context, k storage.RecordKey, now time.Time, b
 	db.ledger.Forget(k)
 	time.Sleep(completedTrust) // not cut short by ctx: the delete has committed, and the caller is to hear so only once it holds
 	return released, nil
+}
+
+// lockKey takes the key's lock in tx. The wait for it is bounded whatever
+// the pool's own lock_timeout: an embedder's pool may have none.
+func (db *DB) lockKey(ctx context.Context, tx pgx.Tx, k storage.RecordKey) error {
+	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(max(db.opts.LockTimeout.Milliseconds(), 1), 10)); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, KeyLock(k))
+	return err
+}
+
+// deleteReleased deletes the completed record stored and writes its
+// release entry, in tx. It returns false when the record was no longer
+// there to delete.
+func deleteReleased(ctx context.Context, tx pgx.Tx, k storage.RecordKey, stored *storage.Record, now time.Time, by string) (bool, error) {
+	tag, err := tx.Exec(ctx, `DELETE FROM idempotency_records
+		WHERE scope = $1 AND key = $2 AND state = 2 AND attempt = $3 AND claim_token = $4`,
+		k.Scope, k.Key, int64(stored.Attempt), stored.Token[:])
+	if err != nil || tag.RowsAffected() != 1 {
+		return false, err
+	}
+	e := storage.NewReleaseEntry(stored, now, by)
+	_, err = tx.Exec(ctx, `INSERT INTO idempotency_releases
+			(scope, key, release_time, released_by, attempt, code, message, expire_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		k.Scope, k.Key, e.Time, e.By, int64(e.Attempt), e.Code, e.Message, e.Expiry)
+	return err == nil, err
 }
 
 var (

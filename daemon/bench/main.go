@@ -154,47 +154,58 @@ func main() {
 		pgScenarios = withPrevious(pgScenarios, "pg fresh c=64", "pg replay each key once c=64")
 	}
 	if len(boltScenarios) > 0 {
-		fmt.Printf("\n## bbolt\n\n")
-		m, all := table(boltScenarios, "commits/request", false)
-		ratios(m, all, []target{
-			{"fresh c=1 with / without the interceptor", "fresh c=1", "fresh c=1, no interceptor", ">= 0.85"},
-			{"fresh c=64 with / without the interceptor", "fresh c=64", "fresh c=64, no interceptor", ">= 0.95"},
-			{"HTTP fresh c=64 with / without the interceptor", "http fresh c=64", "http fresh c=64, no interceptor", ">= 0.92"},
-			{"replay c=64 / fresh c=64 without the interceptor", "replay one key c=64", "fresh c=64, no interceptor", ">= 1.5"},
-			{"replay c=64 / get c=64", "replay one key c=64", "get c=64", ">= 0.95"},
-			{"fresh c=64 / fresh c=1", "fresh c=64", "fresh c=1", ">= 5"},
-			{"fresh c=64 over TLS / plaintext", "fresh c=64, TLS", "fresh c=64", ">= 0.85"},
-			{"fresh c=64 with / without the limits", "fresh c=64", "fresh c=64, limits off", ">= 0.98"},
-			{"HTTP fresh c=64 with / without the limits", "http fresh c=64", "http fresh c=64, limits off", ">= 0.98"},
-			{"fresh c=64: this build / previous", "fresh c=64", "fresh c=64, previous", ""},
-			{"HTTP fresh c=64: this build / previous", "http fresh c=64", "http fresh c=64, previous", ""},
-		})
-		if r, ok := m["fresh c=1"]; ok {
-			fmt.Printf("- commits per fresh create at c=1: %.3f [1.000]\n", r.commits)
-		}
+		benchBolt()
 	}
 	if len(pgScenarios) > 0 {
-		stop := startPG()
-		defer stop()
-		fmt.Printf("\n## PostgreSQL\n\n")
-		m, all := table(pgScenarios, "transactions/request", true)
-		if with, ok := m["pg fresh c=64"]; ok {
-			if without, ok := m["pg fresh c=64, no interceptor"]; ok {
-				fmt.Printf("\nDatabase CPU per fresh create at c=64: %.0f µs with the interceptor, %.0f µs without (%.2fx)\n",
-					with.dbCPU, without.dbCPU, with.dbCPU/without.dbCPU)
-			}
-		}
-		ratios(m, all, []target{
-			{"fresh c=1 with / without the interceptor", "pg fresh c=1", "pg fresh c=1, no interceptor", ""},
-			{"fresh c=64 with / without the interceptor", "pg fresh c=64", "pg fresh c=64, no interceptor", ">= 0.85"},
-			{"fresh c=64: this build / previous", "pg fresh c=64", "pg fresh c=64, previous", ""},
-			{"replay c=64 / fresh c=64 without the interceptor", "pg replay one key c=64", "pg fresh c=64, no interceptor", ""},
-			{"replay of each key once / of one key", "pg replay each key once c=64", "pg replay one key c=64", ""},
-			{"replay of each key once: this build / previous", "pg replay each key once c=64", "pg replay each key once c=64, previous", ""},
-			{"3 replicas: fresh c=64 with / without the interceptor", "pg fresh c=64, 3 replicas", "pg fresh c=64, 3 replicas, no interceptor", ""},
-			{"fresh c=64: 3 replicas / 1", "pg fresh c=64, 3 replicas", "pg fresh c=64", ""},
-		})
+		benchPG()
 	}
+}
+
+// benchBolt runs the bbolt scenarios and prints their table and ratios.
+func benchBolt() {
+	fmt.Printf("\n## bbolt\n\n")
+	m, all := table(boltScenarios, "commits/request", false)
+	ratios(m, all, []target{
+		{"fresh c=1 with / without the interceptor", "fresh c=1", "fresh c=1, no interceptor", ">= 0.85"},
+		{"fresh c=64 with / without the interceptor", "fresh c=64", "fresh c=64, no interceptor", ">= 0.95"},
+		{"HTTP fresh c=64 with / without the interceptor", "http fresh c=64", "http fresh c=64, no interceptor", ">= 0.92"},
+		{"replay c=64 / fresh c=64 without the interceptor", "replay one key c=64", "fresh c=64, no interceptor", ">= 1.5"},
+		{"replay c=64 / get c=64", "replay one key c=64", "get c=64", ">= 0.95"},
+		{"fresh c=64 / fresh c=1", "fresh c=64", "fresh c=1", ">= 5"},
+		{"fresh c=64 over TLS / plaintext", "fresh c=64, TLS", "fresh c=64", ">= 0.85"},
+		{"fresh c=64 with / without the limits", "fresh c=64", "fresh c=64, limits off", ">= 0.98"},
+		{"HTTP fresh c=64 with / without the limits", "http fresh c=64", "http fresh c=64, limits off", ">= 0.98"},
+		{"fresh c=64: this build / previous", "fresh c=64", "fresh c=64, previous", ""},
+		{"HTTP fresh c=64: this build / previous", "http fresh c=64", "http fresh c=64, previous", ""},
+	})
+	if r, ok := m["fresh c=1"]; ok {
+		fmt.Printf("- commits per fresh create at c=1: %.3f [1.000]\n", r.commits)
+	}
+}
+
+// benchPG runs the PostgreSQL scenarios on a cluster of their own and
+// prints their table and ratios.
+func benchPG() {
+	stop := startPG()
+	defer stop()
+	fmt.Printf("\n## PostgreSQL\n\n")
+	m, all := table(pgScenarios, "transactions/request", true)
+	if with, ok := m["pg fresh c=64"]; ok {
+		if without, ok := m["pg fresh c=64, no interceptor"]; ok {
+			fmt.Printf("\nDatabase CPU per fresh create at c=64: %.0f µs with the interceptor, %.0f µs without (%.2fx)\n",
+				with.dbCPU, without.dbCPU, with.dbCPU/without.dbCPU)
+		}
+	}
+	ratios(m, all, []target{
+		{"fresh c=1 with / without the interceptor", "pg fresh c=1", "pg fresh c=1, no interceptor", ""},
+		{"fresh c=64 with / without the interceptor", "pg fresh c=64", "pg fresh c=64, no interceptor", ">= 0.85"},
+		{"fresh c=64: this build / previous", "pg fresh c=64", "pg fresh c=64, previous", ""},
+		{"replay c=64 / fresh c=64 without the interceptor", "pg replay one key c=64", "pg fresh c=64, no interceptor", ""},
+		{"replay of each key once / of one key", "pg replay each key once c=64", "pg replay one key c=64", ""},
+		{"replay of each key once: this build / previous", "pg replay each key once c=64", "pg replay each key once c=64, previous", ""},
+		{"3 replicas: fresh c=64 with / without the interceptor", "pg fresh c=64, 3 replicas", "pg fresh c=64, 3 replicas, no interceptor", ""},
+		{"fresh c=64: 3 replicas / 1", "pg fresh c=64, 3 replicas", "pg fresh c=64", ""},
+	})
 }
 
 // withPrevious adds to scs, for each scenario named in names, the same

@@ -40,9 +40,9 @@ with intents or groups, 1 when there are none, 2 for a bad command line,
 
 // intentsQuery is what paymentsd intents was asked.
 type intentsQuery struct {
-	db, principal, apiKeys string
-	tokenStdin, json       bool
-	search                 intentSearch
+	db, apiKeys      string
+	tokenStdin, json bool
+	search           intentSearch
 }
 
 // Intents is paymentsd intents: support's "did this customer pay twice?".

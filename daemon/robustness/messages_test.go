@@ -169,13 +169,12 @@ type msgPublisher struct {
 	pubs map[string]jetstream.JetStream
 	gate sync.RWMutex
 
-	mu       sync.Mutex
-	sent     []msgCommand
-	keys     []msgKey
-	bodies   map[msgKey]int // how many bodies of the key were sent
-	dups     int
-	reuses   int
-	maxIndex int
+	mu     sync.Mutex
+	sent   []msgCommand
+	keys   []msgKey
+	bodies map[msgKey]int // how many bodies of the key were sent
+	dups   int
+	reuses int
 }
 
 // publish publishes a command under id, trying again with the same id on

@@ -197,21 +197,7 @@ func testFindKey(t *testing.T, open Opener) {
 			claim(t, s, req, storage.OutcomeFresh)
 		}
 	}
-	find := func(key string, limit int) []string {
-		t.Helper()
-		found, err := f.FindKey(context.Background(), key, limit)
-		if err != nil {
-			t.Fatalf("FindKey(%q, %d): %v", key, limit, err)
-		}
-		var names []string
-		for _, c := range found {
-			if c.Key.Key != key || c.Record == nil {
-				t.Fatalf("FindKey(%q) returned %+v", key, c)
-			}
-			names = append(names, c.Key.Scope)
-		}
-		return names
-	}
+	find := func(key string, limit int) []string { return findScopes(t, f, key, limit) }
 	if got, want := find("k", 10), []string{"scope-a", "scope-b", "scope-c"}; !slices.Equal(got, want) {
 		t.Errorf("FindKey(k, 10) found in %v, want %v", got, want)
 	}
@@ -247,4 +233,21 @@ func testFindKey(t *testing.T, open Opener) {
 	if _, err := f.FindKey(canceled(), "k", 10); !errors.Is(err, context.Canceled) {
 		t.Errorf("FindKey with a canceled context: %v, want context.Canceled", err)
 	}
+}
+
+// findScopes returns the scopes in which FindKey found key, in its order.
+func findScopes(t *testing.T, f storage.KeyFinder, key string, limit int) []string {
+	t.Helper()
+	found, err := f.FindKey(context.Background(), key, limit)
+	if err != nil {
+		t.Fatalf("FindKey(%q, %d): %v", key, limit, err)
+	}
+	var names []string
+	for _, c := range found {
+		if c.Key.Key != key || c.Record == nil {
+			t.Fatalf("FindKey(%q) returned %+v", key, c)
+		}
+		names = append(names, c.Key.Scope)
+	}
+	return names
 }

@@ -71,71 +71,73 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // RunTests runs the conformance suite against the stores open returns.
 func RunTests(t *testing.T, open Opener) {
-	tests := []struct {
-		name string
-		run  func(t *testing.T, open Opener)
-	}{
-		{"Claim_NewKey_IsFresh", testFresh},
-		{"Claim_WhileLeaseLive_IsInFlight", testInFlight},
-		{"Claim_AfterComplete_ReplaysWholeResult", testReplay},
-		{"Claim_OtherFingerprint_IsMismatch", testMismatch},
-		{"Claim_AfterLeaseExpiry_TakesOverWithNextAttempt", testTakeover},
-		{"Complete_SupersededAttempt_IsRefused", testSuperseded},
-		{"Renew_ExtendsLease", testRenew},
-		{"Renew_SupersededOrCompleted_IsRefused", testRenewRefused},
-		{"Complete_UnknownOrReplacedClaim_IsRefused", testCompleteReplaced},
-		{"Claim_AfterRecordExpiry_IsFresh", testExpiry},
-		{"Claim_Concurrent_ExactlyOneFresh", testConcurrent},
-		{"Claim_SameKeyOtherScope_IsIsolated", testScopes},
-		{"Sweep_DeletesExpiredKeepsLive", testSweep},
-		{"Reopen_KeepsRecords", testReopen},
-		{"Get_ShowsWhatIsStoredAndChangesNothing", testGet},
-
-		// A call whose context is already done fails and writes nothing.
-		{"Claim_CanceledContext_WritesNothing", testClaimCanceled},
-		{"Renew_CanceledContext_LeavesLease", testRenewCanceled},
-		{"Complete_CanceledContext_LeavesInFlight", testCompleteCanceled},
-		{"ClaimTx_CanceledContext_WritesNothing", testClaimTxCanceled},
-
-		// Atomic completion: run when the store is an storage.TxStore.
-		{"ClaimTx_NonDurable_HoldsKeyUntilCommit", testTxHoldsKey},
-		{"ClaimTx_Concurrent_ExactlyOneFresh", testTxConcurrent},
-		{"ClaimTx_NonDurableRollback_FreesKey", testTxRollbackFrees},
-		{"ClaimTx_NonDurable_StoredOnlyByCommit", testTxStoredOnlyByCommit},
-		{"ClaimTx_Durable_StoredBeforeCommit", testTxDurableStored},
-		{"Commit_Durable_StoresResult", testTxDurableCommit},
-		{"Commit_AfterTakeover_IsSupersededAndStoresNothing_ExclusiveNeverTakesOverALiveTx", testTxSuperseded},
-		{"Rollback_Durable_StaysInFlight", testTxDurableRollback},
-		{"Rollback_DurableRenewed_StaysInFlightUntilTheRenewedLease", testTxDurableRenewedRollback},
-		{"Commit_AfterCommitOrRollback_IsRefused", testTxEnded},
-
-		// Releasing a key: run when the store is an storage.Releaser.
-		{"Release_TransactionalError_DeletesAndKeyRunsFresh", testReleaseTxError},
-		{"Release_SuccessNonTransactionalInFlightOrNone_IsRefused", testReleaseRefused},
-		{"Release_OfARecordNotTheOneSeen_IsRefused", testReleaseSeen},
-
-		// Listing claims in flight: run when the store is an
-		// storage.InFlightLister.
-		{"InFlight_ListsEveryClaimOnceInPages", testInFlightList},
-		{"InFlight_CompletedSweptLeave_TakenOverStays", testInFlightChanges},
-		{"InFlight_Reopen_KeepsDurableClaims", testInFlightReopen},
-		{"InFlight_TakenOverInTx_Leaves", testInFlightTakenOverInTx},
-		{"InFlight_ClaimSaysItsDurability", testInFlightDurability},
-
-		// A key's release history: run when the store is an
-		// storage.ReleaseHistory.
-		{"ReleaseHistory_Release_WritesOneEntryWithOperatorCodeMessageAttempt", testReleaseHistory},
-		{"ReleaseHistory_RefusedRelease_WritesNone", testReleaseHistoryRefused},
-		{"ReleaseHistory_EntryKeptPastTheRecordThenSwept", testReleaseHistorySwept},
-		{"ReleaseHistory_Reopen_KeepsEntries", testReleaseHistoryReopen},
-
-		// Finding a key in every scope: run when the store is an
-		// storage.KeyFinder.
-		{"FindKey_FindsTheKeyInEveryScopeOrderedByScope", testFindKey},
-	}
-	for _, tc := range tests {
+	for _, tc := range suite {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open) })
 	}
+}
+
+// suite is the conformance suite: each test's name and its run.
+var suite = []struct {
+	name string
+	run  func(t *testing.T, open Opener)
+}{
+	{"Claim_NewKey_IsFresh", testFresh},
+	{"Claim_WhileLeaseLive_IsInFlight", testInFlight},
+	{"Claim_AfterComplete_ReplaysWholeResult", testReplay},
+	{"Claim_OtherFingerprint_IsMismatch", testMismatch},
+	{"Claim_AfterLeaseExpiry_TakesOverWithNextAttempt", testTakeover},
+	{"Complete_SupersededAttempt_IsRefused", testSuperseded},
+	{"Renew_ExtendsLease", testRenew},
+	{"Renew_SupersededOrCompleted_IsRefused", testRenewRefused},
+	{"Complete_UnknownOrReplacedClaim_IsRefused", testCompleteReplaced},
+	{"Claim_AfterRecordExpiry_IsFresh", testExpiry},
+	{"Claim_Concurrent_ExactlyOneFresh", testConcurrent},
+	{"Claim_SameKeyOtherScope_IsIsolated", testScopes},
+	{"Sweep_DeletesExpiredKeepsLive", testSweep},
+	{"Reopen_KeepsRecords", testReopen},
+	{"Get_ShowsWhatIsStoredAndChangesNothing", testGet},
+
+	// A call whose context is already done fails and writes nothing.
+	{"Claim_CanceledContext_WritesNothing", testClaimCanceled},
+	{"Renew_CanceledContext_LeavesLease", testRenewCanceled},
+	{"Complete_CanceledContext_LeavesInFlight", testCompleteCanceled},
+	{"ClaimTx_CanceledContext_WritesNothing", testClaimTxCanceled},
+
+	// Atomic completion: run when the store is an storage.TxStore.
+	{"ClaimTx_NonDurable_HoldsKeyUntilCommit", testTxHoldsKey},
+	{"ClaimTx_Concurrent_ExactlyOneFresh", testTxConcurrent},
+	{"ClaimTx_NonDurableRollback_FreesKey", testTxRollbackFrees},
+	{"ClaimTx_NonDurable_StoredOnlyByCommit", testTxStoredOnlyByCommit},
+	{"ClaimTx_Durable_StoredBeforeCommit", testTxDurableStored},
+	{"Commit_Durable_StoresResult", testTxDurableCommit},
+	{"Commit_AfterTakeover_IsSupersededAndStoresNothing_ExclusiveNeverTakesOverALiveTx", testTxSuperseded},
+	{"Rollback_Durable_StaysInFlight", testTxDurableRollback},
+	{"Rollback_DurableRenewed_StaysInFlightUntilTheRenewedLease", testTxDurableRenewedRollback},
+	{"Commit_AfterCommitOrRollback_IsRefused", testTxEnded},
+
+	// Releasing a key: run when the store is an storage.Releaser.
+	{"Release_TransactionalError_DeletesAndKeyRunsFresh", testReleaseTxError},
+	{"Release_SuccessNonTransactionalInFlightOrNone_IsRefused", testReleaseRefused},
+	{"Release_OfARecordNotTheOneSeen_IsRefused", testReleaseSeen},
+
+	// Listing claims in flight: run when the store is an
+	// storage.InFlightLister.
+	{"InFlight_ListsEveryClaimOnceInPages", testInFlightList},
+	{"InFlight_CompletedSweptLeave_TakenOverStays", testInFlightChanges},
+	{"InFlight_Reopen_KeepsDurableClaims", testInFlightReopen},
+	{"InFlight_TakenOverInTx_Leaves", testInFlightTakenOverInTx},
+	{"InFlight_ClaimSaysItsDurability", testInFlightDurability},
+
+	// A key's release history: run when the store is an
+	// storage.ReleaseHistory.
+	{"ReleaseHistory_Release_WritesOneEntryWithOperatorCodeMessageAttempt", testReleaseHistory},
+	{"ReleaseHistory_RefusedRelease_WritesNone", testReleaseHistoryRefused},
+	{"ReleaseHistory_EntryKeptPastTheRecordThenSwept", testReleaseHistorySwept},
+	{"ReleaseHistory_Reopen_KeepsEntries", testReleaseHistoryReopen},
+
+	// Finding a key in every scope: run when the store is an
+	// storage.KeyFinder.
+	{"FindKey_FindsTheKeyInEveryScopeOrderedByScope", testFindKey},
 }
 
 func openStore(t *testing.T, open Opener, dir string) Store {

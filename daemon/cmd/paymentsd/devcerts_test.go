@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paymentsd/paymentsd/daemon/credcmd"
 	"github.com/paymentsd/paymentsd/daemon/internal/cli"
 )
 
@@ -20,7 +21,7 @@ import (
 func devCerts(t *testing.T, args ...string) run {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := runDevCerts(context.Background(), &cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &errOut}, args)
+	code := credcmd.DevCerts(context.Background(), &cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &errOut}, args)
 	return run{stdout: out.String(), stderr: errOut.String(), code: code}
 }
 

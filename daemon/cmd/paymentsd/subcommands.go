@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/paymentsd/paymentsd/daemon/config"
+	"github.com/paymentsd/paymentsd/daemon/credcmd"
 	"github.com/paymentsd/paymentsd/daemon/healthcmd"
 	"github.com/paymentsd/paymentsd/daemon/internal/cli"
 	"github.com/paymentsd/paymentsd/daemon/keycmd"
@@ -25,8 +26,8 @@ var program = cli.Program{
 		{Name: "check", Args: "[--db DB]", Summary: "check the bbolt data file's structure: exit 0 when sound, 1 with the findings", Run: runCheck},
 		{Name: "compact", Args: "[--db DB]", Summary: "rewrite the stopped server's bbolt data file without its free pages, in place; refuses a file a running paymentsd holds", Run: runCompact},
 		{Name: "health", Args: "[--addr A] [--tls-ca F] [--tls-cert F --tls-key F] [--service NAME] [--timeout D]", Summary: "ask a running server's grpc.health.v1: exit 0 when it answers SERVING, 1 otherwise; for container health checks and exec probes", Run: healthcmd.Run},
-		{Name: "hash-token", Args: "PRINCIPAL < token", Summary: `print the --api-keys line "PRINCIPAL sha256:<hex>" of the token on standard input`, Run: runHashToken},
-		{Name: "dev-certs", Args: "DIR", Summary: "write a development CA, server and client certificates into DIR to try TLS and mutual TLS (never for production)", Run: runDevCerts},
+		{Name: "hash-token", Args: "PRINCIPAL < token", Summary: `print the --api-keys line "PRINCIPAL sha256:<hex>" of the token on standard input`, Run: credcmd.HashToken},
+		{Name: "dev-certs", Args: "DIR", Summary: "write a development CA, server and client certificates into DIR to try TLS and mutual TLS (never for production)", Run: credcmd.DevCerts},
 		{Name: "version", Summary: "the release, the revision and the Go version it was built from (also --version)", Run: cli.Version("paymentsd")},
 	},
 	Help: "this list, and the server's flags (also -h)",

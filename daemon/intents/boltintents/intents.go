@@ -368,13 +368,12 @@ func (r *Reader) ScanIntents(ctx context.Context, owner string, from time.Time, 
 			return nil // a file no server with intents ever wrote
 		}
 		c := tx.Bucket(bucketByOwner).Cursor()
-		var k, v []byte
-		if before == (server.Position{}) {
-			k, v = c.Seek(append(bytes.Clone(prefix), 0xff)) // past owner's keys, whose times start below 0x80
-		} else {
-			k, v = c.Seek(append(bytes.Clone(prefix), positionKey(before)...))
+		seek := append(bytes.Clone(prefix), 0xff) // past owner's keys, whose times start below 0x80
+		if before != (server.Position{}) {
+			seek = append(bytes.Clone(prefix), positionKey(before)...)
 		}
-		if k == nil {
+		var k, v []byte
+		if at, _ := c.Seek(seek); at == nil {
 			k, v = c.Last()
 		} else {
 			k, v = c.Prev()

@@ -27,10 +27,8 @@ type Unreader struct {
 	closed  chan struct{}
 	quit    chan struct{} // closed by Close
 	noRead  atomic.Bool   // stop reading the connection at all
-	goAway  atomic.Bool
-	resets  atomic.Int64 // streams the server reset (refused among them)
-	ended   atomic.Int64 // streams the server ended with END_STREAM
-	data    atomic.Int64 // DATA bytes received
+	resets  atomic.Int64  // streams the server reset (refused among them)
+	ended   atomic.Int64  // streams the server ended with END_STREAM
 }
 
 // Unread connects to addr (TLS when tlsConfig is set) with a window of 0.
@@ -130,14 +128,8 @@ func (u *Unreader) GrantCall(i int) error {
 // Closed is closed once the server has closed the connection.
 func (u *Unreader) Closed() <-chan struct{} { return u.closed }
 
-// GoAway reports whether the server sent GOAWAY.
-func (u *Unreader) GoAway() bool { return u.goAway.Load() }
-
 // Ended is how many streams the server ended (END_STREAM) and reset.
 func (u *Unreader) Ended() (ended, reset int64) { return u.ended.Load(), u.resets.Load() }
-
-// Received is how many DATA bytes the server sent.
-func (u *Unreader) Received() int64 { return u.data.Load() }
 
 // StopReading stops reading the connection at all, after the frame being
 // read: once the sockets' buffers are full, the server's writes block,
@@ -177,12 +169,9 @@ func (u *Unreader) read() {
 				data := f.Data
 				u.write(func() error { return u.fr.WritePing(true, data) })
 			}
-		case *http2.GoAwayFrame:
-			u.goAway.Store(true)
 		case *http2.RSTStreamFrame:
 			u.resets.Add(1)
 		case *http2.DataFrame:
-			u.data.Add(int64(len(f.Data())))
 			if f.StreamEnded() {
 				u.ended.Add(1)
 			}

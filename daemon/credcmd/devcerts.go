@@ -1,9 +1,10 @@
-package main
+package credcmd
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/daemon/internal/cli"
 	"github.com/paymentsd/paymentsd/daemon/internal/devcerts"
 )
@@ -19,10 +20,10 @@ const devCertsAbout = `Writes a new development CA and certificates signed by it
 Keys are unencrypted, mode 0600. For development only: never for production.
 Existing files are never overwritten; the command fails and writes nothing.`
 
-// runDevCerts is paymentsd dev-certs DIR.
-func runDevCerts(_ context.Context, sio *cli.Stdio, args []string) int {
+// DevCerts is paymentsd dev-certs DIR.
+func DevCerts(_ context.Context, sio *cli.Stdio, args []string) int {
 	fs := cli.NewFlagSet(sio, "paymentsd dev-certs", "DIR", devCertsAbout)
-	operands, code, err := parseArgs(fs, args)
+	operands, code, err := cli.ParseArgs(fs, args, config.SharedDefaults)
 	if err != nil {
 		return code
 	}

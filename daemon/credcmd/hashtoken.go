@@ -1,4 +1,7 @@
-package main
+// Package credcmd is paymentsd hash-token and dev-certs, the subcommands
+// that make credentials: the line of an API key file, and a development
+// CA with its certificates.
+package credcmd
 
 import (
 	"context"
@@ -6,6 +9,7 @@ import (
 	"os"
 
 	"github.com/paymentsd/paymentsd/daemon/auth"
+	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/daemon/internal/cli"
 	"github.com/paymentsd/paymentsd/internal/bearer"
 )
@@ -18,11 +22,11 @@ line of the --api-keys file that accepts it for PRINCIPAL:
 The file holds no token, so leaking it gives no access. The token never
 appears on the command line, where ps and shell history would show it.`
 
-// runHashToken is paymentsd hash-token PRINCIPAL.
-func runHashToken(_ context.Context, sio *cli.Stdio, args []string) int {
+// HashToken is paymentsd hash-token PRINCIPAL.
+func HashToken(_ context.Context, sio *cli.Stdio, args []string) int {
 	fs := cli.NewFlagSet(sio, "paymentsd hash-token", "PRINCIPAL < token", hashTokenAbout)
 	flagPrincipal := fs.String("principal", "", "the principal, if not given as PRINCIPAL")
-	operands, code, err := parseArgs(fs, args)
+	operands, code, err := cli.ParseArgs(fs, args, config.SharedDefaults)
 	if err != nil {
 		return code
 	}
