@@ -6,6 +6,9 @@ SHELL := bash
 # buf, protoc-gen-go and protoc-gen-go-grpc are pinned in tools/go.mod and run
 # through `go tool`, so a fresh clone needs nothing but Go.
 BUF := go tool -modfile=tools/go.mod buf
+STATICCHECK := go tool -modfile=$(CURDIR)/tools/go.mod staticcheck
+DEADCODE := go tool -modfile=$(CURDIR)/tools/go.mod deadcode -test
+
 # The modules of the repository: the library at the top, then metrics, the
 # service (daemon), the deployment files' tests and the examples (see
 # docs/layout.md). Each is built and tested against its own go.mod, as
@@ -101,11 +104,23 @@ bench: bin/ghz
 bin/ghz:
 	GOBIN=$(CURDIR)/bin go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 
-## lint: buf lint, go vet of every module and gofmt
+## lint: buf lint; go vet, staticcheck and deadcode of every module (both
+## pinned in tools/go.mod); gofmt; and the house's shape: no package
+## importing a floor above its own, no folders importing each other, no
+## function over 60 lines, daemon/cmd/paymentsd under 900 lines
+## (layers_test.go, shape_test.go). deadcode starts from the daemon's
+## programs and every test, the library's included; an Example without an
+## Output comment is compiled, never run, so it is not dead
 lint:
 	$(BUF) lint
 	for m in $(MODULES); do go vet -C $$m ./...; done
+	for m in $(MODULES); do (cd $$m && $(STATICCHECK) ./...); done
+	mkdir -p bin
+	(cd daemon && $(DEADCODE) -filter '^github.com/paymentsd/paymentsd' ./... github.com/paymentsd/paymentsd/...) > bin/deadcode.txt
+	for m in deploy examples; do (cd $$m && $(DEADCODE) -filter "^github.com/paymentsd/paymentsd/$$m" ./...); done >> bin/deadcode.txt
+	@! grep -v ': unreachable func: Example' bin/deadcode.txt || { echo 'deadcode: nothing reaches the functions above: delete them'; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
+	go test -count=1 -run '^(TestLayers|TestShape)_' .
 
 ## generate: regenerate gen/ (the library's stored record) and daemon/gen/
 ## (the service) from proto/, and the descriptors with their
