@@ -3,8 +3,10 @@ package pgstore_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -552,4 +554,70 @@ func TestClaimTx_ReadCommittedWhateverTheDatabasesDefault(t *testing.T) {
 	if err != nil || level != "read committed" {
 		t.Errorf("Run without a Tx: the transaction is %q, %v; want read committed", level, err)
 	}
+}
+
+// The notice listener's line for a lost connection says when it tries
+// again as an operator reads a duration ("100ms"), not in nanoseconds.
+func TestWatch_ListenerLost_LogsRetryInAsADuration(t *testing.T) {
+	c := pgtest.Require(t, cluster)
+	proxy, err := faultproxy.New(c.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	u, err := url.Parse(c.NewDatabase(t, fresh("watch_log")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = proxy.Addr()
+	var log lockedBuffer
+	db, err := pgstore.Open(context.Background(), u.String(), &pgstore.Options{Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	const lost = "pgstore: listening for ended claims failed"
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(log.String(), lost) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q line within 30 s of cutting every connection; the log:\n%s", lost, log.String())
+		}
+		proxy.CutAll()
+		time.Sleep(50 * time.Millisecond)
+	}
+	for line := range strings.Lines(log.String()) {
+		var entry struct {
+			Msg     string
+			RetryIn any `json:"retry_in"`
+		}
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if strings.HasPrefix(entry.Msg, lost) {
+			if s, ok := entry.RetryIn.(string); !ok || s != "100ms" {
+				t.Fatalf("retry_in = %#v, want \"100ms\": %s", entry.RetryIn, line)
+			}
+			return
+		}
+	}
+	t.Fatal("the line was logged, then not found")
+}
+
+// lockedBuffer is a buffer the store's goroutines write while the test
+// reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -132,7 +132,7 @@ func (w *watcher) run(ctx context.Context) {
 			backoff = 100 * time.Millisecond
 		}
 		w.log.LogAttrs(ctx, slog.LevelWarn, "pgstore: listening for ended claims failed; waiters poll until it reconnects",
-			slog.Duration("retry_in", backoff), slog.Any("err", err))
+			slog.String("retry_in", backoff.String()), slog.Any("err", err))
 		select {
 		case <-ctx.Done():
 			return
