@@ -234,7 +234,7 @@ func (c *Config) Parse(args []string) error {
 	fs := flag.NewFlagSet("paymentsd", flag.ContinueOnError)
 	c.DefineFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage of paymentsd:\n")
+		fmt.Fprintf(fs.Output(), "Flags of the server (paymentsd [flags]):\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\n%s\n", EnvHelp)
 	}
@@ -386,7 +386,8 @@ on the command line wins. The operator subcommands read the variables of
 the flags they share with the server (PAYMENTSD_DB, PAYMENTSD_API_KEYS).
 A variable set but empty is refused (unset it for the default), except
 PAYMENTSD_HTTP_LISTEN, PAYMENTSD_METRICS_LISTEN and PAYMENTSD_ADMIN_LISTEN,
-where empty serves none; so is a PAYMENTSD_ variable within two edits of a setting's name.`
+where empty serves none. A PAYMENTSD_ variable that names no setting but
+is within two edits of one is refused too: it is most likely misspelled.`
 
 // env is paymentsd's: an empty listen address serves none.
 var env = envflags.Env{Prefix: "PAYMENTSD_", EmptyMeansNone: map[string]bool{"http-listen": true, "metrics-listen": true, "admin-listen": true}}

@@ -40,7 +40,7 @@ var program = cli.Program{
 
 // printServerFlags ends paymentsd help with the server's flags.
 func printServerFlags(w io.Writer) {
-	fmt.Fprintln(w, "\nFlags of the server (paymentsd [flags]):")
+	fmt.Fprintln(w) // the server's usage names its section
 	// ParseFlags prints its flags to os.Stderr, which help sends to
 	// standard output with the rest, so that `paymentsd help | less` works.
 	// The process exits right after.

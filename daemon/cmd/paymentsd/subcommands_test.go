@@ -465,8 +465,11 @@ func TestHelp_ListsEveryFlagOfEverySubcommand(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(help.stdout, "Flags of the server") || !strings.Contains(help.stdout, "-tls-client-ca") {
-		t.Errorf("help lost the server's flags:\n%s", help.stdout)
+	if !strings.Contains(help.stdout, "\nFlags of the server (paymentsd [flags]):\n  -admin-keys") || !strings.Contains(help.stdout, "-tls-client-ca") {
+		t.Errorf("help lost the server's flags, or their heading:\n%s", help.stdout)
+	}
+	if strings.Contains(help.stdout, "Usage of") {
+		t.Errorf("help prints Go's own usage heading among its own:\n%s", help.stdout)
 	}
 }
 
