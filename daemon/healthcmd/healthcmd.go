@@ -119,6 +119,9 @@ func (p *probe) ask(ctx context.Context, sio *cli.Stdio, fs *flag.FlagSet) int {
 // of TLS or of a client certificate. It handshakes again to find out.
 // cfg is the client's TLS, nil for plaintext. It returns "" when unsure.
 func (p *probe) diagnose(ctx context.Context, cfg *tls.Config) string {
+	if cfg != nil && p.speaksPlaintext(ctx) {
+		return "the server speaks plaintext, not TLS: leave out --tls-ca, --tls-cert and --tls-key"
+	}
 	if cfg != nil && p.cert != "" {
 		return "" // a certificate was sent: the handshake's error says why
 	}
@@ -164,6 +167,20 @@ func (p *probe) diagnose(ctx context.Context, cfg *tls.Config) string {
 		return "the server requires a client certificate: pass --tls-cert and --tls-key"
 	}
 	return ""
+}
+
+// speaksPlaintext reports whether the server answered a TLS hello with
+// something that is not TLS, as a plaintext gRPC server does.
+func (p *probe) speaksPlaintext(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true, NextProtos: []string{"h2"}}}
+	conn, err := d.DialContext(ctx, "tcp", p.addr)
+	if err == nil {
+		conn.Close()
+	}
+	var notTLS tls.RecordHeaderError
+	return errors.As(err, &notTLS)
 }
 
 // clientTLS is the TLS of a client that trusts the CAs in the file ca, or

@@ -3,6 +3,7 @@ package healthcmd_test
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/paymentsd/paymentsd/daemon/healthcmd"
 	"github.com/paymentsd/paymentsd/daemon/internal/cli"
+	"github.com/paymentsd/paymentsd/daemon/internal/devcerts"
 	"github.com/paymentsd/paymentsd/daemon/testkit/grpctest"
 )
 
@@ -55,5 +57,20 @@ func TestRun_BadCommandLine_Exits2(t *testing.T) {
 		if code, _, errOut := run(t, c.args...); code != cli.ExitUsage || !strings.Contains(errOut, c.want) {
 			t.Errorf("%q: exit %d, %q; want 2 and %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// Asked over TLS, a plaintext server's refusal says so, and how to ask.
+func TestRun_TLSAgainstPlaintext_SaysSo(t *testing.T) {
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	addr := grpctest.Serve(t, srv).Target()
+	dir := t.TempDir()
+	if _, err := devcerts.Dev(dir); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, "--addr", addr, "--tls-ca", filepath.Join(dir, "ca.pem"))
+	if code != cli.ExitNo || !strings.Contains(errOut, "the server speaks plaintext, not TLS: leave out --tls-ca") {
+		t.Errorf("TLS to a plaintext server: exit %d, %q; want 1 and the hint", code, errOut)
 	}
 }
