@@ -12,8 +12,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,7 +151,7 @@ func create(path string) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".new-*") // mode 0600
 	if err != nil {
-		return err
+		return unwritableDir(path, err)
 	}
 	tmp := f.Name()
 	f.Close()
@@ -164,6 +167,21 @@ func create(path string) error {
 		return err
 	}
 	return dirsync.Sync(dir)
+}
+
+// unwritableDir is the error of a new file at path that could not be
+// created: it names the directory and who must be able to write there,
+// not the temporary file the store writes first.
+func unwritableDir(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	who := fmt.Sprintf("uid %d", os.Geteuid())
+	if u, uerr := user.LookupId(strconv.Itoa(os.Geteuid())); uerr == nil {
+		who = fmt.Sprintf("user %s (%s)", u.Username, who)
+	}
+	return fmt.Errorf("cannot create %s: its directory %s must be writable by %s: %w", filepath.Base(path), filepath.Dir(path), who, err)
 }
 
 // openLatest is openBolt of the file at path once its lock is taken.

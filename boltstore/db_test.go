@@ -2,7 +2,9 @@ package boltstore_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -72,5 +74,30 @@ func TestOpen_SymlinkToNoFile_FileMadeWhereItPoints(t *testing.T) {
 	db.Close()
 	if info, err := os.Stat(target); err != nil || info.Size() == 0 {
 		t.Errorf("the link's target: %v, %v; want the data file", info, err)
+	}
+}
+
+// A new file in a directory the process cannot write is refused naming
+// the directory and who needs to write there, not the temporary file the
+// store writes first. Root writes anywhere its file system lets it, so
+// as root the directory is a read-only tmpfs.
+func TestOpen_UnwritableDirectory_NamesItAndTheUser(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
+			t.Fatalf("mount a read-only tmpfs (root is needed): %v\n%s", err, out)
+		}
+		t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	}
+	_, err := boltstore.Open(filepath.Join(dir, "paymentsd.db"), nil)
+	if err == nil {
+		t.Fatal("Open in an unwritable directory: nil error")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "its directory "+dir+" must be writable by ") || !strings.Contains(msg, fmt.Sprintf("uid %d", os.Geteuid())) || strings.Contains(msg, ".new-") {
+		t.Fatalf("Open in an unwritable directory: %q; want the directory and the user named, no temporary file", msg)
 	}
 }
