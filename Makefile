@@ -155,11 +155,13 @@ image: image-context
 	fi
 
 ## image-context: the Containerfile's build context in $(IMAGE_CONTEXT)/:
-## the static binary, this machine's CA certificates, LICENSE, NOTICE and
-## the empty data directory (for docker build -f Containerfile $(IMAGE_CONTEXT))
+## the static binary without its symbol table and debug information (a
+## panic's stack trace keeps its names and lines), this machine's CA
+## certificates, LICENSE, NOTICE and the empty data directory (for docker
+## build -f Containerfile $(IMAGE_CONTEXT))
 image-context:
 	rm -rf $(IMAGE_CONTEXT)
 	mkdir -p $(IMAGE_CONTEXT)/data/paymentsd
 	chmod 0700 $(IMAGE_CONTEXT)/data/paymentsd
-	CGO_ENABLED=0 go build -C daemon $(STAMP) -trimpath -tags timetzdata -o $(abspath $(IMAGE_CONTEXT))/paymentsd ./cmd/paymentsd
+	CGO_ENABLED=0 go build -C daemon $(STAMP) -trimpath -tags timetzdata -ldflags='-s -w' -o $(abspath $(IMAGE_CONTEXT))/paymentsd ./cmd/paymentsd
 	cp /etc/ssl/certs/ca-certificates.crt LICENSE NOTICE $(IMAGE_CONTEXT)/

@@ -208,8 +208,9 @@ func checkClosedByDefault(t *testing.T, bin string, imageEnv []string) {
 	t.Errorf("the image's binary with PAYMENTSD_DEV=true did not serve")
 }
 
-// checkStatic fails t unless the binary at path needs no dynamic loader
-// and was built with CGO off and the time zone database embedded.
+// checkStatic fails t unless the binary at path needs no dynamic loader,
+// carries no symbol table or debug information, and was built with CGO
+// off and the time zone database embedded.
 func checkStatic(t *testing.T, path string) {
 	t.Helper()
 	f, err := elf.Open(path)
@@ -220,6 +221,11 @@ func checkStatic(t *testing.T, path string) {
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			t.Error("the image's paymentsd is dynamically linked")
+		}
+	}
+	for _, name := range []string{".symtab", ".debug_info", ".zdebug_info"} {
+		if f.Section(name) != nil {
+			t.Errorf("the image's paymentsd has a %s section: build it with -ldflags='-s -w'", name)
 		}
 	}
 	info, err := buildinfo.ReadFile(path)
