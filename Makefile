@@ -8,6 +8,9 @@ SHELL := bash
 BUF := go tool -modfile=tools/go.mod buf
 STATICCHECK := go tool -modfile=$(CURDIR)/tools/go.mod staticcheck
 DEADCODE := go tool -modfile=$(CURDIR)/tools/go.mod deadcode -test
+# The build tags, each a variant staticcheck reads too: the
+# bench's baselines, its profiler, and the robustness suite's builds.
+BUILD_VARIANTS := benchbaseline benchnolimits benchpprof robustness_broken robustness_durable
 
 # The modules of the repository: the library at the top, then metrics, the
 # service (daemon), the deployment files' tests and the examples (see
@@ -115,6 +118,7 @@ lint:
 	$(BUF) lint
 	for m in $(MODULES); do go vet -C $$m ./...; done
 	for m in $(MODULES); do (cd $$m && $(STATICCHECK) ./...); done
+	for tags in $(BUILD_VARIANTS); do for m in . daemon; do (cd $$m && $(STATICCHECK) -tags $$tags ./...); done; done
 	mkdir -p bin
 	(cd daemon && $(DEADCODE) -filter '^github.com/paymentsd/paymentsd' ./... github.com/paymentsd/paymentsd/...) > bin/deadcode.txt
 	for m in deploy examples; do (cd $$m && $(DEADCODE) -filter "^github.com/paymentsd/paymentsd/$$m" ./...); done >> bin/deadcode.txt
