@@ -278,7 +278,7 @@ const floodChildEnv = "PAYMENTSD_TEST_FLOOD"
 // ("addr count"): it opens count connections to addr, sends each the
 // HTTP/2 preface and nothing more, prints "opened N", then "closed N
 // SECONDS" each time the server has closed a tenth of them more, and
-// exits once all are closed.
+// prints the total and exits once all are closed.
 func TestLimits_FloodChild(t *testing.T) {
 	spec := os.Getenv(floodChildEnv)
 	if spec == "" {
@@ -301,14 +301,16 @@ func TestLimits_FloodChild(t *testing.T) {
 		wg.Go(func() {
 			io.Copy(io.Discard, c)
 			c.Close()
-			n := closed.Add(1)
-			if n%int64(max(count/10, 1)) == 0 || n == int64(count) {
+			if n := closed.Add(1); n%int64(max(count/10, 1)) == 0 {
 				fmt.Printf("closed %d %.1f\n", n, time.Since(start).Seconds())
 			}
 		})
 	}
 	fmt.Printf("opened %d %.1f\n", opened, time.Since(start).Seconds())
 	wg.Wait()
+	// The total is printed after every goroutine is done: a goroutine's
+	// own line may come after a later one's.
+	fmt.Printf("closed %d %.1f\n", closed.Load(), time.Since(start).Seconds())
 	os.Exit(0)
 }
 
