@@ -12,10 +12,10 @@ import (
 	"unicode"
 )
 
-// A page is one Markdown file of the documentation: README.md or a file
-// under docs/. Its prose is its lines outside code fences, with code spans
-// blanked, so that an example in a fence or in backticks is never read as
-// a heading or a link.
+// A page is one Markdown file of the documentation: README.md,
+// BENCHMARKS.md or a file under docs/. Its prose is its lines outside code
+// fences, with code spans blanked, so that an example in a fence or in
+// backticks is never read as a heading or a link.
 type page struct {
 	path     string   // relative to the repository root, slash-separated
 	prose    []string // the lines outside fences, code spans replaced by "code"
@@ -40,10 +40,10 @@ var (
 	contentsRE = regexp.MustCompile(`^[-*] \[[^\]]*\]\(#([^)\s]+)\)`)
 )
 
-// docsPages reads README.md and every .md file under docs/.
+// docsPages reads README.md, BENCHMARKS.md and every .md file under docs/.
 func docsPages(t *testing.T) map[string]*page {
 	t.Helper()
-	paths := []string{"README.md"}
+	paths := []string{"README.md", "BENCHMARKS.md"}
 	err := filepath.WalkDir("docs", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".md") {
 			paths = append(paths, filepath.ToSlash(p))
@@ -275,5 +275,88 @@ func TestReadme_LinksEveryDocsPage(t *testing.T) {
 		if p != "README.md" && !linked[p] {
 			t.Errorf("README.md does not link %s", p)
 		}
+	}
+}
+
+// maxBenchmarksLines is how long BENCHMARKS.md may grow. The story behind
+// its figures belongs in docs/design/performance.md.
+const maxBenchmarksLines = 250
+
+// runLineRE matches a line that names a run: "Run: ", the tool's command
+// in backticks, then the date and "commit" with the commit's hash, such as
+// "Run: `make bench`, 2026-12-03, commit f3d8cd2; ghz v0.120.0".
+var runLineRE = regexp.MustCompile("^Run: `[^`]+`.*\\b\\d{4}-\\d{2}-\\d{2}\\b.*\\bcommit [0-9a-f]{7,40}\\b")
+
+// TestDocs_BenchmarksIsAResultsPage keeps BENCHMARKS.md a page of results.
+// It has at most maxBenchmarksLines lines. Every table in it is named by
+// its run: between the table and the heading above it stands a line that
+// runLineRE matches. A table inside a code fence is not a table.
+func TestDocs_BenchmarksIsAResultsPage(t *testing.T) {
+	src, err := os.ReadFile("BENCHMARKS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, problem := range resultsPageProblems(string(src), maxBenchmarksLines) {
+		t.Errorf("BENCHMARKS.md:%s", problem)
+	}
+}
+
+// resultsPageProblems returns what keeps src from being a results page:
+// more than maxLines lines, or a table with no run named in its section
+// before it. Each problem begins with its line number.
+func resultsPageProblems(src string, maxLines int) []string {
+	var problems []string
+	lines := strings.Split(src, "\n")
+	if n := strings.Count(strings.TrimSuffix(src, "\n"), "\n") + 1; n > maxLines {
+		problems = append(problems, fmt.Sprintf("%d: %d lines, more than %d; move the story to docs/design/performance.md", n, n, maxLines))
+	}
+	pg := parsePage("BENCHMARKS.md", src)
+	named, inTable := false, false
+	for _, n := range pg.lineNo {
+		line := strings.TrimSpace(lines[n-1])
+		isTable := strings.HasPrefix(line, "|")
+		switch {
+		case headingRE.MatchString(line):
+			named = false
+		case runLineRE.MatchString(line):
+			named = true
+		case isTable && !inTable && !named:
+			problems = append(problems, fmt.Sprintf("%d: a table with no Run: line above it in its section, giving its tool in backticks, date and commit", n))
+		}
+		inTable = isTable
+	}
+	return problems
+}
+
+// TestDocs_ResultsPageProblems checks the rule of BENCHMARKS.md on small
+// pages, good and bad.
+func TestDocs_ResultsPageProblems(t *testing.T) {
+	const run = "Run: `make bench`, 2026-12-03, commit f3d8cd2.\n"
+	const table = "| a | b |\n|---|---|\n| 1 | 2 |\n"
+	tests := []struct {
+		name string
+		src  string
+		max  int
+		want int // problems found
+	}{
+		{"a table after its run", "## A\n\n" + run + "\n" + table, 10, 0},
+		{"two tables after one run", "## A\n\n" + run + "\n" + table + "\n" + table, 20, 0},
+		{"a table without a run", "## A\n\n" + table, 10, 1},
+		{"a run in the section before only", "## A\n\n" + run + "\n" + table + "\n## B\n\n" + table, 20, 1},
+		{"a run after its table", "## A\n\n" + table + "\n" + run, 10, 1},
+		{"a run without a commit", "## A\n\nRun: `make bench`, 2026-12-03.\n\n" + table, 10, 1},
+		{"a run without a date", "## A\n\nRun: `make bench`, commit f3d8cd2.\n\n" + table, 10, 1},
+		{"a run without its tool in backticks", "## A\n\nRun: make bench, 2026-12-03, commit f3d8cd2.\n\n" + table, 10, 1},
+		{"a table in a code fence", "## A\n\n```\n" + table + "```\n", 10, 0},
+		{"too long", "## A\n\n" + run + "\n" + table, 5, 1},
+		{"exactly as long as allowed", "## A\n\n" + run + "\n" + table, 7, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := resultsPageProblems(tt.src, tt.max)
+			if len(got) != tt.want {
+				t.Errorf("got %d problems %q, want %d", len(got), got, tt.want)
+			}
+		})
 	}
 }
