@@ -122,18 +122,51 @@ func TestRecordsOfThePreviousEncoding_ReadReplayedAndSwept(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "previous.db")
 	cases := encodingCases(t)
-	keyOf := func(name string) storage.RecordKey { return storage.RecordKey{Scope: "previous", Key: name} }
+	writePreviousEncoding(t, path, cases)
+	readOnlyReadsPrevious(t, path, cases)
+
 	db, err := Open(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Bolt().Update(func(tx *bolt.Tx) error { // as the previous build wrote them
+	defer db.Close()
+	now := time.Date(2026, 11, 30, 12, 0, 1, 0, time.UTC)
+	readsAndReplaysPrevious(t, db, cases, now)
+	takesOverPreviousInFlight(t, db, cases, now)
+
+	// The record that expired long ago goes with the first sweep.
+	if n, err := db.Sweep(ctx, time.Unix(10, 0)); err != nil || n != 1 {
+		t.Fatalf("sweep: %d, %v; want the one expired record", n, err)
+	}
+	if got, _ := db.Get(ctx, previousKey("expired long ago")); got != nil {
+		t.Fatalf("swept record still read: %+v", got)
+	}
+	if err := db.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// previousKey is where the previous build's file holds case name.
+func previousKey(name string) storage.RecordKey {
+	return storage.RecordKey{Scope: "previous", Key: name}
+}
+
+// writePreviousEncoding writes cases to a new file at path as the previous
+// build wrote them: protobuf-encoded, with their expiry and in-flight
+// index entries.
+func writePreviousEncoding(t *testing.T, path string, cases map[string]*storage.Record) {
+	t.Helper()
+	db, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Bolt().Update(func(tx *bolt.Tx) error {
 		for name, r := range cases {
 			old, err := r.MarshalBinary()
 			if err != nil {
 				return err
 			}
-			key := recordKey(keyOf(name))
+			key := recordKey(previousKey(name))
 			if err := tx.Bucket(bucketRecords).Put(key, sealed.Seal(key, old)); err != nil {
 				return err
 			}
@@ -152,28 +185,33 @@ func TestRecordsOfThePreviousEncoding_ReadReplayedAndSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
+}
 
+// readOnlyReadsPrevious checks that the tools' read-only open reads every
+// record as it was written.
+func readOnlyReadsPrevious(t *testing.T, path string, cases map[string]*storage.Record) {
+	t.Helper()
 	ro, err := OpenReadOnly(path, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, r := range cases {
-		got, err := ro.Get(ctx, keyOf(name))
+		got, err := ro.Get(context.Background(), previousKey(name))
 		if err != nil || got == nil {
 			t.Fatalf("read-only %s: %v, %v", name, got, err)
 		}
 		sameRecord(t, "read-only "+name, got, r)
 	}
 	ro.Close()
+}
 
-	db, err = Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	now := time.Date(2026, 11, 30, 12, 0, 1, 0, time.UTC)
+// readsAndReplaysPrevious checks that every record reads as it was
+// written, and that a retry of each completed one replays its result.
+func readsAndReplaysPrevious(t *testing.T, db *DB, cases map[string]*storage.Record, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
 	for name, r := range cases {
-		got, err := db.Get(ctx, keyOf(name))
+		got, err := db.Get(ctx, previousKey(name))
 		if err != nil || got == nil {
 			t.Fatalf("%s: %v, %v", name, got, err)
 		}
@@ -181,27 +219,32 @@ func TestRecordsOfThePreviousEncoding_ReadReplayedAndSwept(t *testing.T) {
 		if r.State != storage.StateCompleted {
 			continue
 		}
-		req := storage.ClaimRequest{Key: keyOf(name), Fingerprint: r.Fingerprint, Scheme: r.Scheme, Now: now, Lease: time.Minute, TTL: time.Hour}
+		req := storage.ClaimRequest{Key: previousKey(name), Fingerprint: r.Fingerprint, Scheme: r.Scheme, Now: now, Lease: time.Minute, TTL: time.Hour}
 		outcome, rec, err := db.Claim(ctx, req)
 		if err != nil || outcome != storage.OutcomeReplay {
 			t.Fatalf("%s: retry %v, %v; want a replay", name, outcome, err)
 		}
 		sameRecord(t, "replay of "+name, rec, r)
 	}
+}
 
-	// The claim in flight is an orphan: taken over, then completed anew.
+// takesOverPreviousInFlight checks that the claim in flight is an orphan:
+// taken over, then completed anew in the compact encoding.
+func takesOverPreviousInFlight(t *testing.T, db *DB, cases map[string]*storage.Record, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
 	flying := cases["in flight"]
-	req := storage.ClaimRequest{Key: keyOf("in flight"), Fingerprint: flying.Fingerprint, Scheme: flying.Scheme, Now: now, Lease: time.Minute, TTL: time.Hour}
+	req := storage.ClaimRequest{Key: previousKey("in flight"), Fingerprint: flying.Fingerprint, Scheme: flying.Scheme, Now: now, Lease: time.Minute, TTL: time.Hour}
 	outcome, claim, err := db.Claim(ctx, req)
 	if err != nil || outcome != storage.OutcomeTakeover || claim.Attempt != 2 {
 		t.Fatalf("retry of the claim in flight: %v attempt %d, %v; want a takeover, attempt 2", outcome, claim.Attempt, err)
 	}
 	done := claim.Completed(&storage.Result{Response: cases["completed, a response"].Result.Response})
-	if err := db.Complete(ctx, keyOf("in flight"), done); err != nil {
+	if err := db.Complete(ctx, previousKey("in flight"), done); err != nil {
 		t.Fatal(err)
 	}
 	err = db.Bolt().View(func(tx *bolt.Tx) error {
-		key := recordKey(keyOf("in flight"))
+		key := recordKey(previousKey("in flight"))
 		payload, err := sealed.Open(key, tx.Bucket(bucketRecords).Get(key))
 		if err != nil || payload[0] != compactMark {
 			t.Errorf("the completed takeover is stored as %x (%v), not compact", payload, err)
@@ -211,21 +254,10 @@ func TestRecordsOfThePreviousEncoding_ReadReplayedAndSwept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := db.Get(ctx, keyOf("in flight")); err != nil || got == nil {
+	if got, err := db.Get(ctx, previousKey("in flight")); err != nil || got == nil {
 		t.Fatalf("completed takeover: %v, %v", got, err)
 	} else {
 		sameRecord(t, "completed takeover", got, done)
-	}
-
-	// The record that expired long ago goes with the first sweep.
-	if n, err := db.Sweep(ctx, time.Unix(10, 0)); err != nil || n != 1 {
-		t.Fatalf("sweep: %d, %v; want the one expired record", n, err)
-	}
-	if got, _ := db.Get(ctx, keyOf("expired long ago")); got != nil {
-		t.Fatalf("swept record still read: %+v", got)
-	}
-	if err := db.Check(); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -33,55 +33,69 @@ func TestFailover_SilentPrimary_ProbesClaimsAndNoticesMove(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		dbs = append(dbs, db)
 	}
-	a, b := dbs[0], dbs[1]
-	// probeAll probes every DB at once, as their processes would.
-	probeAll := func() []error {
-		errs := make([]error, len(dbs))
-		var wg sync.WaitGroup
-		for i, db := range dbs {
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-				defer cancel()
-				errs[i] = db.Probe(ctx)
-			})
-		}
-		wg.Wait()
-		return errs
-	}
-	for i, err := range probeAll() {
+	for i, err := range probeAll(dbs) {
 		if err != nil {
 			t.Fatalf("DB %d: probe before the failover: %v", i, err)
 		}
 	}
 
 	p.Primary().Freeze(t)
-	for i, err := range probeAll() {
+	for i, err := range probeAll(dbs) {
 		if err == nil {
 			t.Fatalf("DB %d: a probe succeeded with the primary silent", i)
 		}
 	}
 	p.Promote(t)
-	for i, err := range probeAll() {
+	for i, err := range probeAll(dbs) {
 		if err != nil {
 			t.Errorf("DB %d: probe after the promotion: %v", i, err)
 		}
 	}
 
+	waitForFailoverListeners(t, p, len(dbs))
+	endedClaimWakesOtherDB(t, dbs[0], dbs[1])
+}
+
+// probeAll probes every DB at once, as their processes would.
+func probeAll(dbs []*pgstore.DB) []error {
+	errs := make([]error, len(dbs))
+	var wg sync.WaitGroup
+	for i, db := range dbs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+			defer cancel()
+			errs[i] = db.Probe(ctx)
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// waitForFailoverListeners waits, 20 s at most, until n listeners for
+// ended claims of the failover test listen on p's promoted primary.
+func waitForFailoverListeners(t *testing.T, p *pgtest.Pair, n int) {
+	t.Helper()
 	conn := pgtest.Connect(t, p.Primary().URL("failover"))
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var n int
+		var listening int
 		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = 'pgstore_failover_test' AND query LIKE 'LISTEN %'`).Scan(&n); err != nil {
+			WHERE application_name = 'pgstore_failover_test' AND query LIKE 'LISTEN %'`).Scan(&listening); err != nil {
 			t.Fatal(err)
 		}
-		if n == len(dbs) {
+		if listening == n {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of the %d listeners for ended claims on the promoted primary 20 s after the probes", n, len(dbs))
+			t.Fatalf("%d of the %d listeners for ended claims on the promoted primary 20 s after the probes", listening, n)
 		}
 	}
+}
 
+// endedClaimWakesOtherDB claims and commits a key through a, on the
+// promoted primary, and checks that b's watch of that key is woken by the
+// notice, and its watch of another key is not.
+func endedClaimWakesOtherDB(t *testing.T, a, b *pgstore.DB) {
+	t.Helper()
 	req := request("after-failover", time.Now())
 	_, rec, tx, err := a.ClaimTx(context.Background(), req, storage.Durable)
 	if err != nil {

@@ -18,92 +18,114 @@ import (
 // principals only, reads the same when written out again, and gives the
 // known token its principal; what it refuses it says without the token.
 func FuzzParseKeys(f *testing.F) {
-	for _, seed := range []struct {
-		principal, token, extra string
-	}{
-		{"alice", "a-secret", ""},
-		{"alice", "a-secret", "# team keys\n\n  bob   " + hash("b-secret") + "  \n"},
-		{"alice", "a-secret", "alice " + hash("a-rotated") + "\n"},
-		{"alice", "a-secret", "bob " + hash("a-secret") + "\n"},               // one hash, two principals
-		{"alice", "a-secret", "bob " + strings.ToUpper(hash("b")[7:]) + "\n"}, // no sha256:
-		{"alice", "a-secret", "bob sha256:" + strings.ToUpper(hash("b")[7:]) + "\n"},
-		{"alice", "a-secret", "bob sha256:abcd\n"},
-		{"alice", "a-secret", "al/ice " + hash("x") + "\n"},
-		{"alice", "a-secret", "bob " + hash("x") + " extra\n"},
-		{"alice", "a-secret", "\r\nbob\t" + hash("x") + "\r\n"},
-		{"al ice", "a-secret", ""},
-		{"# alice", "a-secret", ""},
-		{"", "a-secret", ""},
-		{"alice", "", ""},
-		{strings.Repeat("a", 64), "t", ""},
-		{strings.Repeat("a", 65), "t", ""},
-		{"alice", "sha256:" + hash("x")[7:], ""},
-		{"alice", "sha256:zz", ""},
-		{"alice", `"quoted\token"`, ""},
-		{"caf\xc3\xa9", "a-secret", ""},
-	} {
+	for _, seed := range parseKeysSeeds {
 		f.Add(seed.principal, seed.token, []byte(seed.extra))
 	}
 	f.Fuzz(func(t *testing.T, principal, token string, extra []byte) {
-		const name = "api-keys"
-
-		// A file of hashes, the first that of a known token.
-		line := auth.KeyLine(principal, token)
-		data := []byte(line + "\n" + string(extra))
-		keys, err := auth.ParseKeys(data, name)
-		if err == nil {
-			checkKeys(t, data, keys)
-			if auth.ValidPrincipal(principal) {
-				if got, ok := keys.Authenticate(token); !ok || got != principal {
-					t.Fatalf("%q: Authenticate(%q) = %q, %t; want %q", data, token, got, ok, principal)
-				}
-			}
-		}
-		if auth.ValidPrincipal(principal) {
-			alone, err := auth.ParseKeys([]byte(line+"\n"), name)
-			if err != nil {
-				t.Fatalf("ParseKeys(%q) = %v; KeyLine's line refused", line, err)
-			}
-			if got, ok := alone.Authenticate(token); !ok || got != principal {
-				t.Fatalf("%q: Authenticate(%q) = %q, %t; want %q", line, token, got, ok, principal)
-			}
-		}
+		hashesAuthenticate(t, principal, token, extra)
 
 		// The same file with the token written where its hash belongs.
 		if tok, err := bearer.ParseToken(token); err != nil || tok != token {
 			return // not a token a client could send
 		}
-		mistaken := []byte(principal + " " + token + "\n" + string(extra))
-		keys, err = auth.ParseKeys(mistaken, name)
-		if err == nil {
-			checkKeys(t, mistaken, keys)
-			// Unless the principal made it a comment or a blank line (or
-			// the token looks like a hash), the token's line is refused.
-			first, _, _ := strings.Cut(string(mistaken), "\n")
-			if isKeyLine(first) && !strings.HasPrefix(token, "sha256:") {
-				t.Fatalf("%q: a line of principal and token accepted", mistaken)
-			}
-			return
-		}
-		// The token may be in the message only when it is also somewhere
-		// else (the principal, another line) or in the wording: with another
-		// token of the same length in its place, the message holds it still.
-		if strings.Contains(principal, token) || strings.Contains(string(extra), token) {
-			return
-		}
-		msg := err.Error()
-		other := []byte(principal + " " + otherToken(token) + "\n" + string(extra))
-		msg2 := ""
-		if _, err := auth.ParseKeys(other, name); err != nil {
-			msg2 = err.Error()
-		}
-		quoted := strconv.Quote(token)
-		for _, echo := range []string{token, quoted[1 : len(quoted)-1]} {
-			if strings.Contains(msg, echo) && !strings.Contains(msg2, echo) {
-				t.Fatalf("%q: the error echoes the token %q: %s", mistaken, token, msg)
-			}
-		}
+		tokenForItsHashRefused(t, principal, token, extra)
 	})
+}
+
+// parseKeysSeeds are FuzzParseKeys' seeds: the first line's principal and
+// token, and the lines after it. They hold comments, blank lines, CRLF,
+// hashes shared or cased or cut short, principals too long or invalid,
+// and tokens that look like hashes or need quoting.
+var parseKeysSeeds = []struct {
+	principal, token, extra string
+}{
+	{"alice", "a-secret", ""},
+	{"alice", "a-secret", "# team keys\n\n  bob   " + hash("b-secret") + "  \n"},
+	{"alice", "a-secret", "alice " + hash("a-rotated") + "\n"},
+	{"alice", "a-secret", "bob " + hash("a-secret") + "\n"},               // one hash, two principals
+	{"alice", "a-secret", "bob " + strings.ToUpper(hash("b")[7:]) + "\n"}, // no sha256:
+	{"alice", "a-secret", "bob sha256:" + strings.ToUpper(hash("b")[7:]) + "\n"},
+	{"alice", "a-secret", "bob sha256:abcd\n"},
+	{"alice", "a-secret", "al/ice " + hash("x") + "\n"},
+	{"alice", "a-secret", "bob " + hash("x") + " extra\n"},
+	{"alice", "a-secret", "\r\nbob\t" + hash("x") + "\r\n"},
+	{"al ice", "a-secret", ""},
+	{"# alice", "a-secret", ""},
+	{"", "a-secret", ""},
+	{"alice", "", ""},
+	{strings.Repeat("a", 64), "t", ""},
+	{strings.Repeat("a", 65), "t", ""},
+	{"alice", "sha256:" + hash("x")[7:], ""},
+	{"alice", "sha256:zz", ""},
+	{"alice", `"quoted\token"`, ""},
+	{"caf\xc3\xa9", "a-secret", ""},
+}
+
+// keysFileName is the name FuzzParseKeys gives ParseKeys for its files.
+const keysFileName = "api-keys"
+
+// hashesAuthenticate parses a file of hashes, the first that of a known
+// token. What it accepts passes checkKeys and gives the token its valid
+// principal; KeyLine's line alone is never refused.
+func hashesAuthenticate(t *testing.T, principal, token string, extra []byte) {
+	t.Helper()
+	line := auth.KeyLine(principal, token)
+	data := []byte(line + "\n" + string(extra))
+	keys, err := auth.ParseKeys(data, keysFileName)
+	if err == nil {
+		checkKeys(t, data, keys)
+		if auth.ValidPrincipal(principal) {
+			if got, ok := keys.Authenticate(token); !ok || got != principal {
+				t.Fatalf("%q: Authenticate(%q) = %q, %t; want %q", data, token, got, ok, principal)
+			}
+		}
+	}
+	if auth.ValidPrincipal(principal) {
+		alone, err := auth.ParseKeys([]byte(line+"\n"), keysFileName)
+		if err != nil {
+			t.Fatalf("ParseKeys(%q) = %v; KeyLine's line refused", line, err)
+		}
+		if got, ok := alone.Authenticate(token); !ok || got != principal {
+			t.Fatalf("%q: Authenticate(%q) = %q, %t; want %q", line, token, got, ok, principal)
+		}
+	}
+}
+
+// tokenForItsHashRefused parses the file with the token written where its
+// hash belongs. Its line is refused, and the refusal does not echo the
+// token.
+func tokenForItsHashRefused(t *testing.T, principal, token string, extra []byte) {
+	t.Helper()
+	mistaken := []byte(principal + " " + token + "\n" + string(extra))
+	keys, err := auth.ParseKeys(mistaken, keysFileName)
+	if err == nil {
+		checkKeys(t, mistaken, keys)
+		// Unless the principal made it a comment or a blank line (or
+		// the token looks like a hash), the token's line is refused.
+		first, _, _ := strings.Cut(string(mistaken), "\n")
+		if isKeyLine(first) && !strings.HasPrefix(token, "sha256:") {
+			t.Fatalf("%q: a line of principal and token accepted", mistaken)
+		}
+		return
+	}
+	// The token may be in the message only when it is also somewhere
+	// else (the principal, another line) or in the wording: with another
+	// token of the same length in its place, the message holds it still.
+	if strings.Contains(principal, token) || strings.Contains(string(extra), token) {
+		return
+	}
+	msg := err.Error()
+	other := []byte(principal + " " + otherToken(token) + "\n" + string(extra))
+	msg2 := ""
+	if _, err := auth.ParseKeys(other, keysFileName); err != nil {
+		msg2 = err.Error()
+	}
+	quoted := strconv.Quote(token)
+	for _, echo := range []string{token, quoted[1 : len(quoted)-1]} {
+		if strings.Contains(msg, echo) && !strings.Contains(msg2, echo) {
+			t.Fatalf("%q: the error echoes the token %q: %s", mistaken, token, msg)
+		}
+	}
 }
 
 // checkKeys asserts what ParseKeys accepted from data: valid principals

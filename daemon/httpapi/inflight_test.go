@@ -49,33 +49,9 @@ func (s *heldService) CreatePaymentIntent(ctx context.Context, req *paymentsv1.C
 // 409's detail names the same second, not the 10ms, nor 0s. Both faces
 // mean one thing: retry no sooner than the delay each carries.
 func TestInFlight_HTTPDetailNamesItsRetryAfter(t *testing.T) {
-	db, err := boltstore.Open(filepath.Join(t.TempDir(), "paymentsd.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	authn := auth.NewAuthenticator(auth.FromBearer, auth.Dev())
-	svc := &heldService{running: make(chan struct{}), release: make(chan struct{})}
-	srv := grpc.NewServer(grpc.Creds(httpapi.ServerCredentials(nil)), grpc.ChainUnaryInterceptor(
-		auth.UnaryServerInterceptor(authn, "/payments.v1."),
-		interceptor.MustUnaryServerInterceptor(db, interceptor.WithScope(auth.Scope))))
-	paymentsv1.RegisterPaymentIntentServiceServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	face, err := httpapi.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve := face.Start(srv, authn, nil, slog.New(slog.DiscardHandler))
-	go serve()
-	go srv.Serve(lis)
-	defer srv.Stop()
-	defer face.Shutdown(time.Second)
-
+	svc, grpcAddr, httpAddr := startHeldFaces(t)
 	create := func(key, payer string) (*http.Response, string) {
-		return do(t, "POST", "http://"+face.Addr().String()+"/v1/payment_intents", "application/json", `{"payer":"`+payer+`"}`,
+		return do(t, "POST", "http://"+httpAddr+"/v1/payment_intents", "application/json", `{"payer":"`+payer+`"}`,
 			"Authorization", "Bearer tok", "Idempotency-Key", key)
 	}
 	if resp, body := create("warm", "warm"); resp.StatusCode != http.StatusCreated { // the method's handler time is now known
@@ -109,7 +85,52 @@ func TestInFlight_HTTPDetailNamesItsRetryAfter(t *testing.T) {
 	}
 
 	// The same duplicate over gRPC: its RetryInfo, and its message naming it.
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	st, delay := duplicateOverGRPC(t, grpcAddr)
+	if st.Code() != codes.Aborted || delay <= 0 || delay >= time.Second || !strings.HasSuffix(st.Message(), "retry after "+delay.String()) {
+		t.Errorf("a duplicate over gRPC: %v, RetryInfo %v; want ABORTED naming a delay under a second", st, delay)
+	}
+	if secs := max(1, int64(math.Ceil(delay.Seconds()))); strconv.FormatInt(secs, 10) != after {
+		t.Errorf("gRPC's delay %v is Retry-After %d, HTTP's is %s", delay, secs, after)
+	}
+}
+
+// startHeldFaces serves a heldService behind the auth and idempotency
+// interceptors, over gRPC and over the HTTP face, until the test ends. It
+// returns the service and the two faces' addresses.
+func startHeldFaces(t *testing.T) (svc *heldService, grpcAddr, httpAddr string) {
+	t.Helper()
+	db, err := boltstore.Open(filepath.Join(t.TempDir(), "paymentsd.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	authn := auth.NewAuthenticator(auth.FromBearer, auth.Dev())
+	svc = &heldService{running: make(chan struct{}), release: make(chan struct{})}
+	srv := grpc.NewServer(grpc.Creds(httpapi.ServerCredentials(nil)), grpc.ChainUnaryInterceptor(
+		auth.UnaryServerInterceptor(authn, "/payments.v1."),
+		interceptor.MustUnaryServerInterceptor(db, interceptor.WithScope(auth.Scope))))
+	paymentsv1.RegisterPaymentIntentServiceServer(srv, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	face, err := httpapi.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := face.Start(srv, authn, nil, slog.New(slog.DiscardHandler))
+	go serve()
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	t.Cleanup(func() { face.Shutdown(time.Second) })
+	return svc, lis.Addr().String(), face.Addr().String()
+}
+
+// duplicateOverGRPC sends the held create again, over gRPC to addr, and
+// returns its status and the delay of its RetryInfo (zero if none).
+func duplicateOverGRPC(t *testing.T, addr string) (*status.Status, time.Duration) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +144,5 @@ func TestInFlight_HTTPDetailNamesItsRetryAfter(t *testing.T) {
 			delay = ri.GetRetryDelay().AsDuration()
 		}
 	}
-	if st.Code() != codes.Aborted || delay <= 0 || delay >= time.Second || !strings.HasSuffix(st.Message(), "retry after "+delay.String()) {
-		t.Errorf("a duplicate over gRPC: %v, RetryInfo %v; want ABORTED naming a delay under a second", st, delay)
-	}
-	if secs := max(1, int64(math.Ceil(delay.Seconds()))); strconv.FormatInt(secs, 10) != after {
-		t.Errorf("gRPC's delay %v is Retry-After %d, HTTP's is %s", delay, secs, after)
-	}
+	return st, delay
 }

@@ -39,15 +39,34 @@ func FuzzOpen(f *testing.F) {
 	f.Add([]byte("\x05alice order-1001"), Seal([]byte("\x05alice order-1001"), []byte("\x0a\x20payload")), uint32(0), byte(1))
 	f.Add([]byte{}, []byte{}, uint32(0), byte(0))
 	f.Add([]byte("k"), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0}, uint32(4), byte(0x80))
+	db := openFuzzBuckets(f)
 
+	f.Fuzz(func(t *testing.T, key, v []byte, at uint32, x byte) {
+		got, err := openAnyBytes(t, key, v)
+		unsealAgreesWithOpen(t, db, key, v, got, err)
+
+		// v taken as a payload: sealed, it opens to itself.
+		s := Seal(key, v)
+		if got, err := Open(key, s); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("Open(Seal(%q, %q)) = %q, %v", key, v, got, err)
+		}
+		damageRefused(t, key, v, s, at, x)
+	})
+}
+
+// The buckets FuzzOpen unseals in: fuzzMarked, which Migrate marked
+// sealed, and fuzzUnmarked, which a file from before sealing has.
+var fuzzMarked, fuzzUnmarked = []byte("marked"), []byte("unmarked")
+
+// openFuzzBuckets opens a bbolt file with FuzzOpen's two buckets.
+func openFuzzBuckets(f *testing.F) *bolt.DB {
 	db, err := bolt.Open(filepath.Join(f.TempDir(), "fuzz.db"), 0o600, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { db.Close() })
-	marked, unmarked := []byte("marked"), []byte("unmarked")
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{marked, unmarked} {
+		for _, name := range [][]byte{fuzzMarked, fuzzUnmarked} {
 			if _, err := tx.CreateBucket(name); err != nil {
 				return err
 			}
@@ -57,62 +76,70 @@ func FuzzOpen(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	if err := Migrate(db.Update, marked); err != nil {
+	if err := Migrate(db.Update, fuzzMarked); err != nil {
 		f.Fatal(err)
 	}
+	return db
+}
 
-	f.Fuzz(func(t *testing.T, key, v []byte, at uint32, x byte) {
-		// Any bytes: an error, or exactly the payload of a value Seal
-		// would have written.
-		got, err := Open(key, v)
-		switch {
-		case err == nil:
-			if !bytes.Equal(got, v[headerSize:]) || !bytes.Equal(Seal(key, got), v) {
-				t.Fatalf("Open(%q, %q) = %q; not what Seal framed", key, v, got)
-			}
-		case got != nil:
-			t.Fatalf("Open(%q, %q) = %q with %v; want no payload with an error", key, v, got, err)
-		case !errors.Is(err, ErrUnsealed) && !errors.Is(err, ErrKeyMismatch) && !errors.Is(err, ErrMismatch):
-			t.Fatalf("Open(%q, %q): %v, not one of its errors", key, v, err)
+// openAnyBytes checks that Open of any bytes gives an error, or exactly
+// the payload of a value Seal would have written. It returns what Open
+// gave, for the checks that must agree with it.
+func openAnyBytes(t *testing.T, key, v []byte) ([]byte, error) {
+	t.Helper()
+	got, err := Open(key, v)
+	switch {
+	case err == nil:
+		if !bytes.Equal(got, v[headerSize:]) || !bytes.Equal(Seal(key, got), v) {
+			t.Fatalf("Open(%q, %q) = %q; not what Seal framed", key, v, got)
 		}
-		db.View(func(tx *bolt.Tx) error {
-			if u, uerr := Unseal(tx, marked, key, v); !bytes.Equal(u, got) || uerr != err {
-				t.Fatalf("Unseal in a marked bucket = %q, %v; Open = %q, %v", u, uerr, got, err)
-			}
-			u, uerr := Unseal(tx, unmarked, key, v)
-			if len(v) > 0 && v[0] != mark {
-				if uerr != nil || !bytes.Equal(u, v) {
-					t.Fatalf("Unseal of a value from before sealing = %q, %v; want it as it is", u, uerr)
-				}
-			} else if !bytes.Equal(u, got) || uerr != err {
-				t.Fatalf("Unseal of a framed value in an unmarked bucket = %q, %v; Open = %q, %v", u, uerr, got, err)
-			}
-			return nil
-		})
+	case got != nil:
+		t.Fatalf("Open(%q, %q) = %q with %v; want no payload with an error", key, v, got, err)
+	case !errors.Is(err, ErrUnsealed) && !errors.Is(err, ErrKeyMismatch) && !errors.Is(err, ErrMismatch):
+		t.Fatalf("Open(%q, %q): %v, not one of its errors", key, v, err)
+	}
+	return got, err
+}
 
-		// v taken as a payload: sealed, it opens to itself.
-		s := Seal(key, v)
-		if got, err := Open(key, s); err != nil || !bytes.Equal(got, v) {
-			t.Fatalf("Open(Seal(%q, %q)) = %q, %v", key, v, got, err)
+// unsealAgreesWithOpen checks that Unseal in a marked bucket is Open, and
+// that in an unmarked one it takes a value without the mark as it is.
+func unsealAgreesWithOpen(t *testing.T, db *bolt.DB, key, v, got []byte, err error) {
+	t.Helper()
+	db.View(func(tx *bolt.Tx) error {
+		if u, uerr := Unseal(tx, fuzzMarked, key, v); !bytes.Equal(u, got) || uerr != err {
+			t.Fatalf("Unseal in a marked bucket = %q, %v; Open = %q, %v", u, uerr, got, err)
 		}
-
-		// One byte of the sealed value changed: refused, with the error
-		// of the part it is in.
-		if x == 0 {
-			return
+		u, uerr := Unseal(tx, fuzzUnmarked, key, v)
+		if len(v) > 0 && v[0] != mark {
+			if uerr != nil || !bytes.Equal(u, v) {
+				t.Fatalf("Unseal of a value from before sealing = %q, %v; want it as it is", u, uerr)
+			}
+		} else if !bytes.Equal(u, got) || uerr != err {
+			t.Fatalf("Unseal of a framed value in an unmarked bucket = %q, %v; Open = %q, %v", u, uerr, got, err)
 		}
-		i := int(at % uint32(len(s)))
-		damaged := bytes.Clone(s)
-		damaged[i] ^= x
-		want := ErrMismatch
-		switch {
-		case i == 0:
-			want = ErrUnsealed
-		case i < 5:
-			want = ErrKeyMismatch
-		}
-		if got, err := Open(key, damaged); !errors.Is(err, want) || got != nil {
-			t.Fatalf("byte %d of Seal(%q, %q) xor %#x: Open = %q, %v; want %v", i, key, v, x, got, err, want)
-		}
+		return nil
 	})
+}
+
+// damageRefused checks that s, v sealed under key, with byte at (mod its
+// length) xor x is refused, with the error of the part it is in. An x of
+// zero changes nothing and is not checked.
+func damageRefused(t *testing.T, key, v, s []byte, at uint32, x byte) {
+	t.Helper()
+	if x == 0 {
+		return
+	}
+	i := int(at % uint32(len(s)))
+	damaged := bytes.Clone(s)
+	damaged[i] ^= x
+	want := ErrMismatch
+	switch {
+	case i == 0:
+		want = ErrUnsealed
+	case i < 5:
+		want = ErrKeyMismatch
+	}
+	if got, err := Open(key, damaged); !errors.Is(err, want) || got != nil {
+		t.Fatalf("byte %d of Seal(%q, %q) xor %#x: Open = %q, %v; want %v", i, key, v, x, got, err, want)
+	}
 }

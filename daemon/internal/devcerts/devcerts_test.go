@@ -232,6 +232,37 @@ func TestDev_Files_RefusesToOverwrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := devFilesAsNamed(t, dir, paths)
+	devCertsVerify(t, dir)
+
+	// Again into the same directory: refused, naming the first file, nothing changed.
+	if _, err := Dev(dir); err == nil || !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), filepath.Join(dir, "ca.pem")) {
+		t.Errorf("second Dev: %v, want an error naming ca.pem", err)
+	}
+	for p, b := range before {
+		if got, _ := os.ReadFile(p); !bytes.Equal(got, b) {
+			t.Errorf("%s changed", p)
+		}
+	}
+
+	// One file of the set there already: refused before anything is written.
+	dir2 := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir2, "client-b-key.pem"), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Dev(dir2); err == nil || !strings.Contains(err.Error(), "client-b-key.pem") {
+		t.Errorf("Dev with client-b-key.pem there: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir2); len(entries) != 1 {
+		t.Errorf("a refused Dev left %d files, want the 1 that was there", len(entries))
+	}
+}
+
+// devFilesAsNamed checks that Dev wrote into dir the files it names, in
+// paths, and nothing else, the keys readable by their owner only. It
+// returns each file's bytes.
+func devFilesAsNamed(t *testing.T, dir string, paths []string) map[string][]byte {
+	t.Helper()
 	names := []string{"ca.pem", "server.pem", "server-key.pem", "client-a.pem", "client-a-key.pem", "client-b.pem", "client-b-key.pem"}
 	var want []string
 	for _, n := range names {
@@ -258,21 +289,19 @@ func TestDev_Files_RefusesToOverwrite(t *testing.T) {
 		}
 		before[p], _ = os.ReadFile(p)
 	}
+	return before
+}
 
-	// The certificates verify for their uses, with the names asked for.
+// devCertsVerify checks that the certificates Dev wrote into dir verify
+// for their uses, with the names asked for.
+func devCertsVerify(t *testing.T, dir string) {
+	t.Helper()
 	caPEM, _ := os.ReadFile(filepath.Join(dir, "ca.pem"))
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
 		t.Fatal("ca.pem holds no certificate")
 	}
-	leaf := func(name string) *x509.Certificate {
-		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pair.Leaf
-	}
-	srv := leaf("server")
+	srv := loadDevPair(t, dir, "server").Leaf
 	if _, err := srv.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 		t.Error(err)
 	}
@@ -282,7 +311,7 @@ func TestDev_Files_RefusesToOverwrite(t *testing.T) {
 		}
 	}
 	for _, c := range []string{"client-a", "client-b"} {
-		cert := leaf(c)
+		cert := loadDevPair(t, dir, c).Leaf
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 			t.Errorf("%s: %v", c, err)
 		}
@@ -290,28 +319,17 @@ func TestDev_Files_RefusesToOverwrite(t *testing.T) {
 			t.Errorf("%s: URIs %v, DNS names %v", c, cert.URIs, cert.DNSNames)
 		}
 	}
+}
 
-	// Again into the same directory: refused, naming the first file, nothing changed.
-	if _, err := Dev(dir); err == nil || !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), filepath.Join(dir, "ca.pem")) {
-		t.Errorf("second Dev: %v, want an error naming ca.pem", err)
-	}
-	for p, b := range before {
-		if got, _ := os.ReadFile(p); !bytes.Equal(got, b) {
-			t.Errorf("%s changed", p)
-		}
-	}
-
-	// One file of the set there already: refused before anything is written.
-	dir2 := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir2, "client-b-key.pem"), []byte("mine"), 0o600); err != nil {
+// loadDevPair loads the pair Dev wrote into dir as name.pem and
+// name-key.pem.
+func loadDevPair(t *testing.T, dir, name string) tls.Certificate {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Dev(dir2); err == nil || !strings.Contains(err.Error(), "client-b-key.pem") {
-		t.Errorf("Dev with client-b-key.pem there: %v", err)
-	}
-	if entries, _ := os.ReadDir(dir2); len(entries) != 1 {
-		t.Errorf("a refused Dev left %d files, want the 1 that was there", len(entries))
-	}
+	return pair
 }
 
 // The set works: a TLS 1.3 handshake in mutual TLS, the server checking
@@ -327,14 +345,8 @@ func TestDev_MutualTLSHandshake(t *testing.T) {
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
-	serverCert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientCert, err := tls.LoadX509KeyPair(filepath.Join(dir, "client-a.pem"), filepath.Join(dir, "client-a-key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	serverCert := loadDevPair(t, dir, "server")
+	clientCert := loadDevPair(t, dir, "client-a")
 
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
 		Certificates: []tls.Certificate{serverCert},
@@ -346,31 +358,7 @@ func TestDev_MutualTLSHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	type result struct {
-		uris []string
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		defer conn.Close()
-		tc := conn.(*tls.Conn)
-		tc.SetDeadline(time.Now().Add(10 * time.Second))
-		if err := tc.Handshake(); err != nil {
-			done <- result{err: err}
-			return
-		}
-		var r result
-		for _, u := range tc.ConnectionState().PeerCertificates[0].URIs {
-			r.uris = append(r.uris, u.String())
-		}
-		_, r.err = io.Copy(tc, io.LimitReader(tc, 4)) // echo, so the client knows the server accepted it
-		done <- r
-	}()
+	done := acceptOneEcho(ln)
 
 	conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{
 		RootCAs:      roots,
@@ -397,4 +385,39 @@ func TestDev_MutualTLSHandshake(t *testing.T) {
 	if !slices.Equal(r.uris, []string{"spiffe://paymentsd.dev/client-a"}) {
 		t.Errorf("server sees client URI SANs %q, want spiffe://paymentsd.dev/client-a", r.uris)
 	}
+}
+
+// echoResult is what the server of acceptOneEcho saw: the client's URI
+// SANs, or why the handshake or the echo failed.
+type echoResult struct {
+	uris []string
+	err  error
+}
+
+// acceptOneEcho accepts one connection on ln, completes its handshake and
+// echoes 4 bytes, so the client knows the server accepted it. It sends
+// what it saw on the channel it returns.
+func acceptOneEcho(ln net.Listener) <-chan echoResult {
+	done := make(chan echoResult, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			done <- echoResult{err: err}
+			return
+		}
+		defer conn.Close()
+		tc := conn.(*tls.Conn)
+		tc.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			done <- echoResult{err: err}
+			return
+		}
+		var r echoResult
+		for _, u := range tc.ConnectionState().PeerCertificates[0].URIs {
+			r.uris = append(r.uris, u.String())
+		}
+		_, r.err = io.Copy(tc, io.LimitReader(tc, 4)) // echo, so the client knows the server accepted it
+		done <- r
+	}()
+	return done
 }
