@@ -16,7 +16,7 @@ func (db *DB) Get(ctx context.Context, k storage.RecordKey) (*storage.Record, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	_, rec, err := db.read(k, recordKey(k))
+	_, rec, _, err := db.read(k, recordKey(k))
 	return rec, err
 }
 

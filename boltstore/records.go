@@ -9,6 +9,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/paymentsd/paymentsd/internal/ledger"
 	"github.com/paymentsd/paymentsd/internal/sealed"
 	"github.com/paymentsd/paymentsd/storage"
 )
@@ -24,9 +25,9 @@ var _ storage.TxStore = (*DB)(nil)
 // earlier process are orphans. The first retry takes one over without
 // waiting for its lease.
 func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
-	outcome, rec, tx, err := db.claim(ctx, req, storage.Durable)
+	outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.Durable)
 	if tx != nil {
-		db.ledger.Release(tx.rk, tx.claim) // no Tx will end it: the lease rule alone applies
+		tx.Rollback() // no Tx will end it: the lease rule alone applies
 	}
 	return outcome, rec, err
 }
@@ -44,72 +45,53 @@ func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outc
 // renewals cannot get a live worker taken over. Only two kinds of claim
 // are taken over: one whose process ended (an orphan), and one whose Tx
 // ended without a result.
+//
+// ClaimTx asks the ledger, then reads the record without a lock. A retry
+// that only reads is answered there. A claim is decided once: for a
+// transactional method in memory, for a durable one in a write of the
+// group commit.
 func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
-	outcome, rec, tx, err := db.claim(ctx, req, d)
-	if tx == nil {
-		return outcome, rec, nil, err // no typed nil in the interface
-	}
-	return outcome, rec, tx, err
-}
-
-// claim asks the ledger, then reads the record without a lock. A retry
-// that only reads is answered there. A claim is then decided again, and
-// held. For a transactional method, that happens in memory. For a durable
-// one, it happens in a write of the group commit.
-func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
 	if db.health.damagedErr() == nil && !db.closed() {
-		if outcome, rec, ok := db.ledger.Answer(req); ok {
+		if outcome, rec, ok := db.ledger.Lookup(req, nil); ok {
 			return outcome, rec, nil, nil
 		}
 	}
 	key := recordKey(req.Key)
-	version := db.ledger.Version(req.Key)
-	raw, stored, err := db.read(req.Key, key)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	if outcome, rec := db.ledger.Decide(req, d, stored); !outcome.Claimed() {
-		return outcome, rec, nil, nil
-	}
-	if err := db.health.damagedErr(); err != nil {
-		return 0, nil, nil, err // no handler runs for a commit that cannot happen
-	}
-	if d == storage.Transactional {
-		return db.claimInMemory(req, key, raw, stored, version)
-	}
-	return db.claimDurable(ctx, req, key)
-}
-
-// claimInMemory claims key for a transactional method. The claim is held
-// in memory until its Tx ends. The arguments raw and stored are the record
-// as read without a lock. They were read after the ledger's version of the
-// key was taken. If a claim ended since, the record is read again.
-func (db *DB) claimInMemory(req storage.ClaimRequest, key, raw []byte, stored *storage.Record, version uint64) (storage.Outcome, *storage.Record, *Tx, error) {
 	for {
-		outcome, rec, ok := db.ledger.Claim(req, storage.Transactional, stored, version)
+		raw, stored, g, err := db.read(req.Key, key)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		if outcome, rec, ok := db.ledger.Lookup(req, stored); ok {
+			return outcome, rec, nil, nil
+		}
+		if err := db.health.damagedErr(); err != nil {
+			return 0, nil, nil, err // no handler runs for a commit that cannot happen
+		}
+		if d != storage.Transactional {
+			return db.claimDurable(ctx, req, key)
+		}
+		outcome, rec, ok := db.ledger.DecideAndHold(req, d, stored, g)
 		switch {
 		case ok && !outcome.Claimed():
 			return outcome, rec, nil, nil
 		case ok:
 			return outcome, rec, &Tx{db: db, rk: req.Key, key: key, claim: rec, base: stored, baseRaw: raw, claimedAt: req.Now}, nil
 		}
-		version = db.ledger.Version(req.Key)
-		var err error
-		if raw, stored, err = db.read(req.Key, key); err != nil {
-			return 0, nil, nil, err
-		}
+		// A claim of the key ended since the read: read again.
 	}
 }
 
-// claimDurable claims key in a write of the group commit. The claim is
-// held from the moment it is decided until its Tx ends. A transactional
-// claim reads only what is committed. Holding the durable claim keeps a
-// transactional one from also being fresh meanwhile. A run of the write
-// that is rolled back has its own claim released.
-func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []byte) (storage.Outcome, *storage.Record, *Tx, error) {
+// claimDurable claims key in a write of the group commit, and decides
+// there: what it reads there is current. The claim is held from the moment
+// it is decided until its Tx ends. A transactional claim reads only what
+// is committed. Holding the durable claim keeps a transactional one from
+// also being fresh meanwhile. A run of the write that is rolled back
+// unholds its own claim.
+func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []byte) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	var (
 		outcome storage.Outcome
 		rec     *storage.Record
@@ -117,19 +99,16 @@ func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []
 	)
 	err := db.update(ctx, func(tx *bolt.Tx) error {
 		if mine != nil { // an earlier run of this write, rolled back
-			db.ledger.Release(req.Key, mine)
+			db.ledger.Unhold(req.Key, mine)
 			mine = nil
 		}
-		for ok := false; !ok; { // until no claim of the key ends between the read and the decision
-			version := db.ledger.Version(req.Key)
-			stored, err := getRecord(tx, key)
-			if err != nil {
-				return err
-			}
-			if outcome, rec, ok = db.ledger.Claim(req, storage.Durable, stored, version); ok && outcome.Claimed() {
-				mine = rec
-				return putClaim(tx, key, stored, rec)
-			}
+		stored, err := getRecord(tx, key)
+		if err != nil {
+			return err
+		}
+		if outcome, rec, _ = db.ledger.DecideAndHold(req, storage.Durable, stored, ledger.UnderLock); outcome.Claimed() {
+			mine = rec
+			return putClaim(tx, key, stored, rec)
 		}
 		return nil
 	})
@@ -137,9 +116,7 @@ func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []
 		db.ledger.Forget(req.Key) // whether or not it committed: the record it replaced had expired
 	}
 	if err != nil {
-		if mine != nil {
-			db.ledger.Release(req.Key, mine)
-		}
+		db.ledger.Unhold(req.Key, mine)
 		return 0, nil, nil, err
 	}
 	if !outcome.Claimed() {
@@ -148,26 +125,23 @@ func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []
 	return outcome, rec, &Tx{db: db, rk: req.Key, key: key, claim: rec, durable: true}, nil // held until it ends
 }
 
-// read returns the stored record of key, named rk, and its encoding. It
-// reads under a read transaction. A completed record is kept decoded in
-// the ledger. Its bytes are compared rather than decoded again.
-func (db *DB) read(rk storage.RecordKey, key []byte) (raw []byte, stored *storage.Record, err error) {
-	sighting := db.ledger.Sight(rk)
+// read returns the stored record of key, named rk, its encoding, and the
+// generation it was read at. It reads under a read transaction. A
+// completed record is kept in the ledger.
+func (db *DB) read(rk storage.RecordKey, key []byte) (raw []byte, stored *storage.Record, g ledger.Generation, err error) {
+	g = db.ledger.Generation(rk)
 	err = db.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketRecords).Get(key)
-		if stored, raw = db.ledger.Decoded(rk, v); stored == nil {
-			raw = bytes.Clone(v)
-		}
+		raw = bytes.Clone(tx.Bucket(bucketRecords).Get(key))
 		return nil
 	})
-	if err != nil || raw == nil || stored != nil {
-		return raw, stored, err
+	if err != nil || raw == nil {
+		return nil, nil, g, err
 	}
 	if stored, err = decodeRecord(key, raw); err != nil {
-		return nil, nil, err
+		return nil, nil, g, err
 	}
-	db.ledger.Remember(rk, stored, raw, sighting)
-	return raw, stored, nil
+	db.ledger.Remember(rk, stored, len(raw), g)
+	return raw, stored, g, nil
 }
 
 // putClaim writes the new claim rec of key over stored, the record it
@@ -224,7 +198,7 @@ func (db *DB) Claimant() storage.Claimant { return db.ledger.Claimant() }
 // the lease in memory for when the Tx ends without a result. (See renewal
 // in package ledger.)
 func (db *DB) Renew(ctx context.Context, rk storage.RecordKey, claim *storage.Record) error {
-	if db.ledger.Renew(rk, claim) {
+	if db.ledger.RenewHeld(rk, claim) {
 		return nil
 	}
 	return db.update(ctx, func(tx *bolt.Tx) error { return replaceClaim(tx, recordKey(rk), claim) })
@@ -305,7 +279,7 @@ func (db *DB) sweepBatchOnce(ctx context.Context, now time.Time) (scanned, delet
 				keys = append(keys, rk)
 			}
 		}
-		db.ledger.Settled(keys...)
+		db.ledger.DropRenewals(keys...)
 	}()
 	err = db.update(ctx, func(tx *bolt.Tx) error {
 		scanned, deleted = 0, 0 // in case the batch runs again

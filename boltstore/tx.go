@@ -89,7 +89,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 	if !ok {
 		return ErrTxDone
 	}
-	defer t.db.ledger.Release(t.rk, t.claim)
+	defer t.db.ledger.Unhold(t.rk, t.claim)
 	if failed != nil {
 		return fmt.Errorf("boltstore: the handler's storage failed, so its result was not stored: %w", failed)
 	}
@@ -126,7 +126,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 		return putClaimRaw(tx, t.key, prior, done.Expiry, v)
 	})
 	if err == nil && t.durable { // only a durable claim is renewed
-		t.db.ledger.Settled(t.rk) // its record has its result
+		t.db.ledger.DropRenewals(t.rk) // its record has its result
 	}
 	return err
 }
@@ -155,6 +155,6 @@ func (t *Tx) stillClaimed(tx *bolt.Tx) (prior *storage.Record, err error) {
 // the lease rule. After Commit, Rollback does nothing.
 func (t *Tx) Rollback() {
 	if _, _, ok := t.end(); ok {
-		t.db.ledger.Release(t.rk, t.claim)
+		t.db.ledger.Unhold(t.rk, t.claim)
 	}
 }

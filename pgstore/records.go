@@ -30,7 +30,7 @@ const sweepBatch = 1000
 // Claim decides req and, when it is claimed, commits the claim before
 // returning.
 func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
-	outcome, rec, tx, err := db.claim(ctx, req, storage.Durable)
+	outcome, rec, tx, err := db.ClaimTx(ctx, req, storage.Durable)
 	if tx != nil {
 		tx.Rollback() // nothing to roll back: a durable claim's Tx begins on its first statement
 	}
@@ -43,15 +43,8 @@ func (db *DB) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outc
 // inserted, completed, when the Tx commits. Other processes' claims of the
 // key wait for the lock, and see the result once it commits. A crash, or a
 // connection lost, releases the lock and leaves nothing.
-func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
-	outcome, rec, tx, err := db.claim(ctx, req, d)
-	if tx == nil {
-		return outcome, rec, nil, err // no typed nil in the interface
-	}
-	return outcome, rec, tx, err
-}
-
-// claim asks the ledger, then takes the key's lock and reads its record,
+//
+// ClaimTx asks the ledger, then takes the key's lock and reads its record,
 // decides once, and writes. The lock is an advisory lock of the claim's
 // transaction. A fresh key is claimed in one round trip. A duplicate of a
 // claim not yet committed, in any process, asks again with a back-off
@@ -59,11 +52,11 @@ func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, d storage.D
 // waiting duplicates, however many, leave the pool to fresh requests. Each
 // look also reads the record as committed. That answers a duplicate at
 // once when it can (a replay, a mismatch).
-func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
+func (db *DB) ClaimTx(ctx context.Context, req storage.ClaimRequest, d storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, nil, err
 	}
-	if outcome, rec, ok := db.ledger.Answer(db.onDatabaseClock(req)); ok {
+	if outcome, rec, ok := db.ledger.Lookup(db.onDatabaseClock(req), nil); ok {
 		return outcome, rec, nil, nil
 	}
 	giveUp := time.Now().Add(db.opts.LockTimeout)
@@ -82,7 +75,7 @@ func (db *DB) claim(ctx context.Context, req storage.ClaimRequest, d storage.Dur
 				return 0, nil, nil, err
 			}
 			if there {
-				db.ledger.Remember(req.Key, rec, nil, l.sighting)
+				db.ledger.Remember(req.Key, rec, 0, l.generation)
 				return outcome, rec, nil, nil
 			}
 			continue // the record went meanwhile: look again
@@ -162,7 +155,7 @@ type look struct {
 	// duplicate waiting elsewhere times its wait from no earlier than this
 	// (see Tx.Commit's notice).
 	at           time.Time
-	sighting     ledger.Sighting
+	generation   ledger.Generation
 	lockTimedOut bool // the read waited out LockTimeout (errLocked)
 }
 
@@ -170,7 +163,7 @@ type look struct {
 // round trip. It does so inside a transaction on a connection of its own.
 // When the lock was not granted in time, it reads the record without it.
 func (db *DB) look(ctx context.Context, req storage.ClaimRequest) (look, error) {
-	l := look{sighting: db.ledger.Sight(req.Key)}
+	l := look{generation: db.ledger.Generation(req.Key)}
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return l, err
@@ -181,7 +174,7 @@ func (db *DB) look(ctx context.Context, req storage.ClaimRequest) (look, error) 
 	if err != nil {
 		t.rollbackLocked()
 		if errors.Is(err, errLocked) {
-			return db.lookWithoutLock(ctx, req, l.sighting)
+			return db.lookWithoutLock(ctx, req, l.generation)
 		}
 		return l, err
 	}
@@ -195,8 +188,8 @@ func (db *DB) look(ctx context.Context, req storage.ClaimRequest) (look, error) 
 
 // lookWithoutLock reads the key's record as committed, without its lock,
 // with the database's clock, in a transaction left open as look's is.
-func (db *DB) lookWithoutLock(ctx context.Context, req storage.ClaimRequest, s ledger.Sighting) (look, error) {
-	l := look{at: time.Now(), sighting: s, lockTimedOut: true}
+func (db *DB) lookWithoutLock(ctx context.Context, req storage.ClaimRequest, g ledger.Generation) (look, error) {
+	l := look{at: time.Now(), generation: g, lockTimedOut: true}
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return l, err
@@ -230,7 +223,7 @@ func (db *DB) lookWithoutLock(ctx context.Context, req storage.ClaimRequest, s l
 // Transactional claim keeps the transaction open, and the lock. It is held in the
 // ledger, and its record is written when its Tx commits. A Durable one
 // writes its claim, commits and unlocks at once.
-func (db *DB) take(ctx context.Context, l look, outcome storage.Outcome, rec *storage.Record, d storage.Durability) (storage.Outcome, *storage.Record, *Tx, error) {
+func (db *DB) take(ctx context.Context, l look, outcome storage.Outcome, rec *storage.Record, d storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
 	t := l.tx
 	t.claim, t.prior, t.lease, t.claimedAt, t.durable = rec, l.stored, l.req.Lease, l.at, d != storage.Transactional // any other value fails safe, as Durable
 	if !t.durable {

@@ -66,7 +66,7 @@ type Tx struct {
 	claimedAt time.Time
 	// committing is taken as Commit begins, before it sends anything. The
 	// completed record the ledger keeps is trusted from then.
-	committing ledger.Sighting
+	committing ledger.Generation
 
 	mu     sync.Mutex    // one statement at a time: a connection is not safe for concurrent use
 	conn   *pgxpool.Conn // in a transaction, holding the key's lock; nil for a durable claim until its first statement
@@ -130,7 +130,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 		t.rollbackLocked()
 		return fmt.Errorf("pgstore: the handler's storage failed, so its result was not stored: %w", t.failed)
 	}
-	t.committing = t.db.ledger.Sight(t.key)
+	t.committing = t.db.ledger.Generation(t.key)
 	notify := t.durable || time.Since(t.claimedAt) >= t.db.opts.LockTimeout
 	if t.durable {
 		return t.commitDurableLocked(ctx, done, notify)
@@ -173,7 +173,7 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 	}
 	t.conn.Release()
 	t.conn = nil
-	t.db.ledger.Remember(t.key, done, nil, t.committing)
+	t.db.ledger.Remember(t.key, done, 0, t.committing)
 	return nil
 }
 
@@ -190,7 +190,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, noti
 		t.rollbackLocked()
 		err := t.db.execCommit(ctx, stmt, args...)
 		if err == nil {
-			t.db.ledger.Remember(t.key, done, nil, t.committing)
+			t.db.ledger.Remember(t.key, done, 0, t.committing)
 		}
 		return superseded(commitOutcome(t.db.noteFailure(err)))
 	}
@@ -209,7 +209,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, noti
 	}
 	t.conn.Release()
 	t.conn = nil
-	t.db.ledger.Remember(t.key, done, nil, t.committing)
+	t.db.ledger.Remember(t.key, done, 0, t.committing)
 	return nil
 }
 
@@ -236,7 +236,7 @@ func (t *Tx) Rollback() {
 // endLocked marks t ended, and the ledger stops holding its claim.
 func (t *Tx) endLocked() {
 	t.ended = true
-	t.db.ledger.Release(t.key, t.claim)
+	t.db.ledger.Unhold(t.key, t.claim)
 }
 
 // rollbackLocked ends t's transaction, if it has one, which releases the

@@ -11,7 +11,6 @@
 package ledger
 
 import (
-	"bytes"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -38,13 +37,13 @@ type Ledger struct {
 	mu      sync.Mutex
 	held    map[storage.RecordKey]*storage.Record
 	renewed map[storage.RecordKey]renewal
-	// released counts the claims that left held, by key slot.
-	released counts
 
 	completed sync.Map // storage.RecordKey → *completed
 	n         atomic.Int64
-	// forgotten counts the completed records forgotten, by key slot.
-	forgotten counts
+
+	// gens counts, by key slot, the times a key's record changed or may
+	// have: a claim that ended, a completed record forgotten.
+	gens counts
 }
 
 // New returns an empty ledger for claims by who. A completed record is
@@ -68,22 +67,36 @@ type renewal struct {
 	lease   time.Time
 }
 
-// Answer decides req on what the ledger knows without the store: a
-// trusted completed record, or a claim held here. When it knows neither,
-// ok is false and the store must be read.
-func (l *Ledger) Answer(req storage.ClaimRequest) (outcome storage.Outcome, rec *storage.Record, ok bool) {
-	if rec := l.trusted(req.Key, req.Now); rec != nil {
-		if outcome, rec := storage.Decide(rec, false, req, storage.Durable, l.who); !outcome.Claimed() {
-			return outcome, rec, true
+// Lookup answers req when that takes no claim: a replay, a mismatch, or a
+// request in flight. It never claims. It decides on a claim held here, or
+// else on stored, the record the store read (with a lease renewed here).
+// Before any read, stored is nil, and a trusted completed record answers.
+// When nothing answers, ok is false: the store must read, or claim.
+func (l *Ledger) Lookup(req storage.ClaimRequest, stored *storage.Record) (outcome storage.Outcome, rec *storage.Record, ok bool) {
+	known, held := l.known(req, stored)
+	if known == nil {
+		return 0, nil, false
+	}
+	if outcome, rec = storage.Decide(known, held, req, storage.Durable, l.who); outcome.Claimed() {
+		return 0, nil, false // a claim is the store's to decide, and hold
+	}
+	return outcome, rec, true
+}
+
+// known is the record Lookup decides req on, and whether it is a claim
+// held here. A trusted record needs no lock.
+func (l *Ledger) known(req storage.ClaimRequest, stored *storage.Record) (rec *storage.Record, held bool) {
+	if stored == nil {
+		if rec := l.trusted(req.Key, req.Now); rec != nil {
+			return rec, false
 		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held[req.Key] == nil {
-		return 0, nil, false
+	if h := l.held[req.Key]; h != nil {
+		return h, true
 	}
-	outcome, rec = l.decideLocked(req, storage.Durable, nil) // a held key is never claimed
-	return outcome, rec, true
+	return l.renewedLocked(req.Key, stored), false
 }
 
 // Decide decides req, a claim of durability d, on stored, the record as
@@ -95,14 +108,15 @@ func (l *Ledger) Decide(req storage.ClaimRequest, d storage.Durability, stored *
 	return l.decideLocked(req, d, stored)
 }
 
-// Claim is Decide, and holds the claim it makes until Release. The record
-// stored must have been read after Version(req.Key) returned version. A
-// claim of the key may have ended since. Then ok is false, nothing is
-// decided, and the store must read again.
-func (l *Ledger) Claim(req storage.ClaimRequest, d storage.Durability, stored *storage.Record, version uint64) (outcome storage.Outcome, rec *storage.Record, ok bool) {
+// DecideAndHold is Decide, and holds the claim it makes until Unhold. The
+// record stored must have been read at generation g of req.Key. If the
+// key's generation has moved since, ok is false, nothing is decided, and
+// the store must read again. A read under the store's write lock passes
+// UnderLock: no claim's end goes unseen there.
+func (l *Ledger) DecideAndHold(req storage.ClaimRequest, d storage.Durability, stored *storage.Record, g Generation) (outcome storage.Outcome, rec *storage.Record, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held[req.Key] == nil && l.released.of(req.Key) != version {
+	if l.held[req.Key] == nil && !g.underLock && l.gens.of(req.Key) != g.n {
 		return 0, nil, false
 	}
 	outcome, rec = l.decideLocked(req, d, stored)
@@ -121,12 +135,7 @@ func (l *Ledger) decideLocked(req storage.ClaimRequest, d storage.Durability, st
 	return storage.Decide(l.renewedLocked(req.Key, stored), false, req, d, l.who)
 }
 
-// Version is to be taken before a record that Claim decides on is read. A
-// record changes only as a claim of it ends. So a read made after it is
-// current until the version moves.
-func (l *Ledger) Version(k storage.RecordKey) uint64 { return l.released.of(k) }
-
-// Hold holds claim, decided under the store's own lock, until Release.
+// Hold holds claim, decided under the store's own lock, until Unhold.
 func (l *Ledger) Hold(k storage.RecordKey, claim *storage.Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -134,13 +143,14 @@ func (l *Ledger) Hold(k storage.RecordKey, claim *storage.Record) {
 	delete(l.renewed, k)
 }
 
-// Release stops holding claim, if it is still the one held for k.
-func (l *Ledger) Release(k storage.RecordKey, claim *storage.Record) {
+// Unhold stops holding claim, if it is still the one held for k. The
+// key's generation moves: its record may have changed as the claim ended.
+func (l *Ledger) Unhold(k storage.RecordKey, claim *storage.Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held[k] == claim {
+	if claim != nil && l.held[k] == claim {
 		delete(l.held, k)
-		l.released.add(k)
+		l.gens.add(k)
 	}
 }
 
@@ -151,9 +161,9 @@ func (l *Ledger) Holds(k storage.RecordKey) bool {
 	return l.held[k] != nil
 }
 
-// Renew keeps claim's later lease in memory and reports true if claim is
-// the one held for k. Otherwise the store must write it.
-func (l *Ledger) Renew(k storage.RecordKey, claim *storage.Record) bool {
+// RenewHeld keeps claim's later lease in memory and reports true if claim
+// is the one held for k. Otherwise the store must write it.
+func (l *Ledger) RenewHeld(k storage.RecordKey, claim *storage.Record) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.held[k]
@@ -164,9 +174,9 @@ func (l *Ledger) Renew(k storage.RecordKey, claim *storage.Record) bool {
 	return true
 }
 
-// Settled drops the renewals of keys whose records now hold a result or
-// are gone.
-func (l *Ledger) Settled(keys ...storage.RecordKey) {
+// DropRenewals drops the renewals of keys whose records now hold a result
+// or are gone.
+func (l *Ledger) DropRenewals(keys ...storage.RecordKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range keys {
@@ -187,10 +197,11 @@ func (l *Ledger) renewedLocked(k storage.RecordKey, stored *storage.Record) *sto
 	return &renewed
 }
 
-// counts counts events by key in 256 slots that keys hash to. That is
+// counts counts events by key in 1024 slots that keys hash to. That is
 // enough to tell that nothing happened to a key since its count was read.
-// The price is a false alarm now and then from another key of its slot.
-type counts [256]atomic.Uint64
+// The price is a false alarm now and then from another key of its slot: a
+// read done again, or a record not kept.
+type counts [1024]atomic.Uint64
 
 var countSeed = maphash.MakeSeed()
 
@@ -202,29 +213,36 @@ func (c *counts) of(k storage.RecordKey) uint64 { return c.slot(k).Load() }
 
 func (c *counts) add(k storage.RecordKey) { c.slot(k).Add(1) }
 
-// completed is a completed record kept in memory. It holds the encoding it
-// was decoded from, if the store gave one, and when it was first trusted.
+// completed is a completed record kept in memory, and when it was first
+// trusted.
 type completed struct {
-	raw  []byte
 	rec  *storage.Record
 	seen time.Time // with its monotonic reading: immune to clock steps
 }
 
-// A Sighting is taken before a record is read or written, and given to
-// Remember with what was found.
-type Sighting struct {
-	forgotten uint64
+// A Generation is a key's count of changes, as taken before its record is
+// read or written. It is given to DecideAndHold or Remember with what was
+// found. A record changes only as a claim of it ends, or is forgotten
+// (replaced, released, swept). So what was read is current while the
+// generation stands.
+type Generation struct {
+	n         uint64
 	at        time.Time
+	underLock bool
 }
 
-// Sight is to be taken before k's record is read, or before a write of it
-// is sent.
-func (l *Ledger) Sight(k storage.RecordKey) Sighting {
-	s := Sighting{forgotten: l.forgotten.of(k)}
+// UnderLock is the Generation of a read made under the store's write
+// lock, where what is read is current.
+var UnderLock = Generation{underLock: true}
+
+// Generation is to be taken before k's record is read, or before a write
+// of it is sent.
+func (l *Ledger) Generation(k storage.RecordKey) Generation {
+	g := Generation{n: l.gens.of(k)}
 	if l.trust > 0 {
-		s.at = time.Now()
+		g.at = time.Now()
 	}
-	return s
+	return g
 }
 
 // trusted returns a copy of the completed record kept for k if it is
@@ -242,40 +260,26 @@ func (l *Ledger) trusted(k storage.RecordKey, now time.Time) *storage.Record {
 	return &r
 }
 
-// Decoded returns the record kept for k if raw is the encoding it was
-// decoded from, and the kept copy of raw. The record is a copy. Its Result
-// is shared and never changed.
-func (l *Ledger) Decoded(k storage.RecordKey, raw []byte) (*storage.Record, []byte) {
-	v, ok := l.completed.Load(k)
-	if !ok {
-		return nil, nil
-	}
-	e := v.(*completed)
-	if e.raw == nil || !bytes.Equal(e.raw, raw) {
-		return nil, nil
-	}
-	r := *e.rec
-	return &r, e.raw
-}
-
-// Remember keeps rec, k's record as read or written after s was taken.
-// With it goes raw, the record's encoding (nil if the store has none). A
-// record in flight is not kept, and forgets what was. Claims change,
-// results do not. Nothing is kept if k was forgotten since s.
-func (l *Ledger) Remember(k storage.RecordKey, rec *storage.Record, raw []byte, s Sighting) {
-	if rec.State != storage.StateCompleted || len(raw) > maxCompletedSize {
-		l.Forget(k)
+// Remember keeps rec, k's record as read or written at generation g. Its
+// encoding is size bytes long (0 if the store has none). A record in
+// flight is not kept, and drops what was: claims change, results do not.
+// Nothing is kept if k's generation moved since g. Remember never moves
+// it: a read changes no record, and a store reading again after its own
+// read would never see the generation stand.
+func (l *Ledger) Remember(k storage.RecordKey, rec *storage.Record, size int, g Generation) {
+	if rec.State != storage.StateCompleted || size > maxCompletedSize {
+		l.drop(k)
 		return
 	}
-	if l.forgotten.of(k) != s.forgotten {
+	if l.gens.of(k) != g.n {
 		return
 	}
 	kept := *rec
-	e := &completed{raw: raw, rec: &kept, seen: s.at}
+	e := &completed{rec: &kept, seen: g.at}
 	if _, loaded := l.completed.Swap(k, e); !loaded {
 		l.n.Add(1)
 	}
-	if l.forgotten.of(k) != s.forgotten { // forgotten while being kept
+	if l.gens.of(k) != g.n { // forgotten while being kept
 		if l.completed.CompareAndDelete(k, e) {
 			l.n.Add(-1)
 		}
@@ -291,10 +295,10 @@ func (l *Ledger) Remember(k storage.RecordKey, rec *storage.Record, raw []byte, 
 }
 
 // Forget drops the completed record kept for k, once its stored record
-// has changed or may have. It also drops what a read made before now
-// would keep.
+// has changed or may have. The key's generation moves: what a read made
+// before now would keep is dropped too.
 func (l *Ledger) Forget(k storage.RecordKey) {
-	l.forgotten.add(k)
+	l.gens.add(k)
 	l.drop(k)
 }
 
