@@ -9,7 +9,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -380,24 +379,6 @@ func (db *DB) View(ctx context.Context, fn func(*bolt.Tx) error) error {
 		}
 	}
 	return err
-}
-
-// joinParts joins parts, each but the last prefixed with its length. So no
-// part can run into the next. As a bucket key, a prefix of whole parts
-// selects a range. As a value, it puts an owner before an encoding.
-func joinParts(parts ...[]byte) []byte {
-	n := 0
-	for _, p := range parts {
-		n += binary.MaxVarintLen64 + len(p)
-	}
-	k := make([]byte, 0, n)
-	for i, p := range parts {
-		if i < len(parts)-1 {
-			k = binary.AppendUvarint(k, uint64(len(p)))
-		}
-		k = append(k, p...)
-	}
-	return k
 }
 
 // clone copies bytes read from bbolt, which are only valid during their

@@ -10,8 +10,72 @@ import (
 
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/paymentsd/paymentsd/internal/sealed"
 	"github.com/paymentsd/paymentsd/storage"
 )
+
+// recordKey is the file's key of rk's record: its scope and its key, the
+// scope first, so that a scope's records are one range.
+func recordKey(rk storage.RecordKey) []byte {
+	return joinParts([]byte(rk.Scope), []byte(rk.Key))
+}
+
+// encodeRecord is the stored form of r, the record of key. That is its
+// compact encoding, sealed with its checksum and key's.
+func encodeRecord(key []byte, r *storage.Record) ([]byte, error) {
+	b, err := marshalRecord(r)
+	if err != nil {
+		return nil, err
+	}
+	return sealed.Seal(key, b), nil
+}
+
+// decodeRecord decodes v, the stored form of key's record. A value whose
+// checksum does not match was damaged on disk. It is an ErrDamaged for the
+// calls about that record, never for another record.
+func decodeRecord(key, v []byte) (*storage.Record, error) {
+	b, err := sealed.Open(key, v)
+	if err != nil {
+		return nil, recordError(key, err)
+	}
+	return unmarshalRecord(key, b)
+}
+
+// unmarshalRecord decodes the record of key from b, the payload of its
+// stored form. That is the compact encoding or, written by an earlier
+// build, the protobuf one.
+func unmarshalRecord(key, b []byte) (*storage.Record, error) {
+	if len(b) > 0 && b[0] == compactMark {
+		r, err := unmarshalCompact(b)
+		if err != nil {
+			return nil, recordError(key, err)
+		}
+		return r, nil
+	}
+	r := new(storage.Record)
+	if err := r.UnmarshalBinary(b); err != nil { // copies what it keeps
+		return nil, recordError(key, err)
+	}
+	return r, nil
+}
+
+// joinParts joins parts, each but the last prefixed with its length. So no
+// part can run into the next. As a bucket key, a prefix of whole parts
+// selects a range. As a value, it puts an owner before an encoding.
+func joinParts(parts ...[]byte) []byte {
+	n := 0
+	for _, p := range parts {
+		n += binary.MaxVarintLen64 + len(p)
+	}
+	k := make([]byte, 0, n)
+	for i, p := range parts {
+		if i < len(parts)-1 {
+			k = binary.AppendUvarint(k, uint64(len(p)))
+		}
+		k = append(k, p...)
+	}
+	return k
+}
 
 // The compact encoding of a record, the payload of its sealed value. A
 // record is stored once per create, so every byte of it counts many

@@ -71,16 +71,6 @@ func splitRecordKey(k []byte) (storage.RecordKey, bool) {
 	return storage.RecordKey{Scope: string(scope), Key: string(k[w+int(n):])}, true
 }
 
-// setInFlight keeps the in-flight index in step with the record of key,
-// written in tx. The key is listed while in flight, not once completed.
-func setInFlight(tx *bolt.Tx, key []byte, inFlight bool) error {
-	index := tx.Bucket(bucketInFlight)
-	if inFlight {
-		return index.Put(key, nil)
-	}
-	return index.Delete(key) // writes nothing when key is not listed
-}
-
 // indexInFlight builds the in-flight index of a file written before the
 // index existed. It reads the file's records, once, as New first opens the
 // file.

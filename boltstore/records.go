@@ -10,7 +10,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/paymentsd/paymentsd/internal/ledger"
-	"github.com/paymentsd/paymentsd/internal/sealed"
 	"github.com/paymentsd/paymentsd/storage"
 )
 
@@ -98,13 +97,13 @@ func (db *DB) claimDurable(ctx context.Context, req storage.ClaimRequest, key []
 		mine    *storage.Record // the claim this write made, if it made one
 	)
 	err := db.update(ctx, func(tx *bolt.Tx) error {
-		if mine != nil { // an earlier run of this write, rolled back
-			db.ledger.Unhold(req.Key, mine)
-			mine = nil
-		}
 		stored, err := getRecord(tx, key)
 		if err != nil {
 			return err
+		}
+		if mine != nil { // an earlier run of this write, rolled back
+			db.ledger.Unhold(req.Key, mine)
+			mine = nil
 		}
 		if outcome, rec, _ = db.ledger.DecideAndHold(req, storage.Durable, stored, ledger.UnderLock); outcome.Claimed() {
 			mine = rec
@@ -329,10 +328,6 @@ func expired(index *bolt.Bucket, now time.Time, limit int) [][]byte {
 	return keys
 }
 
-func recordKey(rk storage.RecordKey) []byte {
-	return joinParts([]byte(rk.Scope), []byte(rk.Key))
-}
-
 // expiryKey orders the index by expiry: 8 bytes of big-endian Unix
 // nanoseconds, then the record's key.
 func expiryKey(expiry time.Time, key []byte) []byte {
@@ -368,41 +363,12 @@ func putRecordRaw(tx *bolt.Tx, key, v []byte) error {
 	return records.Put(key, v)
 }
 
-// encodeRecord is the stored form of r, the record of key. That is its
-// compact encoding, sealed with its checksum and key's.
-func encodeRecord(key []byte, r *storage.Record) ([]byte, error) {
-	b, err := marshalRecord(r)
-	if err != nil {
-		return nil, err
+// setInFlight keeps the in-flight index in step with the record of key,
+// written in tx. The key is listed while in flight, not once completed.
+func setInFlight(tx *bolt.Tx, key []byte, inFlight bool) error {
+	index := tx.Bucket(bucketInFlight)
+	if inFlight {
+		return index.Put(key, nil)
 	}
-	return sealed.Seal(key, b), nil
-}
-
-// decodeRecord decodes v, the stored form of key's record. A value whose
-// checksum does not match was damaged on disk. It is an ErrDamaged for the
-// calls about that record, never for another record.
-func decodeRecord(key, v []byte) (*storage.Record, error) {
-	b, err := sealed.Open(key, v)
-	if err != nil {
-		return nil, recordError(key, err)
-	}
-	return unmarshalRecord(key, b)
-}
-
-// unmarshalRecord decodes the record of key from b, the payload of its
-// stored form. That is the compact encoding or, written by an earlier
-// build, the protobuf one.
-func unmarshalRecord(key, b []byte) (*storage.Record, error) {
-	if len(b) > 0 && b[0] == compactMark {
-		r, err := unmarshalCompact(b)
-		if err != nil {
-			return nil, recordError(key, err)
-		}
-		return r, nil
-	}
-	r := new(storage.Record)
-	if err := r.UnmarshalBinary(b); err != nil { // copies what it keeps
-		return nil, recordError(key, err)
-	}
-	return r, nil
+	return index.Delete(key) // writes nothing when key is not listed
 }

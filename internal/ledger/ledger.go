@@ -93,10 +93,16 @@ func (l *Ledger) known(req storage.ClaimRequest, stored *storage.Record) (rec *s
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if h := l.held[req.Key]; h != nil {
+	return l.knownLocked(req.Key, stored)
+}
+
+// knownLocked is what a request for k is decided on: the claim held here,
+// or else stored, with a lease renewed here.
+func (l *Ledger) knownLocked(k storage.RecordKey, stored *storage.Record) (rec *storage.Record, held bool) {
+	if h := l.held[k]; h != nil {
 		return h, true
 	}
-	return l.renewedLocked(req.Key, stored), false
+	return l.renewedLocked(k, stored), false
 }
 
 // Decide decides req, a claim of durability d, on stored, the record as
@@ -129,10 +135,8 @@ func (l *Ledger) DecideAndHold(req storage.ClaimRequest, d storage.Durability, s
 
 // decideLocked is the ledger's one use of storage.Decide for a claim.
 func (l *Ledger) decideLocked(req storage.ClaimRequest, d storage.Durability, stored *storage.Record) (storage.Outcome, *storage.Record) {
-	if held := l.held[req.Key]; held != nil {
-		return storage.Decide(held, true, req, d, l.who)
-	}
-	return storage.Decide(l.renewedLocked(req.Key, stored), false, req, d, l.who)
+	rec, held := l.knownLocked(req.Key, stored)
+	return storage.Decide(rec, held, req, d, l.who)
 }
 
 // Hold holds claim, decided under the store's own lock, until Unhold.
