@@ -34,6 +34,26 @@ import (
 // from them. The image must hold no shell, which no container run could
 // show better than its file list.
 func TestImage(t *testing.T) {
+	img, started := buildImage(t)
+	c := img.Config.Config
+	checkConfig(t, img)
+	checkFiles(t, img)
+
+	bin := filepath.Join(t.TempDir(), "paymentsd")
+	if err := os.WriteFile(bin, img.content(t, "usr/local/bin/paymentsd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	checkStatic(t, bin)
+	version := checkVersion(t, bin)
+	checkClosedByDefault(t, bin, c.Env)
+	checkLabels(t, c.Labels, version, started)
+}
+
+// buildImage builds the image with make image, under a tag of its own
+// removed when the test ends, and reads it from a docker archive. It
+// returns the image and the second the build started in.
+func buildImage(t *testing.T) (*image, time.Time) {
+	t.Helper()
 	tool := imageTool(t)
 	tag := "localhost/paymentsd-imagetest:" + randomHex()
 	started := time.Now().Truncate(time.Second)
@@ -47,8 +67,13 @@ func TestImage(t *testing.T) {
 	if out, err := exec.Command(tool, "push", tag, "docker-archive:"+archive+":"+tag).CombinedOutput(); err != nil {
 		t.Fatalf("%s push %s docker-archive: %v\n%s", tool, tag, err, out)
 	}
-	img := readImage(t, archive)
+	return readImage(t, archive), started
+}
 
+// checkConfig checks the image's config: a user not root, the entrypoint,
+// the ports, the volume, the environment and the health check.
+func checkConfig(t *testing.T, img *image) {
+	t.Helper()
 	c := img.Config.Config
 	if c.User != "65532:65532" {
 		t.Errorf("user %q, want 65532:65532, not root", c.User)
@@ -72,9 +97,13 @@ func TestImage(t *testing.T) {
 	if c.Healthcheck == nil || !slices.Equal(c.Healthcheck.Test[:3], []string{"CMD", "/usr/local/bin/paymentsd", "health"}) {
 		t.Errorf("health check %+v, want CMD paymentsd health", c.Healthcheck)
 	}
+}
 
-	// Nothing but the binary, the certificates and the license: no shell,
-	// no other program.
+// checkFiles checks the image's files: nothing but the binary, the
+// certificates and the license (no shell, no other program), owned and
+// moded as they should be, the certificates a PEM certificate.
+func checkFiles(t *testing.T, img *image) {
+	t.Helper()
 	var files []string
 	for name, h := range img.files {
 		if h.Typeflag != tar.TypeDir {
@@ -109,12 +138,12 @@ func TestImage(t *testing.T) {
 	} else if _, err := x509.ParseCertificate(block.Bytes); err != nil {
 		t.Errorf("/etc/ssl/certs/ca-certificates.crt: %v", err)
 	}
+}
 
-	bin := filepath.Join(t.TempDir(), "paymentsd")
-	if err := os.WriteFile(bin, img.content(t, "usr/local/bin/paymentsd"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	checkStatic(t, bin)
+// checkVersion checks that the binary at bin names the release of
+// VERSION, its commit and its Go. It returns that release.
+func checkVersion(t *testing.T, bin string) string {
+	t.Helper()
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
 		t.Fatalf("the image's paymentsd --version: %v", err)
@@ -128,8 +157,7 @@ func TestImage(t *testing.T) {
 	if !want.MatchString(first) {
 		t.Errorf("the image's paymentsd --version: %q, want it to match %s", first, want)
 	}
-	checkClosedByDefault(t, bin, c.Env)
-	checkLabels(t, c.Labels, strings.TrimSpace(string(version)), started)
+	return strings.TrimSpace(string(version))
 }
 
 // checkLabels checks the image's OCI labels: the release of VERSION, the
