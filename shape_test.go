@@ -30,6 +30,20 @@ var generated = regexp.MustCompile(`(?m)^// Code generated .* DO NOT EDIT\.$`)
 // tests and not generated, with their parsed syntax.
 func productionFiles(t *testing.T) map[string]*ast.File {
 	t.Helper()
+	return goFiles(t, false)
+}
+
+// testFiles returns the _test.go files of every module, with their parsed
+// syntax.
+func testFiles(t *testing.T) map[string]*ast.File {
+	t.Helper()
+	return goFiles(t, true)
+}
+
+// goFiles returns the Go files of every module that are not generated:
+// the tests when tests is true, else the rest.
+func goFiles(t *testing.T, tests bool) map[string]*ast.File {
+	t.Helper()
 	files := map[string]*ast.File{}
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
@@ -43,7 +57,7 @@ func productionFiles(t *testing.T) map[string]*ast.File {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") != tests {
 			return nil
 		}
 		src, err := os.ReadFile(p)
@@ -70,7 +84,7 @@ func productionFiles(t *testing.T) map[string]*ast.File {
 	return files
 }
 
-// positions is the file set of the files productionFiles parsed.
+// positions is the file set of the files goFiles parsed last.
 var positions *token.FileSet
 
 // TestShape_NoFunctionOver60Lines: no function or method of production
@@ -111,5 +125,47 @@ func TestShape_ProgramStaysWiring(t *testing.T) {
 	}
 	if lines == 0 || lines > maxProgramLines {
 		t.Errorf("%s holds %d lines outside its tests, want 1 to %d: move what is not wiring flags to packages into a package of daemon/", dir, lines, maxProgramLines)
+	}
+}
+
+// Test files are read more often than they are written. A test past these
+// bounds does several things: a table of rows, or steps with names, says
+// what each one is.
+const (
+	maxTestFileLines = 600
+	maxTestFuncLines = 80
+)
+
+// drivers are the test functions allowed past maxTestFuncLines: each runs
+// a whole schedule of faults against real processes and checks it, step
+// by step in order, and reads best as one piece.
+var drivers = map[string]string{
+	"daemon/cmd/paymentsd:TestCrash_KillNineNeverDuplicatesOrLoses": "kill -9 rounds",
+	"daemon/cmd/paymentsd:TestCrash_Replicas_PostgreSQL":            "replicas killed under load",
+	"daemon/cmd/paymentsd:runFailover":                              "a PostgreSQL failover's rounds",
+	"daemon/robustness:do":                                          "one robustness run",
+	"daemon/robustness:inject":                                      "the robustness faults",
+	"daemon/robustness:injectPatroni":                               "the robustness faults under Patroni",
+	"daemon/robustness:msgRun":                                      "one message run",
+	"daemon/robustness:checkMessages":                               "a message run's verdict",
+}
+
+// TestShape_TestFiles: no test file over maxTestFileLines lines, and no
+// function of one over maxTestFuncLines, drivers aside.
+func TestShape_TestFiles(t *testing.T) {
+	for path, f := range testFiles(t) {
+		if end := positions.Position(f.FileEnd).Line; end > maxTestFileLines {
+			t.Errorf("%s: %d lines, over %d: split it by the behaviour its tests check", path, end, maxTestFileLines)
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil || drivers[filepath.Dir(path)+":"+fn.Name.Name] != "" {
+				continue
+			}
+			from, to := positions.Position(fn.Pos()), positions.Position(fn.End())
+			if n := to.Line - from.Line + 1; n > maxTestFuncLines {
+				t.Errorf("%s:%d: %s is %d lines, over %d: make its cases rows of a table, or its steps functions with names", path, from.Line, fn.Name.Name, n, maxTestFuncLines)
+			}
+		}
 	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,65 +18,17 @@ import (
 func TestCompact_ShrinksASweptFile_RefusesOneInUse(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "paymentsd.db")
-
-	// Records that expire within a second, swept every 50ms.
 	const expiring = 600
-	d := startDaemon(t, path, "--ttl", "1s", "--lease", "500ms", "--sweep-interval", "50ms")
-	var wg sync.WaitGroup
-	errs := make(chan error, expiring)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < expiring; i += 8 {
-				if a := d.create(withCreds("merchant-demo", fmt.Sprint("expiring-", i)), seedRequest("5")); a.err != nil {
-					errs <- a.err
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(60 * time.Second); swept(t, d.stderr()) < expiring; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d records swept:\n%s", swept(t, d.stderr()), expiring, d.stderr())
-		}
-	}
-	if err := d.stop(t); err != nil {
-		t.Fatal(err)
-	}
+	sweptFile(t, path, expiring)
 
 	// One live record, as a server with the default TTL stores it.
-	d = startDaemon(t, path)
-	live := d.create(withCreds("merchant-demo", "live"), seedRequest("7"))
+	d := start(t, spec{db: path})
+	live := d.createSeed("merchant-demo", "live", "7")
 	if live.err != nil {
 		t.Fatal(live.err)
 	}
 	want := deterministic(t, live.resp)
-
-	// Refused while that server runs: exit 1, the file and its directory
-	// as they were, the server serving on.
-	sizeBefore, entries := fileSize(t, path), dirEntries(t, dir)
-	held, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	paymentsd(t, "", "compact", "--db", path).want(t, 1, "in use by a running paymentsd", "Nothing was changed")
-	now, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !os.SameFile(held, now) || fileSize(t, path) != sizeBefore || !slices.Equal(dirEntries(t, dir), entries) {
-		t.Fatalf("the refused compact changed the file or its directory: %d bytes, was %d; %q, was %q",
-			fileSize(t, path), sizeBefore, dirEntries(t, dir), entries)
-	}
-	if again := d.create(withCreds("merchant-demo", "live"), seedRequest("7")); again.err != nil || !again.replayed() {
-		t.Fatalf("after the refused compact: %v (replayed %t)", again.err, again.replayed())
-	}
-	if err := d.stop(t); err != nil {
-		t.Fatal(err)
-	}
+	sizeBefore := compactRefusedInUse(t, d, path)
 
 	// Stopped, the file shrinks, keeps its mode and leaves nothing beside it.
 	paymentsd(t, "", "compact", "--db", path).want(t, 0, "compacted from")
@@ -96,8 +46,8 @@ func TestCompact_ShrinksASweptFile_RefusesOneInUse(t *testing.T) {
 	paymentsd(t, "", "check", "--db", path).want(t, 0, "sound")
 
 	// The compacted file serves the live record's replay, byte for byte.
-	d = startDaemon(t, path)
-	again := d.create(withCreds("merchant-demo", "live"), seedRequest("7"))
+	d = start(t, spec{db: path})
+	again := d.createSeed("merchant-demo", "live", "7")
 	if again.err != nil || !again.replayed() {
 		t.Fatalf("replay from the compacted file: %v (replayed %t)", again.err, again.replayed())
 	}
@@ -109,19 +59,72 @@ func TestCompact_ShrinksASweptFile_RefusesOneInUse(t *testing.T) {
 	}
 }
 
-// swept is how many records a server's log says it swept.
-func swept(t *testing.T, log string) int {
+// sweptFile makes path a file of n records that expired within a second
+// and were swept every 50ms, and stops its server.
+func sweptFile(t *testing.T, path string, n int) {
 	t.Helper()
+	d := start(t, spec{db: path, args: []string{"--ttl", "1s", "--lease", "500ms", "--sweep-interval", "50ms"}})
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				if a := d.createSeed("merchant-demo", fmt.Sprint("expiring-", i), "5"); a.err != nil {
+					errs <- a.err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); swept(d) < n; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records swept:\n%s", swept(d), n, d.stderr())
+		}
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// compactRefusedInUse: compact is refused while d runs on path: exit 1,
+// the file and its directory as they were, the server serving on, its
+// live record replayed. It stops d, and returns the file's size.
+func compactRefusedInUse(t *testing.T, d *daemon, path string) int64 {
+	t.Helper()
+	dir := filepath.Dir(path)
+	sizeBefore, entries := fileSize(t, path), dirEntries(t, dir)
+	held, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paymentsd(t, "", "compact", "--db", path).want(t, 1, "in use by a running paymentsd", "Nothing was changed")
+	now, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(held, now) || fileSize(t, path) != sizeBefore || !slices.Equal(dirEntries(t, dir), entries) {
+		t.Fatalf("the refused compact changed the file or its directory: %d bytes, was %d; %q, was %q",
+			fileSize(t, path), sizeBefore, dirEntries(t, dir), entries)
+	}
+	if again := d.createSeed("merchant-demo", "live", "7"); again.err != nil || !again.replayed() {
+		t.Fatalf("after the refused compact: %v (replayed %t)", again.err, again.replayed())
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	return sizeBefore
+}
+
+// swept is how many records d's log says it swept.
+func swept(d *daemon) int {
 	n := 0
-	sc := bufio.NewScanner(strings.NewReader(log))
-	for sc.Scan() {
-		var line struct {
-			Msg   string
-			Count int
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "swept expired idempotency records" {
-			n += line.Count
-		}
+	for _, l := range d.lines("swept expired idempotency records") {
+		count, _ := l["count"].(float64)
+		n += int(count)
 	}
 	return n
 }

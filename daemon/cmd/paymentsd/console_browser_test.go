@@ -9,15 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 )
 
 // screenshotsEnv names the directory TestConsole_InABrowser writes its
@@ -164,18 +161,40 @@ func (b *browser) lookUp(t *testing.T, principal, key string) int64 {
 // held create's runs out.
 func TestConsole_InABrowser(t *testing.T) {
 	b := newBrowser(t)
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t), "--lease", "1s")
-	base := "http://" + d.logAddr(t, "console listening")
-	principal, other := devPrincipal("tok-browser"), devPrincipal("tok-browser-2")
-	id := createIntent(t, d, "tok-browser", "order-ok", "100000000")
-	if a := d.create(withCreds("tok-browser", "order-bad"), seedRequest("12.34")); status.Code(a.err) != codes.InvalidArgument {
+	d, base := startConsole(t, "", spec{args: []string{"--lease", "1s"}})
+	c := &consoleTour{b: b, d: d, base: base, principal: devPrincipal("tok-browser"), other: devPrincipal("tok-browser-2")}
+	c.id = createIntent(t, d, "tok-browser", "order-ok", "100000000")
+	if a := d.createSeed("tok-browser", "order-bad", "12.34"); status.Code(a.err) != codes.InvalidArgument {
 		t.Fatalf("a create of a bad amount: %v", a.err)
 	}
 	createIntent(t, d, "tok-browser", "shared-key", "300000000")
 	createIntent(t, d, "tok-browser-2", "shared-key", "300000000")
 
-	// The login page.
-	if got := b.load(t, "open the console", chromedp.Navigate(base+"/")); got != 401 || !b.has(t, `input[name="token"][type="password"]`) {
+	c.logIn(t)
+	c.storedError(t)
+	c.byIntentID(t)
+	c.byKeyAlone(t)
+	c.release(t)
+	c.refusals(t)
+	c.inFlight(t)
+	d.waitLine(t, "idempotency key released", map[string]any{"operator": "carol", "code": "INVALID_ARGUMENT"}, logWait)
+	d.waitLine(t, "console in-flight list", map[string]any{"operator": "carol"}, logWait)
+}
+
+// consoleTour is TestConsole_InABrowser's browser and daemon, with the
+// intent order-ok made and the principals of tok-browser and tok-browser-2.
+type consoleTour struct {
+	b                    *browser
+	d                    *daemon
+	base                 string
+	principal, other, id string
+}
+
+// logIn: the login page, a wrong key refused, then consoleToken's.
+func (c *consoleTour) logIn(t *testing.T) {
+	t.Helper()
+	b := c.b
+	if got := b.load(t, "open the console", chromedp.Navigate(c.base+"/")); got != 401 || !b.has(t, `input[name="token"][type="password"]`) {
 		t.Errorf("the page without a key: %d, want 401 and the login form", got)
 	}
 	got := b.load(t, "log in with a wrong key",
@@ -190,9 +209,14 @@ func TestConsole_InABrowser(t *testing.T) {
 	if who := b.text(t, "#operator"); got != 200 || who != consoleOperator || !b.has(t, "form#lookup") || !b.has(t, "nav #in-flight-link") {
 		t.Fatalf("logged in: %d as %q, want 200 as %q and the lookup form", got, who, consoleOperator)
 	}
+}
 
-	// By principal and key: the stored error, its BadRequest a table.
-	if got := b.lookUp(t, principal, "order-bad"); got != 200 {
+// storedError: by principal and key, the stored error, its BadRequest a
+// table.
+func (c *consoleTour) storedError(t *testing.T) {
+	t.Helper()
+	b := c.b
+	if got := b.lookUp(t, c.principal, "order-bad"); got != 200 {
 		t.Errorf("lookup of the stored error: %d", got)
 	}
 	if code, state := b.text(t, "#code"), b.text(t, "#state"); code != "INVALID_ARGUMENT" || !strings.HasPrefix(state, "completed") {
@@ -208,45 +232,58 @@ func TestConsole_InABrowser(t *testing.T) {
 		t.Errorf("the stored error's page lacks its empty release history or its release button")
 	}
 	b.screenshot(t, "console-key.png", wideWidth, wideHeight)
+}
 
-	// By intent id alone: the intent's page names its principal and the
-	// key that created it, which links to the key's page.
-	if got := b.lookUp(t, "", id); got != 200 {
-		t.Errorf("lookup of intent %s: %d", id, got)
+// byIntentID: by intent id alone, the intent's page names its principal
+// and the key that created it, which links to the key's page.
+func (c *consoleTour) byIntentID(t *testing.T) {
+	t.Helper()
+	b := c.b
+	if got := b.lookUp(t, "", c.id); got != 200 {
+		t.Errorf("lookup of intent %s: %d", c.id, got)
 	}
-	if owner, key := b.text(t, "#intent-principal"), b.text(t, "#intent-key"); owner != principal || key != "order-ok" {
+	if owner, key := b.text(t, "#intent-principal"), b.text(t, "#intent-key"); owner != c.principal || key != "order-ok" {
 		t.Errorf("the intent's page names principal %q and key %q", owner, key)
 	}
 	// protojson varies its spacing on purpose: read the JSON, not its bytes.
 	var intent struct{ ID, Amount string }
-	if text := b.text(t, "#intent-json"); json.Unmarshal([]byte(text), &intent) != nil || intent.ID != id || intent.Amount != "100000000" {
+	if text := b.text(t, "#intent-json"); json.Unmarshal([]byte(text), &intent) != nil || intent.ID != c.id || intent.Amount != "100000000" {
 		t.Errorf("the intent's page shows:\n%s", text)
 	}
-	if got := b.load(t, "follow the intent's key", chromedp.Click(chromedp.ID("intent-key"))); got != 200 || b.text(t, "#intent") != id {
+	if got := b.load(t, "follow the intent's key", chromedp.Click(chromedp.ID("intent-key"))); got != 200 || b.text(t, "#intent") != c.id {
 		t.Errorf("the key page of the intent's key: %d", got)
 	}
 	if b.has(t, "form#release") {
 		t.Errorf("the success's page offers a release, which the rules always refuse")
 	}
+}
 
-	// By key alone: held by one principal, its page opens; by two, both
-	// are listed, each linking to its page.
-	if got := b.lookUp(t, "", "order-ok"); got != 200 || b.text(t, "#intent") != id {
+// byKeyAlone: held by one principal, its page opens; by two, both are
+// listed, each linking to its page.
+func (c *consoleTour) byKeyAlone(t *testing.T) {
+	t.Helper()
+	b := c.b
+	if got := b.lookUp(t, "", "order-ok"); got != 200 || b.text(t, "#intent") != c.id {
 		t.Errorf("lookup of a key one principal holds: %d", got)
 	}
 	if got := b.lookUp(t, "", "shared-key"); got != 200 || eval[int](t, b, `document.querySelectorAll("#holders tbody tr").length`) != 2 {
 		t.Fatalf("lookup of a key two principals hold: %d", got)
 	}
-	if got := b.load(t, "pick the other principal", chromedp.Click(chromedp.CSS(`#holders a[href*="`+other[4:]+`"]`))); got != 200 ||
-		!strings.Contains(b.text(t, "#record"), other) {
+	if got := b.load(t, "pick the other principal", chromedp.Click(chromedp.CSS(`#holders a[href*="`+c.other[4:]+`"]`))); got != 200 ||
+		!strings.Contains(b.text(t, "#record"), c.other) {
 		t.Errorf("the key page of the principal picked: %d", got)
 	}
+}
 
-	// The release: button, confirmation, done; then the key's history.
-	b.lookUp(t, principal, "order-bad")
-	got = b.load(t, "release the stored error", chromedp.Click(chromedp.CSS(`form#release button`)))
+// release: button, confirmation, done; then the key's history, before and
+// after it runs fresh.
+func (c *consoleTour) release(t *testing.T) {
+	t.Helper()
+	b := c.b
+	b.lookUp(t, c.principal, "order-bad")
+	got := b.load(t, "release the stored error", chromedp.Click(chromedp.CSS(`form#release button`)))
 	confirm := b.text(t, "#confirm")
-	for _, want := range []string{principal, "order-bad", "INVALID_ARGUMENT", "Attempt\t1", "Attempt began"} {
+	for _, want := range []string{c.principal, "order-bad", "INVALID_ARGUMENT", "Attempt\t1", "Attempt began"} {
 		if !strings.Contains(confirm, want) {
 			t.Errorf("the confirmation lacks %q: %d\n%s", want, got, confirm)
 		}
@@ -260,29 +297,33 @@ func TestConsole_InABrowser(t *testing.T) {
 		t.Errorf("release of the stored error: %d %q", got, released)
 	}
 	// Released and not used since: its page shows its history.
-	if got := b.lookUp(t, principal, "order-bad"); got != 200 || b.has(t, "#missing") {
+	if got := b.lookUp(t, c.principal, "order-bad"); got != 200 || b.has(t, "#missing") {
 		t.Errorf("the key after its release: %d, want 200, its page", got)
 	}
 	if next, releases := b.text(t, "#next-request"), b.text(t, "#releases tbody"); !strings.Contains(next, "runs afresh") ||
 		!strings.Contains(releases, consoleOperator) || !strings.Contains(releases, "INVALID_ARGUMENT") || !strings.Contains(releases, "amount") {
 		t.Errorf("the released key's page: next request %q, releases %q", next, releases)
 	}
-	freshID := createIntent(t, d, "tok-browser", "order-bad", "200000000")
-	b.lookUp(t, principal, "order-bad")
+	freshID := createIntent(t, c.d, "tok-browser", "order-bad", "200000000")
+	b.lookUp(t, c.principal, "order-bad")
 	if intent := b.text(t, "#intent"); intent != freshID {
 		t.Errorf("the key's record after it ran fresh names intent %q, want %q", intent, freshID)
 	}
 	if releases := b.text(t, "#releases tbody"); !strings.Contains(releases, consoleOperator) || !strings.Contains(releases, "INVALID_ARGUMENT") {
 		t.Errorf("the key's release history: %q", releases)
 	}
+}
 
-	// Refusals: a success's release, and a release confirmed of a record
-	// since released and stored again.
+// refusals: a success's release, and a release confirmed of a record
+// since released and stored again.
+func (c *consoleTour) refusals(t *testing.T) {
+	t.Helper()
+	b, d, base, principal := c.b, c.d, c.base, c.principal
 	if got := b.load(t, "release a success", chromedp.Navigate(base+"/release?"+url.Values{"principal": {principal}, "key": {"order-ok"}}.Encode())); got != 409 ||
 		!strings.Contains(b.text(t, "#refusal"), "its effects stand") || b.has(t, "form#confirm-release") {
 		t.Errorf("the release of a success: %d", got)
 	}
-	if a := d.create(withCreds("tok-browser", "order-stale"), seedRequest("12.34")); status.Code(a.err) != codes.InvalidArgument {
+	if a := d.createSeed("tok-browser", "order-stale", "12.34"); status.Code(a.err) != codes.InvalidArgument {
 		t.Fatalf("a create of a bad amount: %v", a.err)
 	}
 	b.load(t, "open a confirmation", chromedp.Navigate(base+"/release?"+url.Values{"principal": {principal}, "key": {"order-stale"}}.Encode()))
@@ -290,25 +331,30 @@ func TestConsole_InABrowser(t *testing.T) {
 	if a := httpCall(t, "POST", release, "", bearerHeader(consoleToken)...); a.status != 200 {
 		t.Fatalf("release behind the confirmation's back: %d %s", a.status, a.body)
 	}
-	if a := d.create(withCreds("tok-browser", "order-stale"), seedRequest("12.34")); status.Code(a.err) != codes.InvalidArgument {
+	if a := d.createSeed("tok-browser", "order-stale", "12.34"); status.Code(a.err) != codes.InvalidArgument {
 		t.Fatalf("the bad create again: %v", a.err)
 	}
-	got = b.load(t, "confirm the stale release", chromedp.Click(chromedp.CSS(`form#confirm-release button`)))
+	got := b.load(t, "confirm the stale release", chromedp.Click(chromedp.CSS(`form#confirm-release button`)))
 	if refusal := b.text(t, "#refusal"); got != 409 || !strings.Contains(refusal, "changed since you confirmed") || !b.has(t, "a#back") {
 		t.Errorf("a release confirmed of a record since replaced: %d %q", got, refusal)
 	}
 	if a := httpCall(t, "GET", consoleRecordURL(base, principal, "order-stale"), "", bearerHeader(consoleToken)...); a.status != 200 {
 		t.Errorf("the record after the refusal: %d, want it kept", a.status)
 	}
+}
 
-	// A create held in flight: listed, transactional, in a table that fits
-	// a laptop and scrolls in its own box on a phone.
+// inFlight: a create held in flight, listed, transactional, in a table
+// that fits a laptop and scrolls in its own box on a phone; then its page
+// (heldInTheBrowser), and the list once it is let go.
+func (c *consoleTour) inFlight(t *testing.T) {
+	t.Helper()
+	b := c.b
 	heldKey := "checkout-2026-cart-7f3a9c1e5b2d4a6f8e0c1b3d5f7a9c2e-attempt-1"
-	letGo := holdCreate(t, d, base, "tok-browser", heldKey)
+	letGo := holdCreate(t, c.d, c.base, "tok-browser", heldKey)
 	if got := b.load(t, "open the keys in flight", chromedp.Click(chromedp.ID("in-flight-link"))); got != 200 {
 		t.Errorf("the keys in flight: %d", got)
 	}
-	if row := b.text(t, "#in-flight tbody tr"); !strings.Contains(row, heldKey) || !strings.Contains(row, principal) || b.text(t, "#in-flight td.transactional") != "yes" {
+	if row := b.text(t, "#in-flight tbody tr"); !strings.Contains(row, heldKey) || !strings.Contains(row, c.principal) || b.text(t, "#in-flight td.transactional") != "yes" {
 		t.Errorf("the held create's row: %q, transactional %q", row, b.text(t, "#in-flight td.transactional"))
 	}
 	if fits := eval[bool](t, b, `(s => s.scrollWidth <= s.clientWidth)(document.querySelector("#in-flight").parentElement)`); !fits {
@@ -324,13 +370,11 @@ func TestConsole_InABrowser(t *testing.T) {
 		t.Errorf("on a phone the page is %d px wide, more than its %d px: the table must scroll in its own box", page, inner)
 	}
 	b.screenshot(t, "console-phone.png", phoneWidth, phoneHeight)
-	heldInTheBrowser(t, b, d, base, principal, heldKey)
+	heldInTheBrowser(t, b, c.d, c.base, c.principal, heldKey)
 	letGo()
 	if got := b.load(t, "the keys in flight once the create is done", chromedp.Click(chromedp.ID("in-flight-link"))); got != 200 || b.text(t, "#none-in-flight") != "No key is in flight." {
 		t.Errorf("the keys in flight once the create is done: %d", got)
 	}
-	d.waitLogText(t, "idempotency key released", `"operator":"carol"`, `"code":"INVALID_ARGUMENT"`)
-	d.waitLogText(t, "console in-flight list", `"operator":"carol"`)
 }
 
 // heldInTheBrowser opens the page of key, a create of principal that
@@ -379,113 +423,6 @@ func heldInTheBrowser(t *testing.T, b *browser, d *daemon, base, principal, key 
 	}
 }
 
-// createIntent creates an intent of amount over gRPC with token and key,
-// and returns its id.
-func createIntent(t *testing.T, d *daemon, token, key, amount string) string {
-	t.Helper()
-	a := d.create(withCreds(token, key), seedRequest(amount))
-	if a.err != nil || a.replayed() {
-		t.Fatalf("create %s: %v, replayed %v", key, a.err, a.replayed())
-	}
-	return a.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
-}
-
-// holdCreate sends a create of key with token and holds it in flight:
-// every fsync of d waits until the returned func lets it go, and the
-// create's commit with them. It returns once the console lists the key.
-// Letting go waits for the create's answer, an intent.
-func holdCreate(t *testing.T, d *daemon, base, token, key string) (letGo func()) {
-	t.Helper()
-	const tenMinutes = "600000000" // µs
-	detach := attachStrace(t, d, "-e", "trace=fdatasync,fsync", "-e", "inject=fdatasync:delay_enter="+tenMinutes, "-e", "inject=fsync:delay_enter="+tenMinutes)
-	done := make(chan answer, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(withCreds(token, key), 5*time.Minute)
-		defer cancel()
-		done <- d.create(ctx, seedRequest("400000000"))
-	}()
-	for tries := 0; ; tries++ {
-		a := httpCall(t, "GET", base+"/api/v1/in-flight", "", bearerHeader(consoleToken)...)
-		if strings.Contains(string(a.body), key) {
-			break
-		}
-		if tries == 3000 {
-			detach()
-			t.Fatalf("the held create of %s is not listed in flight: %d %s", key, a.status, a.body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	var once sync.Once
-	letGo = func() {
-		once.Do(func() {
-			detach()
-			if a := <-done; a.err != nil {
-				t.Errorf("the held create of %s: %v", key, a.err)
-			}
-		})
-	}
-	t.Cleanup(letGo)
-	return letGo
-}
-
-// A create held in flight is listed by the JSON API and the page as a
-// transactional claim, the JSON naming its principal, key and attempt.
-// Its lookup finds it in flight, held in memory, and its release is
-// refused as in flight at once, although its commit waits on the disk. A
-// key held by two principals is listed by GET /api/v1/keys.
-func TestConsole_InFlight_AHeldCreateIsTransactional(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
-	base := "http://" + d.logAddr(t, "console listening")
-	createIntent(t, d, "tok-a", "shared", "100000000")
-	createIntent(t, d, "tok-b", "shared", "100000000")
-	a := httpCall(t, "GET", base+"/api/v1/keys?key=shared", "", bearerHeader(consoleToken)...)
-	var keys struct {
-		Principals []struct{ Principal, State string }
-	}
-	if json.Unmarshal(a.body, &keys) != nil || a.status != 200 || len(keys.Principals) != 2 || keys.Principals[0].State != "completed" {
-		t.Errorf("GET /api/v1/keys?key=shared: %d %s", a.status, a.body)
-	}
-	for _, p := range keys.Principals {
-		if p.Principal != devPrincipal("tok-a") && p.Principal != devPrincipal("tok-b") {
-			t.Errorf("GET /api/v1/keys?key=shared lists %q", p.Principal)
-		}
-	}
-
-	letGo := holdCreate(t, d, base, "tok-a", "held")
-	a = httpCall(t, "GET", base+"/api/v1/in-flight", "", bearerHeader(consoleToken)...)
-	var page struct {
-		Claims []struct {
-			Principal, Key, State string
-			Attempt               int
-			Transactional         bool
-		}
-	}
-	if err := json.Unmarshal(a.body, &page); err != nil || len(page.Claims) != 1 {
-		t.Fatalf("the keys in flight: %v %s", err, a.body)
-	}
-	if c := page.Claims[0]; c.Principal != devPrincipal("tok-a") || c.Key != "held" || c.State != "in_flight" || c.Attempt != 1 || !c.Transactional {
-		t.Errorf("the held create in the JSON API: %+v, want transactional", c)
-	}
-	html := httpCall(t, "GET", base+"/in-flight", "", bearerHeader(consoleToken)...)
-	if !strings.Contains(string(html.body), `<td class="transactional">yes</td>`) {
-		t.Errorf("the page of keys in flight does not say transactional:\n%s", html.body)
-	}
-	held := httpCall(t, "GET", consoleRecordURL(base, devPrincipal("tok-a"), "held"), "", bearerHeader(consoleToken)...)
-	for _, want := range []string{`"found": true`, `"stored": false`, `"state": "in_flight"`, `"transactional": true`, `"next_request": "This process holds the claim`} {
-		if held.status != 200 || !strings.Contains(string(held.body), want) {
-			t.Errorf("the held create's lookup lacks %s: %d %s", want, held.status, held.body)
-		}
-	}
-	release := base + "/api/v1/release?" + url.Values{"principal": {devPrincipal("tok-a")}, "key": {"held"}}.Encode()
-	if a := httpCall(t, "POST", release, "", bearerHeader(consoleToken)...); a.status != 409 || !strings.Contains(string(a.body), `"refusal": "in_flight"`) {
-		t.Errorf("the release of the held create: %d %s", a.status, a.body)
-	}
-	letGo()
-	if a := httpCall(t, "GET", base+"/api/v1/in-flight", "", bearerHeader(consoleToken)...); !strings.Contains(string(a.body), `"claims": []`) {
-		t.Errorf("the keys in flight once the create is done: %s", a.body)
-	}
-}
-
 // A principal's intents and their suspected double payments in a real
 // browser, against the real binary over a seeded file (seedPayments):
 // from the lookup page's form, the intents page lists the 4 newest
@@ -496,8 +433,7 @@ func TestConsole_InABrowser_IntentsAndDuplicates(t *testing.T) {
 	b := newBrowser(t)
 	principal := devPrincipal("shop-token")
 	path, twice := seedPayments(t, principal, time.Now())
-	d := startDaemon(t, path, "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
-	base := "http://" + d.logAddr(t, "console listening")
+	d, base := startConsole(t, "", spec{db: path})
 	b.load(t, "open the console", chromedp.Navigate(base+"/"))
 	if got := b.load(t, "log in",
 		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), consoleToken),
@@ -545,5 +481,5 @@ func TestConsole_InABrowser_IntentsAndDuplicates(t *testing.T) {
 		t.Errorf("the duplicates page names a payment that is no duplicate:\n%s", main)
 	}
 	b.screenshot(t, "console-duplicates.png", wideWidth, wideHeight)
-	d.waitLogText(t, "console duplicates search", `"operator":"carol"`, `"groups":1`)
+	d.waitLine(t, "console duplicates search", map[string]any{"operator": "carol", "groups": 1.0}, logWait)
 }

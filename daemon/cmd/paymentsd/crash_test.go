@@ -99,7 +99,7 @@ func TestCrash_KillNineNeverDuplicatesOrLoses(t *testing.T) {
 
 	next := 0
 	for round := range rounds {
-		d := startDaemon(t, dbPath)
+		d := start(t, spec{db: dbPath})
 
 		// Keys whose outcome the crash hid are retried to the end; a sample
 		// of the answered ones must replay as they were answered.
@@ -150,8 +150,7 @@ func TestCrash_KillNineNeverDuplicatesOrLoses(t *testing.T) {
 			})
 		}
 		time.Sleep(time.Duration(50+rand.IntN(300)) * time.Millisecond)
-		d.cmd.Process.Kill()
-		<-d.exited
+		d.kill()
 		close(stop)
 		wg.Wait()
 		logs = append(logs, d.stderr())
@@ -167,7 +166,7 @@ func TestCrash_KillNineNeverDuplicatesOrLoses(t *testing.T) {
 	}
 
 	// A last restart re-checks every key, then the books are balanced.
-	d := startDaemon(t, dbPath)
+	d := start(t, spec{db: dbPath})
 	mu.Lock()
 	var all []string
 	for k := range keys {

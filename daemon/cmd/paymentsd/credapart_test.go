@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,9 +70,7 @@ func TestCredentialsApart_CustomerKeysAsOperatorKeys_RefusedAtStart(t *testing.T
 func TestCredentialsApart_CustomerKeysSwappedIn_RefusedOperatorsKept(t *testing.T) {
 	apiKeys, bad := apartFiles(t)
 	admin := adminKeysFile(t)
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--api-keys", apiKeys,
-		"--admin-listen", "127.0.0.1:0", "--admin-keys", admin, "--metrics-listen", "127.0.0.1:0")
-	base := "http://" + d.logAddr(t, "console listening")
+	d, base := startConsole(t, admin, spec{metrics: true, args: []string{"--api-keys", apiKeys}})
 	target := consoleRecordURL(base, "alice", "never-used")
 	refusals := 0
 	for name, make := range bad {
@@ -82,11 +79,11 @@ func TestCredentialsApart_CustomerKeysSwappedIn_RefusedOperatorsKept(t *testing.
 			make(tmp)
 			must(t, os.Rename(tmp, admin))
 			if hup {
-				must(t, d.cmd.Process.Signal(syscall.SIGHUP))
+				d.hup(t)
 			}
 			refusals++
 			waitFor(t, 10*time.Second, name+": the refusal counted", func() bool {
-				return scrape(t, d.metricsAddr(t))[`paymentsd_credential_reloads_total{file="admin_keys",result="error"}`] >= float64(refusals)
+				return d.scrape(t)[`paymentsd_credential_reloads_total{file="admin_keys",result="error"}`] >= float64(refusals)
 			})
 			if a := httpCall(t, "GET", target, "", bearerHeader(consoleToken)...); a.status != 404 {
 				t.Errorf("%s (SIGHUP %v): the operator in use: %d %s", name, hup, a.status, a.body)
@@ -113,13 +110,12 @@ func TestCredentialsApart_CustomerKeysSwappedIn_RefusedOperatorsKept(t *testing.
 // Customers' keys that come to hold an operator's token are refused too.
 func TestCredentialsApart_OperatorTokenAddedToAPIKeys_Refused(t *testing.T) {
 	apiKeys, _ := apartFiles(t)
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--api-keys", apiKeys,
-		"--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t), "--metrics-listen", "127.0.0.1:0")
+	d, _ := startConsole(t, "", spec{metrics: true, args: []string{"--api-keys", apiKeys}})
 	tmp := apiKeys + ".new"
 	must(t, os.WriteFile(tmp, []byte(auth.KeyLine("mallory", consoleToken)+"\n"), 0o600))
 	must(t, os.Rename(tmp, apiKeys))
-	d.waitLogText(t, "api keys not reloaded: the previous keys stay in use", "list one token")
-	if got := scrape(t, d.metricsAddr(t))[`paymentsd_credential_reloads_total{file="api_keys",result="error"}`]; got != 1 {
+	d.waitLine(t, keysRefused, map[string]any{"err": contains("list one token")}, logWait)
+	if got := d.scrape(t)[`paymentsd_credential_reloads_total{file="api_keys",result="error"}`]; got != 1 {
 		t.Errorf("api_keys refusals counted: %v, want 1", got)
 	}
 }
@@ -127,7 +123,7 @@ func TestCredentialsApart_OperatorTokenAddedToAPIKeys_Refused(t *testing.T) {
 // An emptied operator file's refusal names the operator file.
 func TestCredentialsApart_EmptiedOperatorFile_NamedAsSuch(t *testing.T) {
 	admin := adminKeysFile(t)
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--admin-listen", "127.0.0.1:0", "--admin-keys", admin)
+	d, _ := startConsole(t, admin, spec{})
 	must(t, os.WriteFile(admin, nil, 0o600))
-	d.waitLogText(t, "operator keys not reloaded: the previous keys stay in use", "operator keys: "+admin+" lists no keys")
+	d.waitLine(t, "operator keys not reloaded: the previous keys stay in use", map[string]any{"err": contains("operator keys: " + admin + " lists no keys")}, logWait)
 }

@@ -114,8 +114,8 @@ func TestCredential_SameBytesSameAnswerOnBothFaces(t *testing.T) {
 }
 
 func testCredentialRows(t *testing.T, args ...string) {
-	d, base := startHTTP(t, args...)
-	httpAddr := strings.TrimPrefix(base, "http://")
+	d := start(t, spec{http: true, args: args})
+	httpAddr := d.httpAddr
 	accepted := 0
 	messages := map[string]string{} // row to its reader message
 	for i, row := range credRows {

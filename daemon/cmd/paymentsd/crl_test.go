@@ -64,7 +64,7 @@ func TestMTLS_RevokedClientCert_RefusedAtHandshakeAndNextCall(t *testing.T) {
 	certs := newCertSet(t, "paymentsd CRL CA")
 	crl := certs.dir + "/clients.crl"
 	certs.writeCRL(t, crl, 1, "client-b")
-	d := startTLSDaemon(t, certs, "client-a", "--tls-client-ca", certs.caFile, "--tls-client-crl", crl, "--principal-from", "cert")
+	d := startTLS(t, certs, "client-a", "--tls-client-ca", certs.caFile, "--tls-client-crl", crl, "--principal-from", "cert")
 
 	for what, addr := range map[string]string{"gRPC": d.addr, "HTTP": d.httpAddr} {
 		if err := handshakeRefusal(t, addr, certs.clientTLS(t, "client-b"), "h2"); err == nil || !strings.Contains(err.Error(), "tls: bad certificate") {
@@ -80,11 +80,11 @@ func TestMTLS_RevokedClientCert_RefusedAtHandshakeAndNextCall(t *testing.T) {
 	if _, err := d.client.ListPaymentIntents(callCtx(t, "", ""), &paymentsv1.ListPaymentIntentsRequest{}); err != nil {
 		t.Fatalf("gRPC before: %v", err)
 	}
-	if a := mustHTTPS(t, httpClient, "GET", d.baseURL(), ""); a.status != http.StatusOK {
+	if a := mustHTTPS(t, httpClient, "GET", d.intentsURL(), ""); a.status != http.StatusOK {
 		t.Fatalf("HTTP before: %d %s", a.status, a.body)
 	}
 	certs.writeCRL(t, crl, 2, "client-b", "client-a")
-	d.waitLogText(t, "tls certificate reloaded")
+	d.waitLine(t, tlsReloaded, nil, logWait)
 	// Its connection closed, a call fails on it, or on the next, whose
 	// handshake is refused.
 	_, err := d.client.ListPaymentIntents(callCtx(t, "", ""), &paymentsv1.ListPaymentIntentsRequest{})
@@ -94,7 +94,7 @@ func TestMTLS_RevokedClientCert_RefusedAtHandshakeAndNextCall(t *testing.T) {
 	if _, err := d.client.ListPaymentIntents(callCtx(t, "", ""), &paymentsv1.ListPaymentIntentsRequest{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("gRPC again after its certificate was revoked: %v, want UNAVAILABLE", err)
 	}
-	if a := mustHTTPS(t, httpClient, "GET", d.baseURL(), ""); a.status != http.StatusUnauthorized {
+	if a := mustHTTPS(t, httpClient, "GET", d.intentsURL(), ""); a.status != http.StatusUnauthorized {
 		t.Errorf("HTTP on the open connection after its certificate was revoked: %d %s, want 401", a.status, a.body)
 	}
 
@@ -102,11 +102,11 @@ func TestMTLS_RevokedClientCert_RefusedAtHandshakeAndNextCall(t *testing.T) {
 	stranger := newCertSet(t, "stranger CA")
 	stranger.clients["client-a"] = certs.clients["client-a"]
 	stranger.writeCRL(t, crl, 3)
-	d.waitLogText(t, "tls files not reloaded: the previous certificate stays in use", "not signed by a client CA")
+	d.waitLine(t, tlsRefused, map[string]any{"err": contains("not signed by a client CA")}, logWait)
 	if _, err := d.client.ListPaymentIntents(callCtx(t, "", ""), &paymentsv1.ListPaymentIntentsRequest{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("after a refused CRL: %v, want client-a still revoked", err)
 	}
-	if a := mustHTTPS(t, httpClient, "GET", d.baseURL(), ""); a.status != http.StatusUnauthorized {
+	if a := mustHTTPS(t, httpClient, "GET", d.intentsURL(), ""); a.status != http.StatusUnauthorized {
 		t.Errorf("HTTP after a refused CRL: %d %s, want client-a still revoked", a.status, a.body)
 	}
 }
@@ -114,14 +114,14 @@ func TestMTLS_RevokedClientCert_RefusedAtHandshakeAndNextCall(t *testing.T) {
 // startCRLDaemon runs paymentsd with certs' CA, the CRL file crl and
 // principals from certificates, its metrics on a free port. Its client
 // is client-a's.
-func startCRLDaemon(t *testing.T, certs *certSet, crl string) *tlsDaemon {
+func startCRLDaemon(t *testing.T, certs *certSet, crl string) *daemon {
 	t.Helper()
-	return startTLSDaemon(t, certs, "client-a", "--tls-client-ca", certs.caFile, "--tls-client-crl", crl,
+	return startTLS(t, certs, "client-a", "--tls-client-ca", certs.caFile, "--tls-client-crl", crl,
 		"--principal-from", "cert", "--metrics-listen", "127.0.0.1:0")
 }
 
 // listAs makes a call on a new connection with client's certificate.
-func (d *tlsDaemon) listAs(t *testing.T, certs *certSet, client string) error {
+func (d *daemon) listAs(t *testing.T, certs *certSet, client string) error {
 	t.Helper()
 	_, err := d.grpcClient(t, certs.clientTLS(t, client)).ListPaymentIntents(callCtx(t, "", ""), &paymentsv1.ListPaymentIntentsRequest{})
 	return err
@@ -135,9 +135,10 @@ func TestMTLS_CRLOutOfForceOrOlder_RevokedClientStaysRefused(t *testing.T) {
 	crl := certs.dir + "/clients.crl"
 	certs.writeCRL(t, crl, 2, "client-b")
 	d := startCRLDaemon(t, certs, crl)
-	line := d.waitLogText(t, "tls client CRL in force", `"crl_number":"2"`, `"revoked":1`, `"next_update"`, `"this_update"`)
-	if !strings.Contains(line, `"issuer":"CN=paymentsd CRL CA`) {
-		t.Errorf("the CRL's log line does not name its issuer: %s", line)
+	line := d.waitLine(t, "tls client CRL in force", map[string]any{"crl_number": "2", "revoked": 1.0,
+		"next_update": contains(""), "this_update": contains("")}, logWait)
+	if !strings.HasPrefix(line.str("issuer"), "CN=paymentsd CRL CA") {
+		t.Errorf("the CRL's log line does not name its issuer: %v", line)
 	}
 	if err := d.listAs(t, certs, "client-b"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("client-b, revoked: %v, want UNAVAILABLE (handshake refused)", err)
@@ -154,9 +155,9 @@ func TestMTLS_CRLOutOfForceOrOlder_RevokedClientStaysRefused(t *testing.T) {
 		{"a lower number", "CRL number 1 is below 2", 1, now.Add(-time.Minute), now.Add(time.Hour)},
 	} {
 		certs.writeCRLAt(t, crl, bad.number, bad.this, bad.next) // client-b not revoked
-		line := d.waitLogText(t, "tls files not reloaded", bad.want)
-		if !strings.Contains(line, `"level":"ERROR"`) {
-			t.Errorf("%s: refused at a level below ERROR: %s", bad.name, line)
+		line := d.waitLine(t, tlsRefused, map[string]any{"err": contains(bad.want)}, logWait)
+		if line["level"] != "ERROR" {
+			t.Errorf("%s: refused at a level below ERROR: %v", bad.name, line)
 		}
 		if err := d.listAs(t, certs, "client-b"); status.Code(err) != codes.Unavailable {
 			t.Errorf("%s: client-b, revoked by the CRL in force: %v, want UNAVAILABLE", bad.name, err)
@@ -164,7 +165,7 @@ func TestMTLS_CRLOutOfForceOrOlder_RevokedClientStaysRefused(t *testing.T) {
 	}
 
 	certs.writeCRL(t, crl, 3, "client-c")
-	d.waitLogText(t, "tls client CRL in force", `"crl_number":"3"`)
+	d.waitLine(t, "tls client CRL in force", map[string]any{"crl_number": "3"}, logWait)
 	if err := d.listAs(t, certs, "client-b"); err != nil {
 		t.Errorf("client-b, after a newer CRL dropped it: %v", err)
 	}
@@ -201,7 +202,7 @@ func TestMTLS_CRLExpiresWhileRunning_FailsClosed(t *testing.T) {
 	// CRL's times are whole seconds.
 	next := time.Now().Add(10 * time.Second).Truncate(time.Second)
 	certs.writeCRLAt(t, crl, 2, time.Now().Add(-time.Minute), next)
-	d.waitLogText(t, "tls client CRL in force", `"crl_number":"2"`)
+	d.waitLine(t, "tls client CRL in force", map[string]any{"crl_number": "2"}, logWait)
 	for deadline := next.Add(time.Minute); healthz() != http.StatusServiceUnavailable; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("/healthz still %d a minute past the CRL's nextUpdate", healthz())
@@ -210,7 +211,7 @@ func TestMTLS_CRLExpiresWhileRunning_FailsClosed(t *testing.T) {
 	if time.Now().Before(next) {
 		t.Errorf("NOT_SERVING before the CRL's nextUpdate %s", next)
 	}
-	d.waitLogText(t, "unhealthy: reporting NOT_SERVING", `"level":"ERROR"`, "no client certificate is admitted until a valid CRL is loaded")
+	d.waitLine(t, "unhealthy: reporting NOT_SERVING", map[string]any{"level": "ERROR", "err": contains("no client certificate is admitted until a valid CRL is loaded")}, logWait)
 	if _, err := d.client.ListPaymentIntents(callCtx(t, "", ""), &paymentsv1.ListPaymentIntentsRequest{}); err == nil {
 		t.Error("client-a's connection, past the CRL's nextUpdate: its call served")
 	}
@@ -219,7 +220,7 @@ func TestMTLS_CRLExpiresWhileRunning_FailsClosed(t *testing.T) {
 	}
 
 	certs.writeCRL(t, crl, 3)
-	d.waitLogText(t, "healthy again: reporting SERVING")
+	d.waitLine(t, "healthy again: reporting SERVING", nil, logWait)
 	if err := d.listAs(t, certs, "client-a"); err != nil {
 		t.Errorf("client-a, after a valid CRL: %v", err)
 	}

@@ -111,8 +111,8 @@ func TestDB_UpperCaseScheme_IsPostgres(t *testing.T) {
 // pgx sees is lower-cased.
 func TestDB_UpperCaseScheme_ServesPostgres(t *testing.T) {
 	scheme, rest, _ := strings.Cut(postgresURL(t), "://")
-	d := startDaemon(t, strings.ToUpper(scheme)+"://"+rest)
-	if r := d.create(withCreds("merchant-demo", "order-1"), seedRequest("100")); r.err != nil {
+	d := start(t, spec{db: strings.ToUpper(scheme) + "://" + rest})
+	if r := d.createSeed("merchant-demo", "order-1", "100"); r.err != nil {
 		t.Fatalf("create: %v\n%s", r.err, d.stderr())
 	}
 	if strings.Contains(d.stderr(), "admin socket") {
@@ -150,7 +150,7 @@ func TestEnv_UnrelatedVariables_LeftAlone(t *testing.T) {
 		"PAYMENTSD_ASYNC_FAILOVER=1", "PAYMENTSD_SCALE_RECORDS=10"}
 	env := cleanEnv(append(tests, "PAYMENTSD_LISTEN=127.0.0.1:0", "PAYMENTSD_HTTP_LISTEN=", "PAYMENTSD_METRICS_LISTEN=",
 		"PAYMENTSD_DB="+filepath.Join(t.TempDir(), "paymentsd.db"))...)
-	waitListening(t, launchEnv(t, env))
+	start(t, spec{exact: true, env: env})
 	dir := t.TempDir()
 	r := runBounded(t, 30*time.Second, dir, cleanEnv(tests...), "check", "--db", "no-such.db")
 	if r.code != 3 {
@@ -181,12 +181,4 @@ func TestEnv_EmptySetting_Refused(t *testing.T) {
 			emptyDir(t, dir)
 		})
 	}
-}
-
-func TestListen_Empty_Refused(t *testing.T) {
-	code, stderr, dir := runToExit(t, "--listen", "")
-	if want := "--listen must name an address (host:port)"; code != 2 || !strings.Contains(stderr, want) {
-		t.Errorf("--listen \"\": exit %d, want 2 saying %q:\n%s", code, want, stderr)
-	}
-	noDataDir(t, dir)
 }

@@ -4,16 +4,12 @@ package main
 // TestMain, on a loopback port and talks to it over gRPC.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -43,7 +39,7 @@ import (
 )
 
 func TestE2E_SeedDemo_FreshReplayMismatch(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	d := start(t, spec{})
 	ctx := withCreds("merchant-demo", "order-1001")
 
 	first := d.create(ctx, seedRequest("100000000"))
@@ -81,24 +77,24 @@ func TestE2E_SeedDemo_FreshReplayMismatch(t *testing.T) {
 }
 
 func TestE2E_ConcurrentDuplicates_OneIntent(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	d := start(t, spec{})
 	const n = 50
 	answers := make([]answer, n)
 	var wg sync.WaitGroup
-	start := make(chan struct{})
+	ready := make(chan struct{})
 	for i := range n {
 		wg.Go(func() {
-			<-start
-			answers[i] = d.create(withCreds("merchant-demo", "order-concurrent"), seedRequest("100000000"))
+			<-ready
+			answers[i] = d.createSeed("merchant-demo", "order-concurrent", "100000000")
 		})
 	}
-	close(start)
+	close(ready)
 	wg.Wait()
 
 	ids := map[string]int{}
 	for _, a := range answers {
 		if a.err == nil {
-			ids[a.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id]++
+			ids[intentID(a)]++
 			continue
 		}
 		if status.Code(a.err) != codes.Aborted || reason(a.err) != wire.ReasonKeyInUse {
@@ -125,27 +121,27 @@ func TestE2E_ConcurrentDuplicates_OneIntent(t *testing.T) {
 // as created, and all but one find it canceled when they commit. Each must
 // be answered as if they had run one after another.
 func TestE2E_ConcurrentCancels_EachAnsweredWithTheOneCancellation(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	d := start(t, spec{})
 	for round := range 5 {
-		a := d.create(withCreds("merchant-demo", fmt.Sprintf("order-%d", round)), seedRequest("100000000"))
+		a := d.createSeed("merchant-demo", fmt.Sprintf("order-%d", round), "100000000")
 		if a.err != nil {
 			t.Fatal(a.err)
 		}
-		id := a.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+		id := intentID(a)
 		const n = 12
 		canceled := make([]*paymentsv1.PaymentIntent, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
-		start := make(chan struct{})
+		ready := make(chan struct{})
 		for i := range n {
 			wg.Go(func() {
-				<-start
+				<-ready
 				ctx := withCreds("merchant-demo", fmt.Sprintf("cancel-%d-%d", round, i))
 				resp, err := d.client.CancelPaymentIntent(ctx, &paymentsv1.CancelPaymentIntentRequest{Id: id})
 				canceled[i], errs[i] = resp.GetPaymentIntent(), err
 			})
 		}
-		close(start)
+		close(ready)
 		wg.Wait()
 		for i, err := range errs {
 			if err != nil {
@@ -159,7 +155,7 @@ func TestE2E_ConcurrentCancels_EachAnsweredWithTheOneCancellation(t *testing.T) 
 }
 
 func TestE2E_InvalidRequest_ErrorStoredAndReplayed(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	d := start(t, spec{})
 	ctx := withCreds("merchant-demo", "order-zero")
 	first := d.create(ctx, seedRequest("0"))
 	st := status.Convert(first.err)
@@ -184,7 +180,7 @@ func TestE2E_InvalidRequest_ErrorStoredAndReplayed(t *testing.T) {
 }
 
 func TestE2E_CredentialAndKeyErrors_StoreNothing(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	d := start(t, spec{})
 	body := seedRequest("100000000")
 
 	if a := d.create(withCreds("", "k-1"), body); status.Code(a.err) != codes.Unauthenticated {
@@ -216,14 +212,14 @@ func TestE2E_CredentialAndKeyErrors_StoreNothing(t *testing.T) {
 }
 
 func TestE2E_Principals_Isolated(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
-	alice := d.create(withCreds("alice-token", "order-1"), seedRequest("100"))
-	bob := d.create(withCreds("bob-token", "order-1"), seedRequest("100"))
+	d := start(t, spec{})
+	alice := d.createSeed("alice-token", "order-1", "100")
+	bob := d.createSeed("bob-token", "order-1", "100")
 	if alice.err != nil || bob.err != nil || bob.replayed() {
 		t.Fatalf("alice %v, bob %v (replayed %t)", alice.err, bob.err, bob.replayed())
 	}
-	aliceID := alice.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
-	if bobID := bob.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id; bobID == aliceID {
+	aliceID := intentID(alice)
+	if bobID := intentID(bob); bobID == aliceID {
 		t.Fatalf("one key under two credentials gave one intent %s", aliceID)
 	}
 	_, err := d.client.GetPaymentIntent(withCreds("bob-token", ""), &paymentsv1.GetPaymentIntentRequest{Id: aliceID})
@@ -243,8 +239,8 @@ func TestE2E_Principals_Isolated(t *testing.T) {
 		t.Errorf("alice's list = %v, want her one intent", got)
 	}
 	// Guessing alice's key and body replays nothing of hers to mallory.
-	guess := d.create(withCreds("mallory-token", "order-1"), seedRequest("100"))
-	if guess.err != nil || guess.replayed() || guess.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id == aliceID {
+	guess := d.createSeed("mallory-token", "order-1", "100")
+	if guess.err != nil || guess.replayed() || intentID(guess) == aliceID {
 		t.Errorf("mallory with alice's key and body: %v (replayed %t), want a fresh intent of mallory's own", guess.err, guess.replayed())
 	}
 }
@@ -252,32 +248,23 @@ func TestE2E_Principals_Isolated(t *testing.T) {
 func TestE2E_Restart_ReplaysAndLocksFile(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "data", "paymentsd.db")
 	const token = "sk-live-e2e-0123456789abcdef"
-	d := startDaemon(t, dbPath)
-	first := d.create(withCreds(token, "order-restart"), seedRequest("100000000"))
+	d := start(t, spec{db: dbPath})
+	first := d.createSeed(token, "order-restart", "100000000")
 	if first.err != nil {
 		t.Fatal(first.err)
 	}
 
 	// A second process on the same file fails at once, naming it.
-	second := launch(t, dbPath)
-	select {
-	case <-second.exited:
-		var exit *exec.ExitError
-		if !errors.As(second.err, &exit) || exit.ExitCode() == 0 {
-			t.Errorf("second paymentsd exited with %v, want a non-zero status", second.err)
-		}
-		if !strings.Contains(second.stderr(), dbPath) {
-			t.Errorf("second paymentsd's error does not name %s:\n%s", dbPath, second.stderr())
-		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("second paymentsd on a file in use did not exit")
+	second := start(t, spec{db: dbPath, noWait: true})
+	if code := second.exitCode(t, 30*time.Second); code == 0 {
+		t.Errorf("second paymentsd exited with %v, want a non-zero status", second.err)
+	}
+	if !strings.Contains(second.stderr(), dbPath) {
+		t.Errorf("second paymentsd's error does not name %s:\n%s", dbPath, second.stderr())
 	}
 
-	if err := d.stop(t); err != nil {
-		t.Fatalf("paymentsd exited with %v after SIGTERM, want 0:\n%s", err, d.stderr())
-	}
-	d = startDaemon(t, dbPath)
-	again := d.create(withCreds(token, "order-restart"), seedRequest("100000000"))
+	d = d.restart(t)
+	again := d.createSeed(token, "order-restart", "100000000")
 	if again.err != nil || !again.replayed() || !bytes.Equal(deterministic(t, again.resp), deterministic(t, first.resp)) {
 		t.Errorf("after restart: %v %v (replayed %t), want the original replayed", again.resp, again.err, again.replayed())
 	}
@@ -311,36 +298,31 @@ func TestE2E_APIKeys_OnlyListedCredentials(t *testing.T) {
 	if err := os.WriteFile(keys, []byte("# principal sha256:<hex>\nalice sha256:"+hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--api-keys", keys)
+	d := start(t, spec{args: []string{"--api-keys", keys}})
 	if strings.Contains(d.stderr(), "dev mode") {
 		t.Errorf("paymentsd warns of dev mode although --api-keys is set")
 	}
 	if !strings.Contains(d.stderr(), `"msg":"api keys loaded"`) || !strings.Contains(d.stderr(), `"principals":1`) {
 		t.Errorf("start log does not say how many principals were loaded:\n%s", d.stderr())
 	}
-	if a := d.create(withCreds("mallory-secret", "k"), seedRequest("1")); status.Code(a.err) != codes.Unauthenticated {
+	if a := d.createSeed("mallory-secret", "k", "1"); status.Code(a.err) != codes.Unauthenticated {
 		t.Errorf("unknown token: %v, want UNAUTHENTICATED", a.err)
 	}
-	if a := d.create(withCreds("alice-secret", "k"), seedRequest("1")); a.err != nil {
+	if a := d.createSeed("alice-secret", "k", "1"); a.err != nil {
 		t.Errorf("listed token: %v", a.err)
 	}
 }
 
 func TestE2E_DevModeWarns(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	d := start(t, spec{})
 	if !strings.Contains(d.stderr(), "dev mode") {
 		t.Errorf("no dev mode warning in:\n%s", d.stderr())
 	}
 }
 
 func TestE2E_ReflectionAndHealth(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
-	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-
+	d := start(t, spec{})
+	conn := d.dial(t, nil)
 	health, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil || health.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health check = %v, %v; want SERVING (without credentials)", health, err)
@@ -392,28 +374,27 @@ func TestE2E_ReflectionAndHealth(t *testing.T) {
 }
 
 func TestE2E_LogsOneLinePerRPC(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	d := start(t, spec{})
 	ctx := withCreds("merchant-demo", "order-log")
 	d.create(ctx, seedRequest("5"))
 	d.create(ctx, seedRequest("5"))
 	d.stop(t) // every line is written once it has exited
 
+	if bad := d.notJSON(); len(bad) > 0 {
+		t.Fatalf("log lines that are not JSON: %q", bad)
+	}
 	var got []string
-	sc := bufio.NewScanner(strings.NewReader(d.stderr()))
-	for sc.Scan() {
+	for _, l := range d.lines("rpc") {
 		var line struct {
-			Msg, Method, Code, Idempotency string
-			Attempt                        uint64
-			DurationMS                     *float64 `json:"duration_ms"`
+			Method, Code, Idempotency string
+			Attempt                   uint64
+			DurationMS                *float64 `json:"duration_ms"`
 		}
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("log line %q is not JSON: %v", sc.Text(), err)
-		}
-		if line.Msg != "rpc" {
-			continue
+		if err := l.decode(&line); err != nil {
+			t.Fatalf("rpc line %v: %v", l, err)
 		}
 		if line.DurationMS == nil || line.Method != paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName {
-			t.Errorf("rpc line %s lacks a method or duration", sc.Text())
+			t.Errorf("rpc line %v lacks a method or duration", l)
 		}
 		got = append(got, fmt.Sprintf("%s %s %d", line.Code, line.Idempotency, line.Attempt))
 	}
@@ -423,21 +404,14 @@ func TestE2E_LogsOneLinePerRPC(t *testing.T) {
 }
 
 func TestE2E_SweeperRemovesExpiredRecords(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"),
-		"--ttl", "1s", "--lease", "500ms", "--sweep-interval", "50ms")
-	first := d.create(withCreds("merchant-demo", "order-short"), seedRequest("5"))
+	d := start(t, spec{args: []string{"--ttl", "1s", "--lease", "500ms", "--sweep-interval", "50ms"}})
+	first := d.createSeed("merchant-demo", "order-short", "5")
 	if first.err != nil {
 		t.Fatal(first.err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(d.stderr(), "swept expired idempotency records") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no sweep logged:\n%s", d.stderr())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	d.waitLine(t, "swept expired idempotency records", nil, 30*time.Second)
 	// The record is gone: the key runs fresh, and another intent is made.
-	again := d.create(withCreds("merchant-demo", "order-short"), seedRequest("5"))
+	again := d.createSeed("merchant-demo", "order-short", "5")
 	if again.err != nil || again.replayed() {
 		t.Errorf("after expiry: %v (replayed %t), want a fresh run", again.err, again.replayed())
 	}
@@ -463,59 +437,15 @@ func TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach(t *testing.T) {
 		{"connections reset", func(p *faultproxy.Proxy) { p.LimitLifetime(20 * time.Millisecond) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+			d := start(t, spec{})
 			proxy, err := faultproxy.New(d.addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { proxy.Close() })
 			tc.configure(proxy)
-			conn, err := grpc.NewClient(proxy.Addr(),
-				grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
-					BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 50 * time.Millisecond,
-				}}),
-				grpc.WithUnaryInterceptor(retry.MustUnaryClientInterceptor(
-					retry.WithMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
-					// About 20 s of retries: a loaded CI machine made
-					// 50 within 2.5 s too few to outlast the proxy.
-					retry.WithMaxAttempts(200),
-					retry.WithBackoff(2*time.Millisecond, 100*time.Millisecond),
-				)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			client := paymentsv1.NewPaymentIntentServiceClient(conn)
-
-			const creates, workers = 200, 8
-			var (
-				mu  sync.Mutex
-				ids = map[string]string{} // intent id -> amount
-				wg  sync.WaitGroup
-				nxt atomic.Int64
-			)
-			for range workers {
-				wg.Go(func() {
-					for {
-						n := nxt.Add(1)
-						if n > creates {
-							return
-						}
-						amount := strconv.FormatInt(n, 10)
-						resp, err := client.CreatePaymentIntent(withCreds("chaos", ""), seedRequest(amount))
-						if err != nil {
-							t.Errorf("create %s: %v", amount, err)
-							continue
-						}
-						mu.Lock()
-						ids[resp.PaymentIntent.Id] = amount
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-
+			const creates = 200
+			ids := createThroughChaos(t, retryingClient(t, proxy.Addr()), creates)
 			if proxy.Cuts() == 0 {
 				t.Fatal("the proxy broke nothing: the test proved nothing")
 			}
@@ -538,4 +468,61 @@ func TestE2E_ClientRetriesThroughChaos_ExactlyOneIntentEach(t *testing.T) {
 			t.Logf("%d creates, %d broken by the proxy, %d intents, 0 duplicates", creates, proxy.Cuts(), len(intents))
 		})
 	}
+}
+
+// retryingClient is a client of addr whose creates the client interceptor
+// retries, reconnecting at once.
+func retryingClient(t *testing.T, addr string) paymentsv1.PaymentIntentServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 50 * time.Millisecond,
+		}}),
+		grpc.WithUnaryInterceptor(retry.MustUnaryClientInterceptor(
+			retry.WithMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
+			// About 20 s of retries: a loaded CI machine made
+			// 50 within 2.5 s too few to outlast the proxy.
+			retry.WithMaxAttempts(200),
+			retry.WithBackoff(2*time.Millisecond, 100*time.Millisecond),
+		)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return paymentsv1.NewPaymentIntentServiceClient(conn)
+}
+
+// createThroughChaos makes creates of the amounts 1 to n as chaos's, 8 at
+// a time, each without a key of its own (the interceptor chooses one),
+// and returns the intents returned, each to its amount.
+func createThroughChaos(t *testing.T, client paymentsv1.PaymentIntentServiceClient, n int64) map[string]string {
+	const workers = 8
+	var (
+		mu  sync.Mutex
+		ids = map[string]string{} // intent id -> amount
+		wg  sync.WaitGroup
+		nxt atomic.Int64
+	)
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := nxt.Add(1)
+				if i > n {
+					return
+				}
+				amount := strconv.FormatInt(i, 10)
+				resp, err := client.CreatePaymentIntent(withCreds("chaos", ""), seedRequest(amount))
+				if err != nil {
+					t.Errorf("create %s: %v", amount, err)
+					continue
+				}
+				mu.Lock()
+				ids[resp.PaymentIntent.Id] = amount
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return ids
 }

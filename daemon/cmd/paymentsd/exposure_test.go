@@ -35,9 +35,9 @@ func TestExposure_NetworkWithoutCredentials_RefusedNamingTheFix(t *testing.T) {
 				certs := devCertSet(t)
 				args = append(args, "--tls-cert", certs.serverCert, "--tls-key", certs.serverKey, "--tls-client-ca", certs.caFile)
 			}
-			start := time.Now()
+			began := time.Now()
 			code, stderr, dataDir := runToExit(t, args...)
-			took := time.Since(start)
+			took := time.Since(began)
 			if code != 2 {
 				t.Fatalf("exit %d, want 2:\n%s", code, stderr)
 			}
@@ -56,7 +56,7 @@ func TestExposure_NetworkWithoutCredentials_RefusedNamingTheFix(t *testing.T) {
 
 // With --dev, the same address serves dev mode, and says so.
 func TestExposure_DevServesANetworkAndSaysSo(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--listen", "0.0.0.0:0", "--dev")
+	d := start(t, spec{args: []string{"--listen", "0.0.0.0:0", "--dev"}})
 	_, port, _ := strings.Cut(d.addr, "]:")
 	if port == "" {
 		_, port, _ = strings.Cut(d.addr, ":")
@@ -90,12 +90,8 @@ func TestExposure_ConsoleInPlaintextOnANetwork_Refused(t *testing.T) {
 }
 
 func TestExposure_ReflectionOff(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--reflection=false")
-	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	d := start(t, spec{args: []string{"--reflection=false"}})
+	conn := d.dial(t, nil)
 	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
 	if err == nil {
 		err = stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
@@ -126,7 +122,7 @@ func TestExposure_MetricsToken_RequiredAndRotated(t *testing.T) {
 		}
 	}
 	writeToken("scrape-1")
-	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--metrics-listen", "127.0.0.1:0", "--metrics-token-file", token)
+	d := start(t, spec{db: filepath.Join(dir, "paymentsd.db"), metrics: true, args: []string{"--metrics-token-file", token}})
 	addr := d.metricsAddr(t)
 	get := func(path, token string) int {
 		t.Helper()

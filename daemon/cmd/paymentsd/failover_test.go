@@ -247,11 +247,7 @@ func runFailover(t *testing.T, plan failoverPlan) *failoverRun {
 			t.Fatalf("round %d: not every replica reported SERVING within %v of the promotion", round, limit)
 		}
 		for i, d := range rs.daemons() {
-			select {
-			case <-d.exited:
-				t.Fatalf("round %d: replica %d exited: %v\n%s", round, i, d.err, d.stderr())
-			default:
-			}
+			d.wantRunning(t, fmt.Sprintf("(replica %d, round %d)", i, round))
 			if d != started[i] {
 				t.Fatalf("round %d: replica %d was restarted", round, i)
 			}

@@ -6,14 +6,13 @@ package main
 
 import (
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestHealth_ServingExits0_AnythingElse1(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	d := start(t, spec{})
 	paymentsd(t, "", "health", "--addr", d.addr).want(t, 0, "SERVING\n")
 	paymentsd(t, "", "health", "--addr", d.addr, "--service", "payments.v1.PaymentIntentService").want(t, 0, "SERVING\n")
 	if r := paymentsd(t, "", "health", "--addr", d.addr, "--service", "no.such.Service"); r.code != 1 || !strings.Contains(r.stderr, "NotFound") {
@@ -37,18 +36,18 @@ func TestHealth_ServingExits0_AnythingElse1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	start := time.Now()
+	began := time.Now()
 	if r := paymentsd(t, "", "health", "--addr", silent.Addr().String(), "--timeout", "300ms"); r.code != 1 || !strings.Contains(r.stderr, "DeadlineExceeded") {
 		t.Errorf("a silent server: exit %d, stderr %q; want 1, DeadlineExceeded", r.code, r.stderr)
 	}
-	if took := time.Since(start); took > 10*time.Second {
+	if took := time.Since(began); took > 10*time.Second {
 		t.Errorf("a silent server with --timeout 300ms took %v", took)
 	}
 }
 
 func TestHealth_TLSAndMutualTLS(t *testing.T) {
 	certs := devCertSet(t)
-	d := startTLSDaemon(t, certs, "")
+	d := startTLS(t, certs, "")
 	paymentsd(t, "", "health", "--addr", d.addr, "--tls-ca", certs.caFile).want(t, 0, "SERVING\n")
 	// Plaintext to a TLS server: said so, with the fix.
 	if r := paymentsd(t, "", "health", "--addr", d.addr); r.code != 1 || !strings.Contains(r.stderr, "the server speaks TLS: pass --tls-ca") {
@@ -58,7 +57,7 @@ func TestHealth_TLSAndMutualTLS(t *testing.T) {
 	paymentsd(t, "", "health", "--addr", d.addr, "--tls-ca", other.caFile).want(t, 1) // a server this CA did not sign
 
 	client := certs.clients["client-a"]
-	m := startTLSDaemon(t, certs, "client-a", "--tls-client-ca", certs.caFile)
+	m := startTLS(t, certs, "client-a", "--tls-client-ca", certs.caFile)
 	paymentsd(t, "", "health", "--addr", m.addr, "--tls-ca", certs.caFile, "--tls-cert", client.cert, "--tls-key", client.key).want(t, 0, "SERVING\n")
 	// No client certificate: said so, with the fix, TLS or not.
 	const noCert = "the server requires a client certificate: pass --tls-cert and --tls-key"
@@ -74,7 +73,7 @@ func TestHealth_TLSAndMutualTLS(t *testing.T) {
 		t.Errorf("a server of another CA: exit %d, stderr %q; want 1, not blaming the client certificate", r.code, r.stderr)
 	}
 	// Nor is a plaintext server taken for a TLS one.
-	p := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
+	p := start(t, spec{})
 	if r := paymentsd(t, "", "health", "--addr", p.addr, "--tls-ca", certs.caFile); r.code != 1 || strings.Contains(r.stderr, "client certificate") || strings.Contains(r.stderr, "speaks TLS") {
 		t.Errorf("TLS to a plaintext server: exit %d, stderr %q; want 1, no TLS advice", r.code, r.stderr)
 	}

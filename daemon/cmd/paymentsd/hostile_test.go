@@ -14,13 +14,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -68,12 +66,8 @@ func TestE2E_DamagedDataFile_RefusedAtStartNamingFileAndRemedy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := bigDataFile(t)
 			tc.damage(t, path)
-			d := launch(t, path)
-			select {
-			case <-d.exited:
-			case <-time.After(60 * time.Second):
-				t.Fatalf("paymentsd still runs on a damaged file:\n%s", d.stderr())
-			}
+			d := start(t, spec{db: path, noWait: true})
+			d.exitCode(t, 60*time.Second) // a damaged file is refused, never served
 			log := d.stderr()
 			if d.err == nil || strings.Contains(log, "goroutine ") || strings.Contains(log, "SIGBUS") || strings.Contains(log, "fatal error") {
 				t.Errorf("exit %v; want a refusal, not a crash:\n%s", d.err, log)
@@ -92,13 +86,13 @@ func TestE2E_DamagedDataFile_RefusedAtStartNamingFileAndRemedy(t *testing.T) {
 // the retry and the read get DATA_LOSS, and check names the damage.
 func TestE2E_ByteChangedOnDisk_DataLossNeverAnotherAmount(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "paymentsd.db")
-	d := startDaemon(t, path)
+	d := start(t, spec{db: path})
 	ctx := withCreds("merchant-demo", "order-flip")
 	a := d.create(ctx, seedRequest("100000000"))
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
-	id := a.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+	id := intentID(a)
 	if err := d.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +101,7 @@ func TestE2E_ByteChangedOnDisk_DataLossNeverAnotherAmount(t *testing.T) {
 		t.Fatalf("the amount is in the file %d times, want the record's and the intent's", n)
 	}
 
-	d = startDaemon(t, path)
+	d = start(t, spec{db: path})
 	if again := d.create(ctx, seedRequest("100000000")); status.Code(again.err) != codes.DataLoss {
 		t.Errorf("retry: %v, %v; want DATA_LOSS", again.resp, again.err)
 	}
@@ -115,7 +109,7 @@ func TestE2E_ByteChangedOnDisk_DataLossNeverAnotherAmount(t *testing.T) {
 	if status.Code(err) != codes.DataLoss {
 		t.Errorf("get: %v, %v; want DATA_LOSS", got, err)
 	}
-	waitAdmin(t, d)
+	d.waitAdmin(t)
 	paymentsd(t, "", "check", "--db", path).want(t, 1, "checksum mismatch")
 	r := paymentsd(t, "", "record", "--db", path, "--principal", devPrincipal("merchant-demo"), "--key", "order-flip")
 	if r.code != 1 || !strings.Contains(r.stderr, "checksum mismatch") {
@@ -129,8 +123,8 @@ func TestE2E_ByteChangedOnDisk_DataLossNeverAnotherAmount(t *testing.T) {
 // start, and check and record say it is damaged.
 func TestE2E_KeyByteChangedOnDisk_RefusedAtStart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "paymentsd.db")
-	d := startDaemon(t, path)
-	if a := d.create(withCreds("merchant-demo", "order-1001"), seedRequest("100000000")); a.err != nil {
+	d := start(t, spec{db: path})
+	if a := d.createSeed("merchant-demo", "order-1001", "100000000"); a.err != nil {
 		t.Fatal(a.err)
 	}
 	if err := d.stop(t); err != nil {
@@ -139,12 +133,8 @@ func TestE2E_KeyByteChangedOnDisk_RefusedAtStart(t *testing.T) {
 	if changeWithDD(t, path, []byte("order-1001"), len("order-100"), '2') == 0 {
 		t.Fatal("the key is not in the file")
 	}
-	d = launch(t, path)
-	select {
-	case <-d.exited:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("paymentsd serves a file with a damaged key:\n%s", d.stderr())
-	}
+	d = start(t, spec{db: path, noWait: true})
+	d.exitCode(t, 60*time.Second) // a file with a damaged key is refused, never served
 	if log := d.stderr(); d.err == nil || !strings.Contains(log, "not the key") || !strings.Contains(log, "backup") {
 		t.Errorf("exit %v; want a refusal naming the damaged key and a backup:\n%s", d.err, log)
 	}
@@ -157,7 +147,7 @@ func TestE2E_KeyByteChangedOnDisk_RefusedAtStart(t *testing.T) {
 
 func TestE2E_PagesDamagedWhileServing_DataLossNotServingStillAlive(t *testing.T) {
 	path := bigDataFile(t)
-	d := startDaemon(t, path)
+	d := start(t, spec{db: path})
 	if got := len(d.list(t, hostileToken)); got != 1000 {
 		t.Fatalf("before the damage: %d intents listed, want a page of 1000", got)
 	}
@@ -167,16 +157,12 @@ func TestE2E_PagesDamagedWhileServing_DataLossNotServingStillAlive(t *testing.T)
 	if code := status.Code(err); code != codes.DataLoss && code != codes.Internal {
 		t.Errorf("List over damaged pages: %v, want DATA_LOSS or INTERNAL", err)
 	}
-	a := d.create(withCreds(hostileToken, "after-damage"), seedRequest("5"))
+	a := d.createSeed(hostileToken, "after-damage", "5")
 	if a.err == nil {
 		t.Errorf("create on a damaged file succeeded, want an error")
 	}
 	waitHealth(t, d, healthpb.HealthCheckResponse_NOT_SERVING)
-	select {
-	case <-d.exited:
-		t.Fatalf("paymentsd died: %v\n%s", d.err, d.stderr())
-	default:
-	}
+	d.wantRunning(t, "on a damaged file")
 	if log := d.stderr(); !strings.Contains(log, "damaged") || strings.Contains(log, "goroutine ") {
 		t.Errorf("log does not report the damage, or shows a panic:\n%s", log)
 	}
@@ -184,7 +170,7 @@ func TestE2E_PagesDamagedWhileServing_DataLossNotServingStillAlive(t *testing.T)
 
 func TestE2E_DiskFull_NotServingUntilSpaceReturns(t *testing.T) {
 	dir := mountTmpfs(t, "4m")
-	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
+	d := start(t, spec{db: filepath.Join(dir, "paymentsd.db"), metrics: true})
 	if got := healthStatus(t, d); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health at start: %v", got)
 	}
@@ -193,7 +179,7 @@ func TestE2E_DiskFull_NotServingUntilSpaceReturns(t *testing.T) {
 		if i == 50 {
 			t.Fatal("50 creates succeeded on a full disk")
 		}
-		if a := d.create(withCreds(hostileToken, fmt.Sprint("full-", i)), seedRequest(fmt.Sprint(i+1))); status.Code(a.err) == codes.Unavailable {
+		if a := d.createSeed(hostileToken, fmt.Sprint("full-", i), fmt.Sprint(i+1)); status.Code(a.err) == codes.Unavailable {
 			break
 		}
 	}
@@ -206,7 +192,7 @@ func TestE2E_DiskFull_NotServingUntilSpaceReturns(t *testing.T) {
 		t.Errorf("GET /healthz with the disk full = %d, want 503", code)
 	}
 	errs := `idempotency_store_errors_total{grpc_method="CreatePaymentIntent",grpc_service="payments.v1.PaymentIntentService"}`
-	if n := scrape(t, d.metricsAddr(t))[errs]; n < 1 {
+	if n := d.scrape(t)[errs]; n < 1 {
 		t.Errorf("%s = %v with the disk full, want at least 1", errs, n)
 	}
 	if err := os.Remove(filler); err != nil {
@@ -219,7 +205,7 @@ func TestE2E_DiskFull_NotServingUntilSpaceReturns(t *testing.T) {
 	if got := serviceHealth(t, d, service); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health of %s once space returned: %v, want SERVING", service, got)
 	}
-	if a := d.create(withCreds(hostileToken, "after-space-returns"), seedRequest("77")); a.err != nil {
+	if a := d.createSeed(hostileToken, "after-space-returns", "77"); a.err != nil {
 		t.Errorf("create once space returned: %v", a.err)
 	}
 }
@@ -230,7 +216,7 @@ func TestE2E_APIKeys_OneHashUnderTwoPrincipals_RefusedNamingBothLines(t *testing
 	if err := os.WriteFile(keys, []byte(line("acme")+line("globex")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := launch(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--api-keys", keys)
+	d := start(t, spec{args: []string{"--api-keys", keys}, noWait: true})
 	<-d.exited
 	if log := d.stderr(); d.err == nil || !strings.Contains(log, keys+":2") || !strings.Contains(log, "line 1") {
 		t.Errorf("exit %v, log:\n%s\nwant a refusal naming %s:2 and line 1", d.err, log, keys)
@@ -244,7 +230,7 @@ func TestE2E_APIKeys_OneHashUnderTwoPrincipals_RefusedNamingBothLines(t *testing
 // under it even a replay can take more than 2 ms: attempts that short could
 // time out forever.)
 func TestE2E_SlowDiskImpatientClients_OneIntentEachNoKeyLocked(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--in-flight-wait", "5s")
+	d := start(t, spec{args: []string{"--in-flight-wait", "5s"}})
 	slowFsync(t, d, 200*time.Millisecond)
 
 	ctx, cancel := context.WithTimeout(withCreds(hostileToken, "impatient"), 2*time.Millisecond)
@@ -253,20 +239,15 @@ func TestE2E_SlowDiskImpatientClients_OneIntentEachNoKeyLocked(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("2 ms deadline against 200 ms fsyncs: %v, want DEADLINE_EXCEEDED", err)
 	}
-	again := d.create(withCreds(hostileToken, "impatient"), seedRequest("1"))
+	again := d.createSeed(hostileToken, "impatient", "1")
 	if again.err != nil {
 		t.Fatalf("retry of the abandoned create: %v, want the intent", again.err)
 	}
 
-	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	client := paymentsv1.NewPaymentIntentServiceClient(d.dial(t, nil,
 		grpc.WithUnaryInterceptor(retry.MustUnaryClientInterceptor(
 			retry.WithMethods(paymentsv1.PaymentIntentService_CreatePaymentIntent_FullMethodName),
-			retry.WithAttemptTimeout(20*time.Millisecond), retry.WithMaxAttempts(20))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := paymentsv1.NewPaymentIntentServiceClient(conn)
+			retry.WithAttemptTimeout(20*time.Millisecond), retry.WithMaxAttempts(20)))))
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Go(func() {
@@ -284,14 +265,14 @@ func TestE2E_SlowDiskImpatientClients_OneIntentEachNoKeyLocked(t *testing.T) {
 // With --lease 1s and every fsync slowed to 400 ms, concurrent retried
 // creates never see a live worker taken over.
 func TestE2E_SlowDiskShortLease_NoLiveWorkerTakenOver(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--lease", "1s")
+	d := start(t, spec{args: []string{"--lease", "1s"}})
 	slowFsync(t, d, 400*time.Millisecond)
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
 			key := fmt.Sprint("slow-", i)
 			for range 3 { // the same request three times, overlapping
-				a := d.create(withCreds(hostileToken, key), seedRequest(fmt.Sprint(i+1)))
+				a := d.createSeed(hostileToken, key, fmt.Sprint(i+1))
 				if reason(a.err) == wire.ReasonAttemptSuperseded {
 					t.Errorf("key %s: a live worker was taken over: %v", key, a.err)
 				}
@@ -308,7 +289,7 @@ func TestE2E_SlowDiskShortLease_NoLiveWorkerTakenOver(t *testing.T) {
 // With fsyncs slowed to 400 ms and calls in flight, SIGTERM with a 300 ms
 // grace ends the process within the grace plus the commit in progress.
 func TestE2E_ShutdownGrace_IsABound(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--shutdown-grace", "300ms")
+	d := start(t, spec{args: []string{"--shutdown-grace", "300ms"}})
 	slowFsync(t, d, 400*time.Millisecond)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -320,19 +301,14 @@ func TestE2E_ShutdownGrace_IsABound(t *testing.T) {
 					return
 				default:
 				}
-				d.create(withCreds(hostileToken, fmt.Sprintf("grace-%d-%d", i, n)), seedRequest(fmt.Sprint(i+1)))
+				d.createSeed(hostileToken, fmt.Sprintf("grace-%d-%d", i, n), fmt.Sprint(i+1))
 			}
 		})
 	}
 	time.Sleep(time.Second)
-	start := time.Now()
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(time.Minute):
-		t.Fatal("no exit within a minute of SIGTERM")
-	}
-	took := time.Since(start)
+	began := time.Now()
+	err := d.stop(t) // fails t without an exit within a minute
+	took := time.Since(began)
 	close(stop)
 	wg.Wait()
 	t.Logf("exited %v after SIGTERM, grace 300ms, fsyncs 400ms", took.Round(time.Millisecond))
@@ -342,7 +318,7 @@ func TestE2E_ShutdownGrace_IsABound(t *testing.T) {
 	if took > 300*time.Millisecond+2*400*time.Millisecond+5*time.Second {
 		t.Errorf("exit took %v, want within the 300ms grace plus the commit in progress", took)
 	}
-	if d.err != nil {
-		t.Errorf("exit status %v, want 0:\n%s", d.err, d.stderr())
+	if err != nil {
+		t.Errorf("exit status %v, want 0:\n%s", err, d.stderr())
 	}
 }

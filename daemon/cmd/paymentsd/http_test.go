@@ -14,13 +14,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
-
-	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 )
 
 func TestHTTP_SeedTranscript_CreatedReplayedReused(t *testing.T) {
-	_, base := startHTTP(t)
-	url := base + "/v1/payment_intents"
+	d := start(t, spec{http: true})
+	url := d.intentsURL()
 	hdr := withHTTPKey("merchant-demo", "order-1001")
 
 	first := httpCall(t, "POST", url, seedBody, hdr...)
@@ -66,8 +64,8 @@ func TestHTTP_SeedTranscript_CreatedReplayedReused(t *testing.T) {
 }
 
 func TestHTTP_ErrorStatuses(t *testing.T) {
-	_, base := startHTTP(t)
-	url := base + "/v1/payment_intents"
+	d := start(t, spec{http: true})
+	url := d.intentsURL()
 	for _, tc := range []struct {
 		name, method, path, body string
 		headers                  []string
@@ -112,18 +110,18 @@ func TestHTTP_ErrorStatuses(t *testing.T) {
 }
 
 func TestHTTP_ConcurrentDuplicates_OneIntent(t *testing.T) {
-	d, base := startHTTP(t)
+	d := start(t, spec{http: true})
 	const n = 50
 	var wg sync.WaitGroup
 	answers := make([]httpAnswer, n)
-	start := make(chan struct{})
+	ready := make(chan struct{})
 	for i := range n {
 		wg.Go(func() {
-			<-start
-			answers[i] = httpCall(t, "POST", base+"/v1/payment_intents", seedBody, withHTTPKey("racer", "same-key")...)
+			<-ready
+			answers[i] = d.httpCreate(t, "racer", "same-key", seedBody)
 		})
 	}
-	close(start)
+	close(ready)
 	wg.Wait()
 	var created []byte
 	counts := map[int]int{}
@@ -150,8 +148,8 @@ func TestHTTP_ConcurrentDuplicates_OneIntent(t *testing.T) {
 }
 
 func TestHTTP_ReorderedJSONAndCamelCase_AreTheSameRequest(t *testing.T) {
-	_, base := startHTTP(t)
-	url := base + "/v1/payment_intents"
+	d := start(t, spec{http: true})
+	url := d.intentsURL()
 	hdr := withHTTPKey("merchant-demo", "order-2002")
 	first := httpCall(t, "POST", url, seedBody, hdr...)
 	reordered := `{ "expiresInSeconds": 900, "amount": "100000000",
@@ -165,18 +163,18 @@ func TestHTTP_ReorderedJSONAndCamelCase_AreTheSameRequest(t *testing.T) {
 }
 
 func TestHTTP_GRPCAndHTTP_SameKeySameContent_OneRequest(t *testing.T) {
-	d, base := startHTTP(t)
-	url := base + "/v1/payment_intents"
+	d := start(t, spec{http: true})
+	url := d.intentsURL()
 
 	// gRPC first, then HTTP.
 	var header metadata.MD
-	g := d.create(withCreds("merchant-demo", "cross-1"), seedRequest("100000000"))
+	g := d.createSeed("merchant-demo", "cross-1", "100000000")
 	if g.err != nil {
 		t.Fatal(g.err)
 	}
 	header = g.header
 	h := httpCall(t, "POST", url, seedBody, withHTTPKey("merchant-demo", "cross-1")...)
-	id := g.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+	id := intentID(g)
 	if h.status != 201 || h.header.Get("Idempotent-Replayed") != "true" || h.intent(t)["id"] != id {
 		t.Errorf("HTTP after gRPC: %d replayed %q body %s; want 201, replayed, intent %s", h.status, h.header.Get("Idempotent-Replayed"), h.body, id)
 	}
@@ -186,8 +184,8 @@ func TestHTTP_GRPCAndHTTP_SameKeySameContent_OneRequest(t *testing.T) {
 
 	// HTTP first, then gRPC.
 	h = httpCall(t, "POST", url, seedBody, withHTTPKey("merchant-demo", "cross-2")...)
-	g = d.create(withCreds("merchant-demo", "cross-2"), seedRequest("100000000"))
-	if h.status != 201 || g.err != nil || !g.replayed() || g.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id != h.intent(t)["id"] {
+	g = d.createSeed("merchant-demo", "cross-2", "100000000")
+	if h.status != 201 || g.err != nil || !g.replayed() || intentID(g) != h.intent(t)["id"] {
 		t.Errorf("gRPC after HTTP: %v replayed %t, want the HTTP call's intent replayed", g.err, g.replayed())
 	}
 	if got := d.list(t, "merchant-demo"); len(got) != 2 {
@@ -196,8 +194,8 @@ func TestHTTP_GRPCAndHTTP_SameKeySameContent_OneRequest(t *testing.T) {
 }
 
 func TestHTTP_GetListCancel(t *testing.T) {
-	_, base := startHTTP(t)
-	url := base + "/v1/payment_intents"
+	d := start(t, spec{http: true})
+	url := d.intentsURL()
 	var ids []string
 	for i := range 3 {
 		a := httpCall(t, "POST", url, strings.Replace(seedBody, "100000000", fmt.Sprint(i+1), 1), withHTTPKey("lister", fmt.Sprint("k", i))...)
@@ -249,7 +247,8 @@ func TestHTTP_GetListCancel(t *testing.T) {
 }
 
 func TestHTTP_OpenAPIServed(t *testing.T) {
-	_, base := startHTTP(t)
+	d := start(t, spec{http: true})
+	base := d.httpBase
 	a := httpCall(t, "GET", base+"/v1/openapi.json", "")
 	var doc struct {
 		Swagger string
@@ -264,11 +263,12 @@ func TestHTTP_OpenAPIServed(t *testing.T) {
 // create waits on a slowed fsync: it is answered 201, then both listeners
 // close and paymentsd exits 0.
 func TestHTTP_SIGTERM_FinishesCallsInProgress(t *testing.T) {
-	d, base := startHTTP(t)
+	d := start(t, spec{http: true})
+	base := d.httpBase
 	slowFsync(t, d, 700*time.Millisecond)
 	answered := make(chan httpAnswer, 1)
 	go func() {
-		answered <- httpCall(t, "POST", base+"/v1/payment_intents", seedBody, withHTTPKey("t", "in-progress")...)
+		answered <- d.httpCreate(t, "t", "in-progress", seedBody)
 	}()
 	time.Sleep(300 * time.Millisecond) // the create waits on its fsync
 	if err := d.stop(t); err != nil {
@@ -288,12 +288,4 @@ func TestHTTP_SIGTERM_FinishesCallsInProgress(t *testing.T) {
 	if _, err := http.Get(base + "/v1/openapi.json"); err == nil {
 		t.Error("the HTTP listener still answers after exit")
 	}
-}
-
-func TestE2E_BadHTTPListenAddress_ExitsLeavingNoDataFile(t *testing.T) {
-	code, stderr, dir := runToExit(t, "--http-listen", "127.0.0.1:99999")
-	if code != 1 || !strings.Contains(stderr, "http:") {
-		t.Errorf("exit %d, stderr %q; want 1 naming the http address", code, stderr)
-	}
-	noDataDir(t, dir)
 }

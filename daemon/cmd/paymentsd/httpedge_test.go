@@ -53,9 +53,10 @@ func documentParams(t *testing.T) map[string]struct{ path, query []string } {
 // INVALID_ARGUMENT, never 500; nothing is stored, and the keys sent stay
 // unused. A path that is no route, %ff in it, is still 404 and 405.
 func TestHTTP_NotUTF8Parameters_InvalidArgumentOnEveryRoute(t *testing.T) {
-	d, base := startHTTP(t)
+	d := start(t, spec{http: true})
+	base := d.httpBase
 	const token = "not-utf8"
-	setup := httpCall(t, "POST", base+"/v1/payment_intents", seedBody, withHTTPKey(token, "setup")...)
+	setup := d.httpCreate(t, token, "setup", seedBody)
 	if setup.status != http.StatusCreated {
 		t.Fatalf("setup: %d %s", setup.status, setup.body)
 	}
@@ -109,7 +110,7 @@ func TestHTTP_NotUTF8Parameters_InvalidArgumentOnEveryRoute(t *testing.T) {
 	}
 	// Each key still runs fresh: its refusal stored nothing under it.
 	for _, a := range attempts[:3] {
-		if got := httpCall(t, "POST", base+"/v1/payment_intents", seedBody, withHTTPKey(token, a.key)...); got.status != http.StatusCreated || got.header.Get("Idempotent-Replayed") != "" {
+		if got := d.httpCreate(t, token, a.key, seedBody); got.status != http.StatusCreated || got.header.Get("Idempotent-Replayed") != "" {
 			t.Errorf("key %s after its refusal: %d, Idempotent-Replayed %q; want a fresh 201", a.key, got.status, got.header.Get("Idempotent-Replayed"))
 		}
 	}
@@ -133,9 +134,10 @@ func TestHTTP_NotUTF8Parameters_InvalidArgumentOnEveryRoute(t *testing.T) {
 // all, whether the answer is fresh, a replay, a mismatch, in flight or an
 // error of any layer; an answer to a request without one carries none.
 func TestHTTP_IdempotencyKey_EchoedAsSentOnEveryAnswer(t *testing.T) {
-	d, base := startHTTP(t, "--in-flight-wait", "0")
+	d := start(t, spec{http: true, args: []string{"--in-flight-wait", "0"}})
+	base := d.httpBase
 	const token = "echo"
-	url := base + "/v1/payment_intents"
+	url := d.intentsURL()
 	quoted := `"order-\"7\""` // a structured-field string, naming the key order-"7"
 	first := httpCall(t, "POST", url, seedBody, withHTTPKey(token, quoted)...)
 	if first.status != http.StatusCreated {

@@ -8,19 +8,17 @@ import (
 	"time"
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 )
 
 // newLogLines returns d's log lines with message msg after the first
 // skip, waiting a little for one: the line is written once the answer is
 // sent, so it may come after the client has it.
-func (d *daemon) newLogLines(skip int, msg string) []map[string]any {
+func (d *daemon) newLogLines(skip int, msg string) []logLine {
 	for range 200 {
-		if lines := d.logLines(msg); len(lines) > skip {
+		if lines := d.lines(msg); len(lines) > skip {
 			time.Sleep(20 * time.Millisecond) // a second one, if there were, would show
-			return d.logLines(msg)[skip:]
+			return d.lines(msg)[skip:]
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -45,8 +43,8 @@ func httpRequests(t *testing.T, addr, code string) (all, ofCode float64) {
 // refusals, which never reach gRPC, are each logged once and counted once
 // on /metrics, with the request id the client sent or one made for it.
 func TestHTTPObservability_EachRefusalIsOneLineAndOneCount(t *testing.T) {
-	d, base := startHTTP(t, "--metrics-listen", "127.0.0.1:0")
-	metrics := d.metricsAddr(t)
+	d := start(t, spec{http: true, metrics: true})
+	base, metrics := d.httpBase, d.metricsAddr(t)
 	for _, c := range []struct {
 		name, method, path, body string
 		headers                  []string
@@ -58,7 +56,7 @@ func TestHTTPObservability_EachRefusalIsOneLineAndOneCount(t *testing.T) {
 		{"415", "POST", "/v1/payment_intents", "a=1", append(withHTTPKey(traceToken, "k1"), "Content-Type", "application/x-www-form-urlencoded"), 415},
 		{"400 bad key", "POST", "/v1/payment_intents", seedBody, withHTTPKey(traceToken, "café"), 400},
 	} {
-		lines := len(d.logLines("http"))
+		lines := len(d.lines("http"))
 		all, ofCode := httpRequests(t, metrics, c.name[:3])
 		a := httpCall(t, c.method, base+c.path, c.body, append(c.headers, "X-Request-Id", "req-"+c.name[:3])...)
 		if a.status != c.status {
@@ -86,13 +84,14 @@ func TestHTTPObservability_EachRefusalIsOneLineAndOneCount(t *testing.T) {
 func TestTracing_HTTPSpanIsTheParentOfTheGRPCSpan(t *testing.T) {
 	c := startCollector(t, "127.0.0.1:0")
 	otelEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + c.addr, "OTEL_BSP_SCHEDULE_DELAY": "600000"})
-	d, base := startHTTP(t)
+	d := start(t, spec{http: true})
+	base := d.httpBase
 	a := httpCall(t, "POST", base+"/v1/payment_intents", seedBody,
 		append(withHTTPKey(traceToken, "key-SECRET-http"), "traceparent", traceParent, "X-Request-Id", "req-trace-1")...)
 	if a.status != 201 || a.header.Get("X-Request-Id") != "req-trace-1" {
 		t.Fatalf("HTTP create: %d %v %s", a.status, a.header, a.body)
 	}
-	listServices(t, d.addr)
+	listServices(t, d)
 	if err := d.stop(t); err != nil {
 		t.Fatalf("exit: %v\n%s", err, d.stderr())
 	}
@@ -105,7 +104,7 @@ func TestTracing_HTTPSpanIsTheParentOfTheGRPCSpan(t *testing.T) {
 	}
 	for msg, span := range map[string]*tracepb.Span{"http": httpSpan, "rpc": grpcSpan} {
 		var found bool
-		for _, l := range d.logLines(msg) {
+		for _, l := range d.lines(msg) {
 			if l["trace_id"] == hex.EncodeToString(span.TraceId) && l["span_id"] == hex.EncodeToString(span.SpanId) && l["request_id"] == "req-trace-1" {
 				found = true
 			}
@@ -146,13 +145,10 @@ func tracedCreate(t *testing.T, c *collector) (httpSpan, grpcSpan *tracepb.Span)
 	return httpSpan, grpcSpan
 }
 
-// listServices asks addr's reflection service for its services.
-func listServices(t *testing.T, addr string) {
+// listServices asks d's reflection service for its services.
+func listServices(t *testing.T, d *daemon) {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := d.newConn(t, nil)
 	defer conn.Close()
 	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
 	if err != nil {

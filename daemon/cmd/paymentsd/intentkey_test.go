@@ -21,16 +21,14 @@ func TestConsole_IntentByID_NamesTheKeyThatCreatedIt(t *testing.T) {
 		{"postgres", postgresURL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := startDaemon(t, tc.db(t), "--http-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t))
-			console := "http://" + d.logAddr(t, "console listening")
-			api := "http://" + d.logAddr(t, "http listening")
+			d, console := startConsole(t, "", spec{db: tc.db(t), http: true})
 
-			a := d.create(withCreds("tok-grpc", "order-grpc-1"), seedRequest("100000000"))
+			a := d.createSeed("tok-grpc", "order-grpc-1", "100000000")
 			if a.err != nil {
 				t.Fatalf("create over gRPC: %v", a.err)
 			}
 			grpcID := a.resp.(*paymentsv1.CreatePaymentIntentResponse).GetPaymentIntent().GetId()
-			h := httpCall(t, "POST", api+"/v1/payment_intents", seedBody, withHTTPKey("tok-http", "order-http-1")...)
+			h := d.httpCreate(t, "tok-http", "order-http-1", seedBody)
 			if h.status != http.StatusCreated {
 				t.Fatalf("create over HTTP: %d %s", h.status, h.body)
 			}

@@ -96,7 +96,7 @@ func TestIntents_FindsTheSamePaymentUnderTwoKeys(t *testing.T) {
 		t.Errorf("the text names a payment that is no duplicate:\n%s", text.stdout)
 	}
 
-	startDaemon(t, path, "--admin-listen", "")
+	start(t, spec{db: path, args: []string{"--admin-listen", ""}})
 	through := paymentsd(t, "", search...)
 	through.want(t, 0)
 	if got := groupsOf(t, through); len(got) != 1 || !slices.Equal(got[0], twice) {
@@ -117,10 +117,10 @@ func TestIntents_FindsTheSamePaymentUnderTwoKeys(t *testing.T) {
 // the server, are found by paymentsd intents reading the database.
 func TestIntents_PostgreSQL_FindsCreatesMadeUnderTwoKeys(t *testing.T) {
 	url := postgresURL(t)
-	d := startDaemon(t, url)
+	d := start(t, spec{db: url})
 	var ids []string
 	for _, key := range []string{"retry-1", "retry-2"} {
-		a := d.create(withCreds("pg-shop", key), seedRequest("100000000"))
+		a := d.createSeed("pg-shop", key, "100000000")
 		if a.err != nil {
 			t.Fatal(a.err)
 		}

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,14 +14,9 @@ import (
 func TestLogs_EveryListenerLogsJSON(t *testing.T) {
 	certs := newCertSet(t, "paymentsd log CA")
 	env := append(os.Environ(), "GRPC_GO_LOG_SEVERITY_LEVEL=info")
-	d := launchEnv(t, env, "--db", filepath.Join(t.TempDir(), "paymentsd.db"), "--listen", "127.0.0.1:0",
-		"--http-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-		"--admin-keys", adminKeysFile(t), "--tls-cert", certs.serverCert, "--tls-key", certs.serverKey)
-	d.addr = waitListening(t, d)
-	addrs := map[string]string{"grpc": d.addr}
-	for name, msg := range map[string]string{"http": "http listening", "metrics": "metrics listening", "console": "console listening"} {
-		addrs[name] = d.logAddr(t, msg)
-	}
+	d := start(t, spec{env: env, http: true, metrics: true, tls: certs,
+		args: []string{"--admin-listen", "127.0.0.1:0", "--admin-keys", adminKeysFile(t)}})
+	addrs := map[string]string{"grpc": d.addr, "http": d.httpAddr, "metrics": d.metricsAddr(t), "console": d.logAddr(t, "console listening")}
 	for name, addr := range addrs {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -42,18 +34,19 @@ func TestLogs_EveryListenerLogsJSON(t *testing.T) {
 
 	var grpcLines int
 	listeners := map[string]bool{}
-	sc := bufio.NewScanner(strings.NewReader(d.stderr()))
-	for sc.Scan() {
-		var line struct{ Msg, Level, System, Listener string }
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil || line.Msg == "" || line.Level == "" {
-			t.Errorf("not a JSON log line: %s", sc.Text())
+	for _, text := range d.notJSON() {
+		t.Errorf("not a JSON log line: %s", text)
+	}
+	for _, line := range d.lines("") {
+		if line.str("msg") == "" || line.str("level") == "" {
+			t.Errorf("not a JSON log line: %v", line)
 			continue
 		}
-		if line.System == "grpc" {
+		if line["system"] == "grpc" {
 			grpcLines++
 		}
-		if strings.Contains(line.Msg, "TLS handshake error") {
-			listeners[line.Listener] = true
+		if strings.Contains(line.str("msg"), "TLS handshake error") {
+			listeners[line.str("listener")] = true
 		}
 	}
 	if grpcLines == 0 {

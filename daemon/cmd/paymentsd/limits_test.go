@@ -24,8 +24,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
@@ -34,19 +32,16 @@ import (
 // createDuringAttack makes one valid create on a connection of its own and
 // fails the test unless it succeeds within 10 s. It retries a refusal
 // that says nothing ran, with the same key, as a careful client does.
-func createDuringAttack(t *testing.T, addr, key string) {
+func createDuringAttack(t *testing.T, d *daemon, key string) {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := d.newConn(t, nil)
 	defer conn.Close()
-	start := time.Now()
+	began := time.Now()
 	tries, err := createRetrying(paymentsv1.NewPaymentIntentServiceClient(conn), "merchant-limits", key)
 	if err != nil {
-		t.Fatalf("a valid create during the attack: %v (after %v, %d tries)", err, time.Since(start), tries)
+		t.Fatalf("a valid create during the attack: %v (after %v, %d tries)", err, time.Since(began), tries)
 	}
-	t.Logf("a valid create during the attack answered in %v, at try %d", time.Since(start).Round(time.Millisecond), tries)
+	t.Logf("a valid create during the attack answered in %v, at try %d", time.Since(began).Round(time.Millisecond), tries)
 }
 
 // memoryCgroup puts pid in a new memory cgroup limited to limit bytes
@@ -181,7 +176,7 @@ func attack(t *testing.T, addr string, n int, do func(*attacker) error) []*attac
 // unless paymentsd lives and its peak RSS stays under 256 MiB.
 func attackInMemoryCgroup(t *testing.T, what string, n int, do func(*attacker) error) *daemon {
 	t.Helper()
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
+	d := start(t, spec{metrics: true})
 	pid := d.cmd.Process.Pid
 	memoryCgroup(t, pid, 512<<20)
 
@@ -191,14 +186,10 @@ func attackInMemoryCgroup(t *testing.T, what string, n int, do func(*attacker) e
 		attack(t, d.addr, n, do)
 	}()
 	time.Sleep(200 * time.Millisecond) // the attack under way
-	createDuringAttack(t, d.addr, "during-attack")
+	createDuringAttack(t, d, "during-attack")
 	<-done
-	select {
-	case <-d.exited:
-		t.Fatalf("paymentsd died under the attack: %v\n%s", d.err, d.stderr())
-	default:
-	}
-	createDuringAttack(t, d.addr, "after-attack")
+	d.wantRunning(t, "under the attack")
+	createDuringAttack(t, d, "after-attack")
 	peak := peakRSS(t, pid)
 	t.Logf("%s: peak RSS %.1f MiB", what, float64(peak)/(1<<20))
 	if peak > 256<<20 {
@@ -217,7 +208,7 @@ func TestLimits_UnfinishedHeaderBlocks_MemoryBoundedAndCallsServed(t *testing.T)
 func TestLimits_StreamsWithoutData_MemoryBoundedAndCallsServed(t *testing.T) {
 	d := attackInMemoryCgroup(t, "8 connections x 25,000 streams without data", 8,
 		func(a *attacker) error { return a.streamsWithoutData(25_000) })
-	m := scrape(t, d.metricsAddr(t))
+	m := d.scrape(t)
 	// Each of the two creates took the slot of an evicted call and gave it
 	// back when it ended; an attacker's stream still on its way takes it
 	// again, and one that came earlier does not.
@@ -232,39 +223,29 @@ func TestLimits_StreamsWithoutData_MemoryBoundedAndCallsServed(t *testing.T) {
 }
 
 func TestLimits_UnfinishedHeaderBlock_ClosedAfterHeaderTimeout(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0", "--grpc-header-timeout", "1s")
+	d := start(t, spec{metrics: true, args: []string{"--grpc-header-timeout", "1s"}})
 	a, err := dialAttacker(d.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.conn.Close()
-	start := time.Now()
+	began := time.Now()
 	if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: a.block()}); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-a.closed:
-		t.Logf("an unfinished header block's connection closed after %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("an unfinished header block's connection closed after %v", time.Since(began).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
 		t.Fatal("a connection with an unfinished header block is still open after 10 s; --grpc-header-timeout is 1s")
 	}
 	waitFor(t, 5*time.Second, "the header timeout counted", func() bool {
-		return scrape(t, d.metricsAddr(t))[`paymentsd_listener_refusals_total{listener="grpc",reason="header_timeout"}`] == 1
+		return d.scrape(t)[`paymentsd_listener_refusals_total{listener="grpc",reason="header_timeout"}`] == 1
 	})
 	if !strings.Contains(d.stderr(), `"reason":"header_timeout"`) {
 		t.Errorf("the header timeout is not logged:\n%s", d.stderr())
 	}
-	createDuringAttack(t, d.addr, "after-header-timeout")
-}
-
-// waitFor polls cond until it holds, failing the test after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-	}
+	createDuringAttack(t, d, "after-header-timeout")
 }
 
 // floodChildEnv asks this test binary, run again, to be a flood child:
@@ -280,14 +261,14 @@ const floodChildEnv = "PAYMENTSD_TEST_FLOOD"
 // SECONDS" each time the server has closed a tenth of them more, and
 // prints the total and exits once all are closed.
 func TestLimits_FloodChild(t *testing.T) {
-	spec := os.Getenv(floodChildEnv)
-	if spec == "" {
+	job := os.Getenv(floodChildEnv)
+	if job == "" {
 		return // run as a test: nothing to do
 	}
-	addr, countText, _ := strings.Cut(spec, " ")
+	addr, countText, _ := strings.Cut(job, " ")
 	count, _ := strconv.Atoi(countText)
 	var closed atomic.Int64
-	start := time.Now()
+	began := time.Now()
 	var wg sync.WaitGroup
 	opened := 0
 	for i := 0; i < count; i++ {
@@ -302,15 +283,15 @@ func TestLimits_FloodChild(t *testing.T) {
 			io.Copy(io.Discard, c)
 			c.Close()
 			if n := closed.Add(1); n%int64(max(count/10, 1)) == 0 {
-				fmt.Printf("closed %d %.1f\n", n, time.Since(start).Seconds())
+				fmt.Printf("closed %d %.1f\n", n, time.Since(began).Seconds())
 			}
 		})
 	}
-	fmt.Printf("opened %d %.1f\n", opened, time.Since(start).Seconds())
+	fmt.Printf("opened %d %.1f\n", opened, time.Since(began).Seconds())
 	wg.Wait()
 	// The total is printed after every goroutine is done: a goroutine's
 	// own line may come after a later one's.
-	fmt.Printf("closed %d %.1f\n", closed.Load(), time.Since(start).Seconds())
+	fmt.Printf("closed %d %.1f\n", closed.Load(), time.Since(began).Seconds())
 	os.Exit(0)
 }
 
@@ -344,8 +325,7 @@ func floodChild(t *testing.T, addr string, count int) <-chan string {
 
 func TestLimits_IdleConnectionFlood_UnderFileLimit_CallsAndHealthServed(t *testing.T) {
 	const idle = 3 * time.Second
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0",
-		"--grpc-max-connection-idle", idle.String())
+	d := start(t, spec{metrics: true, args: []string{"--grpc-max-connection-idle", idle.String()}})
 	pid := d.cmd.Process.Pid
 	limit := unix.Rlimit{Cur: 20_000, Max: 20_000}
 	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &limit, nil); err != nil {
@@ -374,7 +354,7 @@ func TestLimits_IdleConnectionFlood_UnderFileLimit_CallsAndHealthServed(t *testi
 	}
 	t.Logf("%d idle connections opened", perChild*children)
 
-	createDuringAttack(t, d.addr, "during-idle-flood")
+	createDuringAttack(t, d, "during-idle-flood")
 	client := http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + metrics + "/healthz")
 	if err != nil {
@@ -411,7 +391,7 @@ func TestLimits_IdleConnectionFlood_UnderFileLimit_CallsAndHealthServed(t *testi
 // Out of file descriptors, the gRPC listener's failed accepts are counted
 // and logged, once a second at most, and it serves again once some close.
 func TestLimits_AcceptFailures_CountedAndLogged(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
+	d := start(t, spec{metrics: true})
 	metrics := d.metricsAddr(t)
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.cmd.Process.Pid))
 	if err != nil {
@@ -439,7 +419,7 @@ func TestLimits_AcceptFailures_CountedAndLogged(t *testing.T) {
 	if err := unix.Prlimit(d.cmd.Process.Pid, unix.RLIMIT_NOFILE, &limit, nil); err != nil {
 		t.Fatalf("prlimit: %v", err)
 	}
-	createDuringAttack(t, d.addr, "after-accept-failures")
+	createDuringAttack(t, d, "after-accept-failures")
 	got := scrape(t, metrics)[`paymentsd_listener_refusals_total{listener="grpc",reason="accept_error"}`]
 	logged := strings.Count(d.stderr(), `"msg":"accept failed`)
 	t.Logf("%v accept failures counted, %d logged", got, logged)
@@ -451,8 +431,8 @@ func TestLimits_AcceptFailures_CountedAndLogged(t *testing.T) {
 // A busy HTTP connection, one whose request is still arriving, is never
 // closed to make room for a new one: the idle one is.
 func TestLimits_HTTPConnectionWithARequestInProgress_NotEvicted(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--http-listen", "127.0.0.1:0", "--max-connections", "2")
-	addr := d.logAddr(t, "http listening")
+	d := start(t, spec{http: true, args: []string{"--max-connections", "2"}})
+	addr := d.httpAddr
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {

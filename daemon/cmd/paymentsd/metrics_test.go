@@ -2,27 +2,26 @@ package main
 
 import (
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 )
 
 func TestE2E_Metrics_CountOutcomes(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
+	d := start(t, spec{metrics: true})
 	metricsAddr := d.metricsAddr(t)
 
 	for _, key := range []string{"m-1", "m-2"} {
-		if a := d.create(withCreds("metrics", key), seedRequest("1")); a.err != nil {
+		if a := d.createSeed("metrics", key, "1"); a.err != nil {
 			t.Fatal(a.err)
 		}
 	}
 	for range 3 {
-		d.create(withCreds("metrics", "m-1"), seedRequest("1"))
+		d.createSeed("metrics", "m-1", "1")
 	}
-	d.create(withCreds("metrics", "m-1"), seedRequest("2")) // mismatch
-	d.create(withCreds("metrics", ""), seedRequest("1"))    // no key: rejected before a claim
-	d.list(t, "metrics")                                    // ignores keys
+	d.createSeed("metrics", "m-1", "2") // mismatch
+	d.createSeed("metrics", "", "1")    // no key: rejected before a claim
+	d.list(t, "metrics")                // ignores keys
 
 	got := scrape(t, metricsAddr)
 	// Labelled as go-grpc-middleware labels grpc_server_*, so that the two join.
@@ -59,7 +58,7 @@ func TestE2E_Metrics_CountOutcomes(t *testing.T) {
 // TestMetrics_BuildInfo: /metrics names the build as paymentsd version
 // does, in one paymentsd_build_info series of value 1.
 func TestMetrics_BuildInfo(t *testing.T) {
-	d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"), "--metrics-listen", "127.0.0.1:0")
+	d := start(t, spec{metrics: true})
 	// "paymentsd v0.4.0 (rev abc1234, go1.26.8)"
 	first, _, _ := strings.Cut(paymentsd(t, "", "version").stdout, "\n")
 	m := regexp.MustCompile(`^paymentsd (\S+) \(rev (\S+), (\S+)\)$`).FindStringSubmatch(first)
@@ -68,7 +67,7 @@ func TestMetrics_BuildInfo(t *testing.T) {
 	}
 	want := `paymentsd_build_info{goversion="` + m[3] + `",revision="` + m[2] + `",version="` + m[1] + `"}`
 	var found []string
-	for series, v := range scrape(t, d.metricsAddr(t)) {
+	for series, v := range d.scrape(t) {
 		if strings.HasPrefix(series, "paymentsd_build_info") {
 			found = append(found, series)
 			if series != want || v != 1 {

@@ -97,8 +97,8 @@ func undeclared() []string {
 // every other answer seen so far against the document. TestMain checks
 // again after every test, for the answers of the tests run after this one.
 func TestHTTP_OpenAPI_DeclaresTheStatusesServed(t *testing.T) {
-	_, base := startHTTP(t)
-	url := base + "/v1/payment_intents"
+	d := start(t, spec{http: true})
+	url := d.intentsURL()
 	a := httpCall(t, "POST", url, seedBody, withHTTPKey("doc", "k1")...)
 	if a.status != http.StatusCreated {
 		t.Fatalf("create: %d %s", a.status, a.body)
@@ -152,7 +152,8 @@ func TestHTTP_OpenAPI_DeclaresTheStatusesServed(t *testing.T) {
 // TestHTTP_OpenAPI_VersionIsTheBinarys: the document the real binary
 // serves names the release its version subcommand prints, and the license.
 func TestHTTP_OpenAPI_VersionIsTheBinarys(t *testing.T) {
-	_, base := startHTTP(t)
+	d := start(t, spec{http: true})
+	base := d.httpBase
 	a := httpCall(t, "GET", base+"/v1/openapi.json", "")
 	var doc struct {
 		Info struct {

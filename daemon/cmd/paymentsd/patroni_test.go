@@ -183,11 +183,7 @@ func patroniRound(t *testing.T, c *patroni.Cluster, ds []*daemon, f patroniFault
 		t.Fatalf("after %s: %v\n%s", f.name, err, c.LogTail(40))
 	}
 	for i, d := range ds {
-		select {
-		case <-d.exited:
-			t.Fatalf("%s: replica %d exited: %v\n%s", f.name, i, d.err, d.stderr())
-		default:
-		}
+		d.wantRunning(t, fmt.Sprintf("(replica %d, after %s)", i, f.name))
 	}
 	return took
 }

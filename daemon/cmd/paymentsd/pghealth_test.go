@@ -42,7 +42,7 @@ func TestPostgres_DiskFull_NotServingOnEveryReplicaThenBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	replicas := []*daemon{startDaemon(t, url), startDaemon(t, url)}
+	replicas := []*daemon{start(t, spec{db: url}), start(t, spec{db: url})}
 	acked := ackedCreates{}
 	for i, d := range replicas {
 		waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)

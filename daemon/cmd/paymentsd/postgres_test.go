@@ -12,7 +12,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/wire"
 )
@@ -22,19 +21,19 @@ import (
 // mismatch on both.
 func TestPostgres_TwoReplicas_OneTruth(t *testing.T) {
 	url := postgresURL(t)
-	a, b := startDaemon(t, url), startDaemon(t, url)
+	a, b := start(t, spec{db: url}), start(t, spec{db: url})
 	ctx := withCreds("merchant-demo", "order-1001")
 
 	first := a.create(ctx, seedRequest("100000000"))
 	if first.err != nil {
 		t.Fatalf("create on replica A: %v", first.err)
 	}
-	id := first.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+	id := intentID(first)
 	again := b.create(ctx, seedRequest("100000000"))
 	if again.err != nil || !again.replayed() {
 		t.Fatalf("retry on replica B = %v (replayed %t), want the replay", again.err, again.replayed())
 	}
-	if got := again.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id; got != id {
+	if got := intentID(again); got != id {
 		t.Errorf("replica B replayed intent %s, want %s", got, id)
 	}
 	for name, d := range map[string]*daemon{"A": a, "B": b} {
@@ -54,7 +53,7 @@ func TestPostgres_TwoReplicas_OneTruth(t *testing.T) {
 func TestPostgres_DatabaseDown_NotServingThenBack_PasswordNeverLogged(t *testing.T) {
 	c := pgtest.Require(t, pgCluster)
 	url := postgresURL(t)
-	d := startDaemon(t, url)
+	d := start(t, spec{db: url})
 	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
 
 	c.Stop(t)
@@ -74,7 +73,7 @@ func TestPostgres_DatabaseDown_NotServingThenBack_PasswordNeverLogged(t *testing
 	c.StartAgain(t)
 	started = true
 	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
-	a := d.create(withCreds("merchant-demo", "while-down"), seedRequest("100000000"))
+	a := d.createSeed("merchant-demo", "while-down", "100000000")
 	if a.err != nil || a.replayed() {
 		t.Errorf("create after the database came back = %v (replayed %t), want a fresh create", a.err, a.replayed())
 	}
@@ -91,12 +90,8 @@ func TestPostgres_DatabaseDown_NotServingThenBack_PasswordNeverLogged(t *testing
 func TestPostgres_BadURL_FailsAtStartWithoutPassword(t *testing.T) {
 	url := postgresURL(t)
 	wrong := strings.Replace(url, pgtest.Password, "wrong-secret-xyzzy", 1)
-	d := launch(t, wrong)
-	select {
-	case <-d.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("paymentsd with a wrong password did not exit")
-	}
+	d := start(t, spec{db: wrong, noWait: true})
+	d.exitCode(t, 30*time.Second) // a wrong password fails at start
 	log := d.stderr()
 	if d.err == nil || !strings.Contains(log, "password authentication failed") || strings.Contains(log, "xyzzy") {
 		t.Errorf("exit %v, log:\n%s\nwant a failure naming the password check, without the password", d.err, log)
@@ -111,8 +106,8 @@ func TestPostgres_PasswordFromEnvironment(t *testing.T) {
 		t.Fatalf("URL %s still has the password", url)
 	}
 	t.Setenv("PGPASSWORD", pgtest.Password) // the daemon inherits the environment
-	d := startDaemon(t, url)
-	if a := d.create(withCreds("merchant-demo", "env-password"), seedRequest("100000000")); a.err != nil {
+	d := start(t, spec{db: url})
+	if a := d.createSeed("merchant-demo", "env-password", "100000000"); a.err != nil {
 		t.Fatalf("create: %v", a.err)
 	}
 }
@@ -122,7 +117,7 @@ func TestPostgres_PasswordFromEnvironment(t *testing.T) {
 // NOT_SERVING; with it back, SERVING again, without a restart.
 func TestPostgres_TableRenamed_NotServingThenBack(t *testing.T) {
 	url := postgresURL(t)
-	d := startDaemon(t, url)
+	d := start(t, spec{db: url})
 	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
 	conn := pgtest.Connect(t, url)
 	exec := func(sql string) {
@@ -134,7 +129,7 @@ func TestPostgres_TableRenamed_NotServingThenBack(t *testing.T) {
 	waitHealth(t, d, healthpb.HealthCheckResponse_NOT_SERVING)
 	exec(`ALTER TABLE payment_intents_moved RENAME TO payment_intents`)
 	waitHealth(t, d, healthpb.HealthCheckResponse_SERVING)
-	if a := d.create(withCreds("merchant-demo", "after-rename"), seedRequest("100000000")); a.err != nil {
+	if a := d.createSeed("merchant-demo", "after-rename", "100000000"); a.err != nil {
 		t.Errorf("a create with the table back: %v", a.err)
 	}
 }
@@ -150,11 +145,11 @@ func TestPostgres_URLSettings_SchemaAndPoolSize(t *testing.T) {
 	if _, err := conn.Exec(ctx, `CREATE SCHEMA paymentsd`); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, url+"&search_path=paymentsd&pool_max_conns=3")
+	d := start(t, spec{db: url + "&search_path=paymentsd&pool_max_conns=3"})
 	var wg sync.WaitGroup
 	for i := range 30 {
 		wg.Go(func() {
-			if a := d.create(withCreds("merchant-demo", fmt.Sprintf("burst-%d", i)), seedRequest("100000000")); a.err != nil {
+			if a := d.createSeed("merchant-demo", fmt.Sprintf("burst-%d", i), "100000000"); a.err != nil {
 				t.Errorf("create %d: %v", i, a.err)
 			}
 		})

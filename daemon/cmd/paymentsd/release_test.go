@@ -47,14 +47,14 @@ func osUser(t *testing.T) string {
 
 func TestRelease_WhileRunning_RefusesASuccessReleasesAValidationError(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "data", "paymentsd.db")
-	d := startDaemon(t, db)
-	waitAdmin(t, d)
+	d := start(t, spec{db: db})
+	d.waitAdmin(t)
 	const token = "merchant-demo"
 	principal := devPrincipal(token)
-	if a := d.create(withCreds(token, "order-1"), seedRequest("100000000")); a.err != nil {
+	if a := d.createSeed(token, "order-1", "100000000"); a.err != nil {
 		t.Fatal(a.err)
 	}
-	if a := d.create(withCreds(token, "order-zero"), seedRequest("0")); status.Code(a.err) != codes.InvalidArgument {
+	if a := d.createSeed(token, "order-zero", "0"); status.Code(a.err) != codes.InvalidArgument {
 		t.Fatalf("amount 0: %v", a.err)
 	}
 	rec := parseRecord(t, paymentsd(t, "", "record", "--db", db, "--principal", principal, "--key", "order-zero", "--json"))
@@ -69,7 +69,7 @@ func TestRelease_WhileRunning_RefusesASuccessReleasesAValidationError(t *testing
 	}
 	wantLogged(t, d.stderr(), `"idempotency key release refused"`, `"refusal":"success"`, `"key":"order-1"`,
 		`"operator":"`+osUser(t)+`"`, `"principal_hash":"`+auth.PrincipalHash(principal)+`"`)
-	if a := d.create(withCreds(token, "order-1"), seedRequest("100000000")); a.err != nil || !a.replayed() {
+	if a := d.createSeed(token, "order-1", "100000000"); a.err != nil || !a.replayed() {
 		t.Errorf("after a refused release: replayed %t, %v; want the stored success", a.replayed(), a.err)
 	}
 
@@ -81,7 +81,7 @@ func TestRelease_WhileRunning_RefusesASuccessReleasesAValidationError(t *testing
 		t.Errorf("the server's log names the principal in clear:\n%s", d.stderr())
 	}
 	// The same key with a corrected body runs fresh.
-	if a := d.create(withCreds(token, "order-zero"), seedRequest("5")); a.err != nil || a.replayed() {
+	if a := d.createSeed(token, "order-zero", "5"); a.err != nil || a.replayed() {
 		t.Errorf("after the release, a corrected create: replayed %t, %v; want a fresh run", a.replayed(), a.err)
 	}
 	paymentsd(t, "", "release", "--db", db, "--principal", principal, "--key", "never").want(t, 1)
@@ -134,15 +134,15 @@ func TestRelease_Stopped_RefusesWhatAHandlerMayHaveActedOn(t *testing.T) {
 // once release returns, it runs the key fresh.
 func TestRelease_Postgres_ServerStopsReplaying(t *testing.T) {
 	url := postgresURL(t)
-	d := startDaemon(t, url)
+	d := start(t, spec{db: url})
 	const token = "merchant-demo"
 	for range 2 { // the second is answered from the server's memory
-		if a := d.create(withCreds(token, "order-pg"), seedRequest("0")); status.Code(a.err) != codes.InvalidArgument {
+		if a := d.createSeed(token, "order-pg", "0"); status.Code(a.err) != codes.InvalidArgument {
 			t.Fatalf("amount 0: %v", a.err)
 		}
 	}
 	paymentsd(t, token, "release", "--db", url, "--token-stdin", "--key", "order-pg").want(t, 0, "released", "INVALID_ARGUMENT")
-	if a := d.create(withCreds(token, "order-pg"), seedRequest("0")); status.Code(a.err) != codes.InvalidArgument || a.replayed() {
+	if a := d.createSeed(token, "order-pg", "0"); status.Code(a.err) != codes.InvalidArgument || a.replayed() {
 		t.Errorf("after the release: replayed %t, %v; want a fresh run's INVALID_ARGUMENT", a.replayed(), a.err)
 	}
 }

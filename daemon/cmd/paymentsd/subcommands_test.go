@@ -76,15 +76,15 @@ func fingerprintHex(t *testing.T, req *paymentsv1.CreatePaymentIntentRequest) st
 
 func TestRecord_WhileRunning_ThenStopped(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "data", "paymentsd.db")
-	d := startDaemon(t, db)
-	waitAdmin(t, d)
+	d := start(t, spec{db: db})
+	d.waitAdmin(t)
 	const token = "merchant-demo"
-	created := d.create(withCreds(token, "order-1"), seedRequest("100000000"))
+	created := d.createSeed(token, "order-1", "100000000")
 	if created.err != nil {
 		t.Fatal(created.err)
 	}
-	id := created.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
-	if a := d.create(withCreds(token, "order-zero"), seedRequest("0")); status.Code(a.err) != codes.InvalidArgument {
+	id := intentID(created)
+	if a := d.createSeed(token, "order-zero", "0"); status.Code(a.err) != codes.InvalidArgument {
 		t.Fatalf("amount 0: %v", a.err)
 	}
 
@@ -156,31 +156,30 @@ func TestRecord_WhileRunning_ThenStopped(t *testing.T) {
 // replaces it, and a lookup while no server runs reads the file.
 func TestRecord_StaleSocket_NextStartServes(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "paymentsd.db")
-	d := startDaemon(t, db)
-	waitAdmin(t, d)
-	if a := d.create(withCreds("merchant-demo", "order-1"), seedRequest("5")); a.err != nil {
+	d := start(t, spec{db: db})
+	d.waitAdmin(t)
+	if a := d.createSeed("merchant-demo", "order-1", "5"); a.err != nil {
 		t.Fatal(a.err)
 	}
-	d.cmd.Process.Kill()
-	<-d.exited
+	d.kill()
 	if _, err := os.Stat(db + ".admin.sock"); err != nil {
 		t.Fatalf("no socket left by the killed server: %v", err)
 	}
 	paymentsd(t, "merchant-demo", "record", "--db", db, "--token-stdin", "--key", "order-1").want(t, 0, "completed")
 
-	d = startDaemon(t, db)
-	waitAdmin(t, d)
+	d = start(t, spec{db: db})
+	d.waitAdmin(t)
 	paymentsd(t, "merchant-demo", "record", "--db", db, "--token-stdin", "--key", "order-1").want(t, 0, "completed")
 }
 
 func TestRecord_Postgres(t *testing.T) {
 	url := postgresURL(t)
-	d := startDaemon(t, url)
-	created := d.create(withCreds("merchant-demo", "order-pg"), seedRequest("100000000"))
+	d := start(t, spec{db: url})
+	created := d.createSeed("merchant-demo", "order-pg", "100000000")
 	if created.err != nil {
 		t.Fatal(created.err)
 	}
-	id := created.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+	id := intentID(created)
 	rec := parseRecord(t, paymentsd(t, "merchant-demo", "record", "--db", url, "--token-stdin", "--key", "order-pg", "--json"))
 	if rec.State != "completed" || rec.IntentID == nil || *rec.IntentID != id || rec.Code == nil || *rec.Code != "OK" ||
 		rec.ResponseType == nil || *rec.ResponseType != "payments.v1.CreatePaymentIntentResponse" ||
@@ -213,14 +212,14 @@ func TestBackup_WhileRunning_CopyHoldsTheIntent(t *testing.T) {
 	// socket's address can be.
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
 	db := filepath.Join(dir, "paymentsd.db")
-	d := startDaemon(t, db)
-	waitAdmin(t, d)
+	d := start(t, spec{db: db})
+	d.waitAdmin(t)
 	const token = "merchant-demo"
-	created := d.create(withCreds(token, "order-b"), seedRequest("100000000"))
+	created := d.createSeed(token, "order-b", "100000000")
 	if created.err != nil {
 		t.Fatal(created.err)
 	}
-	id := created.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+	id := intentID(created)
 
 	copyPath := filepath.Join(t.TempDir(), "backup.db")
 	paymentsd(t, "", "backup", copyPath, "--db", db).want(t, 0, "through the running server", "checked sound")
@@ -262,8 +261,8 @@ func TestBackup_WhileRunning_CopyHoldsTheIntent(t *testing.T) {
 
 func TestCheck_SoundWhileRunning_DamagedFound(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "paymentsd.db")
-	d := startDaemon(t, db)
-	waitAdmin(t, d)
+	d := start(t, spec{db: db})
+	d.waitAdmin(t)
 	paymentsd(t, "", "check", "--db", db).want(t, 0, "sound (through the running server)")
 	d.stop(t)
 	paymentsd(t, "", "check", "--db", db).want(t, 0, "sound (read directly")
@@ -305,14 +304,14 @@ func TestHashToken_LineAcceptedByAPIKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := filepath.Join(dir, "paymentsd.db")
-	d := startDaemon(t, db, "--api-keys", keys)
-	if a := d.create(withCreds("alice-secret", "k"), seedRequest("1")); a.err != nil {
+	d := start(t, spec{db: db, args: []string{"--api-keys", keys}})
+	if a := d.createSeed("alice-secret", "k", "1"); a.err != nil {
 		t.Errorf("the hashed token: %v", a.err)
 	}
-	if a := d.create(withCreds("mallory-secret", "k"), seedRequest("1")); status.Code(a.err) != codes.Unauthenticated {
+	if a := d.createSeed("mallory-secret", "k", "1"); status.Code(a.err) != codes.Unauthenticated {
 		t.Errorf("another token: %v, want UNAUTHENTICATED", a.err)
 	}
-	waitAdmin(t, d)
+	d.waitAdmin(t)
 	// The token's principal, found through the same file, owns the key.
 	paymentsd(t, "alice-secret", "record", "--db", db, "--token-stdin", "--api-keys", keys, "--key", "k").want(t, 0, "principal:          alice\n")
 	paymentsd(t, "", "record", "--db", db, "--principal", "alice", "--key", "k").want(t, 0, "completed")

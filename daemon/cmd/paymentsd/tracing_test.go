@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/hex"
 	"net"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 )
@@ -94,7 +92,8 @@ func TestTracing_ExportsSpansWithIdempotencyOverOTLP(t *testing.T) {
 		"OTEL_BSP_SCHEDULE_DELAY":     "600000",
 		"OTEL_RESOURCE_ATTRIBUTES":    "deployment.environment.name=test",
 	})
-	d, base := startHTTP(t)
+	d := start(t, spec{http: true})
+	base := d.httpBase
 	ctx := metadata.AppendToOutgoingContext(withCreds(traceToken, "key-SECRET-grpc"), "traceparent", traceParent)
 	for range 2 { // fresh, then replay
 		if a := d.create(ctx, seedRequest("100000000")); a.err != nil {
@@ -105,12 +104,7 @@ func TestTracing_ExportsSpansWithIdempotencyOverOTLP(t *testing.T) {
 		append(withHTTPKey(traceToken, "key-SECRET-http"), "traceparent", traceParent)...); a.status != 201 {
 		t.Fatalf("HTTP create: %d %s", a.status, a.body)
 	}
-	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+	if _, err := healthpb.NewHealthClient(d.dial(t, nil)).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(d.stderr(), "tracing: exporting spans") {
@@ -175,8 +169,8 @@ func TestTracing_Off_DialsNothing(t *testing.T) {
 		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + c.addr, "OTEL_SDK_DISABLED": "true"},
 	} {
 		otelEnv(t, env)
-		d := startDaemon(t, filepath.Join(t.TempDir(), "paymentsd.db"))
-		if a := d.create(withCreds(traceToken, "k1"), seedRequest("100000000")); a.err != nil {
+		d := start(t, spec{})
+		if a := d.createSeed(traceToken, "k1", "100000000"); a.err != nil {
 			t.Fatal(a.err)
 		}
 		if err := d.stop(t); err != nil {

@@ -18,9 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -39,9 +37,9 @@ const (
 // peakRSSBound is the most resident memory an attack may cost.
 const peakRSSBound = 300 << 20
 
-// startKeyed starts paymentsd with API keys for the creator and the
-// customer, in a 512 MiB memory cgroup, with metrics.
-func startKeyed(t *testing.T, args ...string) *daemon {
+// startKeyed starts paymentsd as s says, with API keys for the creator
+// and the customer, in a 512 MiB memory cgroup, with metrics.
+func startKeyed(t *testing.T, s spec) *daemon {
 	t.Helper()
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "api-keys")
@@ -49,7 +47,8 @@ func startKeyed(t *testing.T, args ...string) *daemon {
 	if err := os.WriteFile(keys, []byte(line("creator", creatorToken)+line("lister", listerToken)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, filepath.Join(dir, "paymentsd.db"), append([]string{"--api-keys", keys, "--metrics-listen", "127.0.0.1:0"}, args...)...)
+	s.db, s.metrics, s.args = filepath.Join(dir, "paymentsd.db"), true, append([]string{"--api-keys", keys}, s.args...)
+	d := start(t, s)
 	memoryCgroup(t, d.cmd.Process.Pid, 512<<20)
 	if os.Getenv("PAYMENTSD_TEST_BINARY") == "" { // an earlier build does not follow it
 		waitFor(t, 30*time.Second, "paymentsd to follow its cgroup's memory limit", func() bool {
@@ -64,12 +63,9 @@ func startKeyed(t *testing.T, args ...string) *daemon {
 // (nothing ran) is retried with the same key, backing off, for up to 10
 // s. It reports how many succeeded, how many at the first try, and the
 // slowest, retries included.
-func creates(t *testing.T, addr string, stop <-chan struct{}) (result func() (ok, first, all int, worst time.Duration)) {
+func creates(t *testing.T, d *daemon, stop <-chan struct{}) (result func() (ok, first, all int, worst time.Duration)) {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := d.newConn(t, nil)
 	client := paymentsv1.NewPaymentIntentServiceClient(conn)
 	// A client already connected, as one is when an attack begins.
 	if _, err := client.CreatePaymentIntent(withCreds(creatorToken, "before"), seedRequest("100")); err != nil {
@@ -89,7 +85,7 @@ func creates(t *testing.T, addr string, stop <-chan struct{}) (result func() (ok
 				return
 			case <-tick.C:
 			}
-			start := time.Now()
+			began := time.Now()
 			tries, err := createRetrying(client, creatorToken, fmt.Sprintf("during-%d", i))
 			all++
 			switch {
@@ -100,7 +96,7 @@ func creates(t *testing.T, addr string, stop <-chan struct{}) (result func() (ok
 				fallthrough
 			default:
 				ok++
-				worst = max(worst, time.Since(start))
+				worst = max(worst, time.Since(began))
 			}
 		}
 	}()
@@ -169,19 +165,15 @@ func unreadAttack(ctx context.Context, addr string, conns, streams int, call fun
 func surviveUnread(t *testing.T, d *daemon, what string, attack func(ctx context.Context) int64) {
 	t.Helper()
 	stop := make(chan struct{})
-	result := creates(t, d.addr, stop)
+	result := creates(t, d, stop)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	closed := attack(ctx)
 	close(stop)
 	ok, first, all, worst := result()
-	select {
-	case <-d.exited:
-		t.Fatalf("paymentsd died under the attack: %v\n%s", d.err, d.stderr())
-	default:
-	}
+	d.wantRunning(t, "under the attack")
 	peak := peakRSS(t, d.cmd.Process.Pid)
-	m := scrape(t, d.metricsAddr(t))
+	m := d.scrape(t)
 	held := 0.0
 	for _, r := range []string{"answer_evicted", "unread_refused", "unread_closed", "slow_reader_evicted", "write_timeout", "anonymous_limit"} {
 		for _, l := range []string{"grpc", "http"} {
@@ -212,7 +204,7 @@ func rawFields(addr, path, token string) []rawgrpc.Field {
 }
 
 func TestUnread_Reflection_WithoutACredential(t *testing.T) {
-	d := startKeyed(t, "--reflection")
+	d := startKeyed(t, spec{args: []string{"--reflection"}})
 	// The service's file with its comments: some 12 KB an answer.
 	msg, _ := proto.Marshal(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{
 		FileContainingSymbol: "payments.v1.PaymentIntentService"}})
@@ -223,7 +215,7 @@ func TestUnread_Reflection_WithoutACredential(t *testing.T) {
 }
 
 func TestUnread_HealthChecks_WithoutACredential(t *testing.T) {
-	d := startKeyed(t)
+	d := startKeyed(t, spec{})
 	fields := rawFields(d.addr, "/grpc.health.v1.Health/Check", "")
 	surviveUnread(t, d, "100 connections x 256 unread health checks", func(ctx context.Context) int64 {
 		return unreadAttack(ctx, d.addr, 100, 256, func(u *rawgrpc.Unreader) error { return u.Call(fields, nil) })
@@ -231,7 +223,7 @@ func TestUnread_HealthChecks_WithoutACredential(t *testing.T) {
 }
 
 func TestUnread_ListsOf1000Intents_WithACustomersToken(t *testing.T) {
-	d := startKeyed(t)
+	d := startKeyed(t, spec{})
 	createIntents(t, d, listerToken, 1000)
 	msg, _ := proto.Marshal(&paymentsv1.ListPaymentIntentsRequest{PageSize: 1000})
 	fields := rawFields(d.addr, paymentsv1.PaymentIntentService_ListPaymentIntents_FullMethodName, listerToken)
@@ -261,9 +253,9 @@ func createIntents(t *testing.T, d *daemon, token string, n int) {
 // 100 HTTP/1.1 clients ask for a page of 1,000 intents and read nothing:
 // each answer is cut off after --http-write-timeout.
 func TestUnread_HTTPSlowReaders(t *testing.T) {
-	d := startKeyed(t, "--http-listen", "127.0.0.1:0", "--http-write-timeout", "3s")
+	d := startKeyed(t, spec{http: true, args: []string{"--http-write-timeout", "3s"}})
 	createIntents(t, d, listerToken, 1000)
-	api := d.logAddr(t, "http listening")
+	api := d.httpAddr
 	surviveUnread(t, d, "100 HTTP/1.1 clients reading nothing of a 1,000-intent page", func(ctx context.Context) int64 {
 		var closed atomic.Int64
 		var wg sync.WaitGroup
@@ -281,7 +273,7 @@ func TestUnread_HTTPSlowReaders(t *testing.T) {
 	})
 	// A reader whose 16 pages the server, short of CPU, has not all made
 	// within the attack may never block its writes; most do.
-	m := scrape(t, d.metricsAddr(t))
+	m := d.scrape(t)
 	timeouts := m[`paymentsd_listener_refusals_total{listener="http",reason="write_timeout"}`]
 	t.Logf("%v answers cut off after --http-write-timeout", timeouts)
 	if timeouts == 0 {

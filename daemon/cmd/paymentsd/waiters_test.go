@@ -20,7 +20,7 @@ import (
 // duplicate runs the create and the 49 others replay its answer.
 func TestPostgres_Waiters_LeaveThePoolToFreshCreates(t *testing.T) {
 	url := postgresURL(t)
-	d := startDaemon(t, url, "--db-pool", "2", "--in-flight-wait", "10s")
+	d := start(t, spec{db: url, args: []string{"--db-pool", "2", "--in-flight-wait", "10s"}})
 	const token = "waiters-token"
 	ctx := context.Background()
 	holder := pgtest.Connect(t, url) // another replica's create, in flight
