@@ -23,15 +23,15 @@ var floors = [][]string{
 	// Which build this is, from VERSION and the go command's stamp.
 	{"daemon/internal/version"},
 	// The ground: no idempotency, no payments. The test kits stand here
-	// too.
+	// too, and the placement directory, which knows etcd and pod names.
 	{"internal/bearer", "gen/idempotency/v1", "daemon/gen/payments/v1", "internal/safefile", "internal/sealed",
 		"internal/dirsync", "daemon/internal/filewatch", "daemon/internal/devcerts", "daemon/internal/envflags",
 		"daemon/internal/grpcreflect", "daemon/internal/requestid", "daemon/internal/cli", "daemon/internal/openapitidy",
 		"daemon/internal/traceexport", "daemon/internal/connlimit", "daemon/internal/logattr", "daemon/internal/memlimit",
-		"daemon/internal/grpcslog", "daemon/server/strictcodec",
+		"daemon/internal/grpcslog", "daemon/server/strictcodec", "daemon/placement",
 		"internal/testkit/testclock", "internal/testkit/faultproxy", "internal/testkit/pgtest",
 		"daemon/testkit/natstest", "daemon/testkit/proctest", "daemon/testkit/rawgrpc", "daemon/testkit/grpctest",
-		"daemon/testkit/logbuf", "daemon/testkit/patroni"},
+		"daemon/testkit/logbuf", "daemon/testkit/patroni", "daemon/testkit/etcdtest"},
 	// Contracts: the idempotency wire and store contracts, credentials,
 	// TLS files.
 	{"wire", "storage", "daemon/auth", "daemon/tlsreload"},
