@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/paymentsd/paymentsd/boltstore"
 	"github.com/paymentsd/paymentsd/interceptor"
@@ -199,6 +201,28 @@ func TestClient_WaitsOutKeyInUseThenGetsTheResult(t *testing.T) {
 	resp, err := h.client.UnaryCall(ctx, payload("x"))
 	if err != nil || string(resp.Payload.Body) != "x" {
 		t.Fatalf("retrying through IN_USE: %v, %v", resp, err)
+	}
+	h.wantCallsOf(t, 1)
+}
+
+// An UNAVAILABLE that carries a RetryInfo, as a scope's records away for
+// now do, is retried no sooner than its delay.
+func TestClient_UnavailableWaitsOutItsRetryDelay(t *testing.T) {
+	h := startClient(t)
+	firstAt := make(chan time.Time, 1)
+	h.flaky.fail = func(attempt int, _ context.Context) error {
+		if attempt > 1 {
+			return nil
+		}
+		firstAt <- time.Now()
+		st, _ := status.New(codes.Unavailable, "scope away").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(200 * time.Millisecond)})
+		return st.Err()
+	}
+	if _, err := h.client.UnaryCall(authed(), payload("x")); err != nil {
+		t.Fatalf("after the delay: %v", err)
+	}
+	if waited := time.Since(<-firstAt); waited < 200*time.Millisecond {
+		t.Errorf("retried after %v, want no sooner than the 200ms asked", waited)
 	}
 	h.wantCallsOf(t, 1)
 }

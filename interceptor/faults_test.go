@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,6 +34,7 @@ type faultyStore struct {
 	failClaim, failRenew, failComplete atomic.Bool
 	outcomeUnknown                     atomic.Bool // completions fail not knowing if they were kept
 	damaged                            atomic.Bool // failures say the data is damaged
+	scopeAway                          atomic.Bool // claims fail for the scope alone, as a pod down does
 	renewals                           atomic.Int64
 }
 
@@ -54,7 +56,15 @@ func (s *faultyStore) fault() error {
 
 var errInjected = errors.New("injected storage fault")
 
+// scopeFault is the error of a claim whose scope is away.
+func scopeFault(scope string) error {
+	return &storage.ScopeUnavailableError{Scope: scope, Why: "moving", RetryAfter: 300 * time.Millisecond, Err: errInjected}
+}
+
 func (s *faultyStore) Claim(ctx context.Context, req storage.ClaimRequest) (storage.Outcome, *storage.Record, error) {
+	if s.scopeAway.Load() {
+		return 0, nil, scopeFault(req.Key.Scope)
+	}
 	if s.failClaim.Load() {
 		return 0, nil, s.fault()
 	}
@@ -62,6 +72,9 @@ func (s *faultyStore) Claim(ctx context.Context, req storage.ClaimRequest) (stor
 }
 
 func (s *faultyStore) ClaimTx(ctx context.Context, req storage.ClaimRequest, durable storage.Durability) (storage.Outcome, *storage.Record, storage.Tx, error) {
+	if s.scopeAway.Load() {
+		return 0, nil, nil, scopeFault(req.Key.Scope)
+	}
 	if s.failClaim.Load() {
 		return 0, nil, nil, s.fault()
 	}
@@ -122,6 +135,34 @@ func TestFault_ClaimFails_UnavailableHandlerNotRun(t *testing.T) {
 	fs.failClaim.Store(false)
 	if a := h.send("tok", "k", payload("x")); a.err != nil {
 		t.Errorf("after the fault: %v, want the key to run fresh", a.err)
+	}
+	h.wantCalls(t, 1)
+}
+
+// A scope the store cannot serve for now is UNAVAILABLE with its reason,
+// why and retry delay; its cause stays in the log, and the request is not
+// run. The same key runs once the scope is back.
+func TestFault_ScopeUnavailable_RetryDelayHandlerNotRun(t *testing.T) {
+	h, fs := startFaulty(t)
+	fs.scopeAway.Store(true)
+	a := h.send("tok", "k", payload("x"))
+	st := wantReason(t, a.err, codes.Unavailable, wire.ReasonScopeUnavailable)
+	if !strings.Contains(st.Message(), "moving") || strings.Contains(st.Message(), errInjected.Error()) {
+		t.Errorf("message %q: want why (moving), not the cause", st.Message())
+	}
+	var delay time.Duration
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			delay = ri.RetryDelay.AsDuration()
+		}
+	}
+	if delay != 300*time.Millisecond {
+		t.Errorf("RetryInfo delay %v, want the store's 300ms", delay)
+	}
+	h.wantCalls(t, 0)
+	fs.scopeAway.Store(false)
+	if a := h.send("tok", "k", payload("x")); a.err != nil {
+		t.Errorf("scope back: %v, want the key to run fresh", a.err)
 	}
 	h.wantCalls(t, 1)
 }

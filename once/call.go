@@ -314,6 +314,8 @@ func (c *call) renewWhileRunning(ctx context.Context) (stop func()) {
 // caller.
 func (c *call) storeFailure(err error) *Refusal {
 	switch {
+	case c.claim == nil && errors.Is(err, storage.ErrScopeUnavailable):
+		return errScopeUnavailable(err)
 	case c.claim == nil && errors.Is(err, storage.ErrDamaged):
 		return plain(ErrDataLoss, code.Code_DATA_LOSS, "idempotency store found its data damaged; the request was not run")
 	case c.claim == nil:

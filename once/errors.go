@@ -88,7 +88,8 @@ func (r *Refusal) Reason() string {
 	return ""
 }
 
-// RetryDelay is the RetryInfo delay of an in-flight refusal, or 0.
+// RetryDelay is the RetryInfo delay of an in-flight refusal or of a scope
+// unavailable, or 0.
 func (r *Refusal) RetryDelay() time.Duration {
 	for _, d := range r.Status.GetDetails() {
 		var info errdetails.RetryInfo
@@ -222,6 +223,27 @@ func errInFlight(key string, delay time.Duration) *Refusal {
 	return refusal(ErrInFlight, code.Code_ABORTED, wire.ReasonKeyInUse,
 		fmt.Sprintf("a request with idempotency key %q is still in progress; retry after %v", key, delay),
 		map[string]string{"idempotency_key": key},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+}
+
+// minScopeRetryDelay is the retry delay of a scope unavailable when the
+// store names none, or one shorter: a retry sooner would find it the same.
+const minScopeRetryDelay = 100 * time.Millisecond
+
+// errScopeUnavailable refuses a claim its store could not take for this
+// scope alone. Why the scope is away is told; the cause is not.
+func errScopeUnavailable(err error) *Refusal {
+	why, delay := "unavailable", time.Second
+	var se *storage.ScopeUnavailableError
+	if errors.As(err, &se) {
+		why = se.Why
+		if se.RetryAfter > 0 {
+			delay = max(se.RetryAfter, minScopeRetryDelay)
+		}
+	}
+	return refusal(ErrStoreUnavailable, code.Code_UNAVAILABLE, wire.ReasonScopeUnavailable,
+		fmt.Sprintf("the caller's idempotency records are unavailable (%s), the request was not run; retry with the same key after %v", why, delay),
+		map[string]string{"why": why},
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
 }
 

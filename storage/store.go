@@ -16,7 +16,8 @@
 //     inside one transaction of its own.
 //
 // A store reports what went wrong with the errors below: ErrDamaged,
-// ErrStopped, ErrSuperseded, ErrConflict and ErrOutcomeUnknown. It never
+// ErrStopped, ErrSuperseded, ErrConflict, ErrOutcomeUnknown and
+// ErrScopeUnavailable. It never
 // uses a gRPC status. The interceptor alone decides what the caller is
 // told.
 //
@@ -139,8 +140,9 @@ type Watcher interface {
 // Observer and logger. ErrDamaged is answered DATA_LOSS. ErrConflict runs
 // a transactional method again, and is answered ABORTED once it has lost
 // too often. ErrOutcomeUnknown is answered UNAVAILABLE, saying the outcome
-// is unknown. ErrStopped, and every error that wraps none of them, is
-// answered UNAVAILABLE.
+// is unknown. ErrScopeUnavailable, on a claim, is answered UNAVAILABLE
+// with a retry delay. ErrStopped, and every error that wraps none of them,
+// is answered UNAVAILABLE.
 
 // ErrDamaged, wrapped in a store's error, says the store found its data
 // damaged. The caller is told DATA_LOSS. A claim that fails so does not

@@ -81,6 +81,11 @@ const (
 	// the request's result. It cannot tell whether the result was kept.
 	// Retry with the same key, never a new one, to learn which.
 	ReasonOutcomeUnknown = "IDEMPOTENCY_OUTCOME_UNKNOWN"
+	// ReasonScopeUnavailable: UNAVAILABLE, the caller's records cannot be
+	// reached right now (their database is down, or they are being moved
+	// to another), while other callers' can. Nothing was run or stored.
+	// Retry with the same key after the RetryInfo delay.
+	ReasonScopeUnavailable = "IDEMPOTENCY_SCOPE_UNAVAILABLE"
 )
 
 // ValidateMethod reports a name that is not a full gRPC method name,

@@ -13,14 +13,17 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/paymentsd/paymentsd/daemon/auth"
 	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/once"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // IntentStore keeps payment intents, each owned by one principal. An intent
@@ -285,7 +288,8 @@ func storeError(err error, id string) error {
 
 // storageError is a storage failure. It gives the caller a status and the
 // log its cause (errors.Unwrap). A cause that wraps ErrDamaged is answered
-// DATA_LOSS.
+// DATA_LOSS. A cause that wraps a storage.ScopeUnavailableError is
+// answered UNAVAILABLE with its retry delay.
 type storageError struct{ cause error }
 
 func (e *storageError) Error() string { return "payment intent storage: " + e.cause.Error() }
@@ -295,6 +299,15 @@ func (e *storageError) Unwrap() error { return e.cause }
 func (e *storageError) GRPCStatus() *status.Status {
 	if errors.Is(e.cause, ErrDamaged) {
 		return status.New(codes.DataLoss, "payment intent storage found its data damaged")
+	}
+	var away *storage.ScopeUnavailableError
+	if errors.As(e.cause, &away) {
+		delay := max(away.RetryAfter, 100*time.Millisecond)
+		st := status.Newf(codes.Unavailable, "the caller's payment intents are unavailable (%s); retry after %v", away.Why, delay)
+		if withDelay, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
+			return withDelay
+		}
+		return st
 	}
 	return status.New(codes.Unavailable, "payment intent storage is unavailable; try again")
 }

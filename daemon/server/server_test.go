@@ -21,6 +21,7 @@ import (
 	"github.com/paymentsd/paymentsd/daemon/intents/boltintents"
 	"github.com/paymentsd/paymentsd/daemon/server"
 	"github.com/paymentsd/paymentsd/internal/testkit/testclock"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 func newServer(t *testing.T) (*server.Server, *testclock.Clock) {
@@ -205,6 +206,27 @@ func TestStorageErrors_DamageIsDataLoss(t *testing.T) {
 		if st := status.Convert(err); st.Code() != tc.want || strings.Contains(st.Message(), "secret") {
 			t.Errorf("Get over a store failing with %q: %v, want %v without the store's text", tc.err, err, tc.want)
 		}
+	}
+}
+
+// A principal whose intents are away for now (its pod down, or moving) is
+// answered UNAVAILABLE with the store's retry delay.
+func TestStorageErrors_ScopeUnavailableHasRetryDelay(t *testing.T) {
+	away := &storage.ScopeUnavailableError{Scope: "alice", Why: "moving", RetryAfter: 2 * time.Second, Err: errors.New("secret")}
+	s := server.New(failingStore{err: fmt.Errorf("pod a: %w", away)}, nil)
+	_, err := s.GetPaymentIntent(as("alice"), &paymentsv1.GetPaymentIntentRequest{Id: "pi_000000000000000000000000"})
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "moving") || strings.Contains(st.Message(), "secret") {
+		t.Fatalf("Get of a principal away: %v, want UNAVAILABLE saying why, without the cause", err)
+	}
+	var delay time.Duration
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			delay = ri.RetryDelay.AsDuration()
+		}
+	}
+	if delay != 2*time.Second {
+		t.Errorf("RetryInfo %v, want the store's 2s", delay)
 	}
 }
 

@@ -86,7 +86,8 @@ func WithAttemptTimeout(d time.Duration) Option {
 // retry, and retries them. A call without an idempotency-key gets a fresh
 // random one (UUID v4), kept for all of its attempts. So the server runs it
 // at most once. It retries with exponential backoff and full jitter. It
-// does so on UNAVAILABLE, on an attempt's own timeout, and on ABORTED from
+// does so on UNAVAILABLE (after at least its RetryInfo delay, if it has
+// one), on an attempt's own timeout, and on ABORTED from
 // the idempotency layer. That ABORTED is IDEMPOTENCY_KEY_IN_USE, retried
 // after at least its RetryInfo delay. Or it is
 // IDEMPOTENCY_ATTEMPT_SUPERSEDED, whose winner's result a retry gets. It
@@ -192,6 +193,22 @@ func (o *options) attempt(ctx context.Context, method string, req, reply any, cc
 	return trailer, err
 }
 
+// details returns the idempotency layer's ErrorInfo reason and the
+// RetryInfo delay of st, if it has them.
+func details(st *status.Status) (reason string, wait time.Duration) {
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.Domain == wire.ErrorDomain {
+				reason = d.Reason
+			}
+		case *errdetails.RetryInfo:
+			wait = d.RetryDelay.AsDuration()
+		}
+	}
+	return reason, wait
+}
+
 // retryable says whether an attempt's error may be retried with the same
 // key. It also says how long the server asked to wait first. A stored
 // error is final. The server replays it with the replayed marker in its
@@ -209,24 +226,13 @@ func retryable(ctx context.Context, err error, trailer metadata.MD) (time.Durati
 		return 0, true
 	}
 	st := status.Convert(err)
+	reason, wait := details(st)
 	switch st.Code() {
 	case codes.Unavailable:
-		return 0, true
+		return wait, true // a RetryInfo here: one scope's records are away for now
 	case codes.DeadlineExceeded:
 		return 0, true // the attempt's own deadline: the caller's is still live
 	case codes.Aborted:
-		var wait time.Duration
-		reason := ""
-		for _, d := range st.Details() {
-			switch d := d.(type) {
-			case *errdetails.ErrorInfo:
-				if d.Domain == wire.ErrorDomain {
-					reason = d.Reason
-				}
-			case *errdetails.RetryInfo:
-				wait = d.RetryDelay.AsDuration()
-			}
-		}
 		return wait, reason == wire.ReasonKeyInUse || reason == wire.ReasonAttemptSuperseded
 	}
 	return 0, false
