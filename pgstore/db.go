@@ -109,6 +109,11 @@ type Options struct {
 	// its own. Open and New then neither migrate nor read schema_versions.
 	// Tables that are missing fail Probe, and the requests, instead.
 	OwnMigrations bool
+	// ClaimantID is who this DB's claims are made by, in the records (a
+	// claim's owner, which the console shows). Default: the host, the
+	// process id and a random suffix. A process that opens several
+	// databases may name itself once for all of them.
+	ClaimantID string
 }
 
 // defaultMaxConns is the size of Open's pool when neither Options nor the
@@ -247,7 +252,7 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, sb *standby) (
 		ownsPool: sb != nil,
 		standby:  cmp.Or(sb, &standby{}),
 		opts:     o,
-		ledger:   ledger.New(storage.Claimant{ID: newProcessID()}, completedTrust),
+		ledger:   ledger.New(storage.Claimant{ID: cmp.Or(o.ClaimantID, NewClaimantID())}, completedTrust),
 		name:     fmt.Sprintf("postgres://%s@%s/%s", url.PathEscape(cfg.User), hosts(cfg), url.PathEscape(cfg.Database)),
 	}
 	db.watcher = newWatcher(cfg.Copy(), o.Logger)

@@ -639,7 +639,9 @@ func (db *DB) Sweep(ctx context.Context, now time.Time) (int, error) {
 	return total, db.noteFailure(err)
 }
 
-func newProcessID() string {
+// NewClaimantID is a fresh name for a claimant: the host, the process id
+// and a random suffix, so that a restarted process is another claimant.
+func NewClaimantID() string {
 	var b [8]byte
 	rand.Read(b[:]) // never fails; see crypto/rand.Read
 	host, _ := os.Hostname()

@@ -20,23 +20,31 @@ import (
 
 // Config is paymentsd's configuration, one field per flag.
 type Config struct {
-	Listen         string
-	DB             string // a bbolt file's path, or a postgres:// URL
-	DBPool         int    // PostgreSQL connections; 0: the URL's pool_max_conns, else 20
-	Lease          time.Duration
-	TTL            time.Duration
-	APIKeysPath    string
-	SweepInterval  time.Duration
-	ShutdownGrace  time.Duration
-	InFlightWait   time.Duration
-	HandlerTimeout time.Duration
-	MetricsListen  string
-	HTTPListen     string
-	TLSCert        string
-	TLSKey         string
-	TLSClientCA    string
-	TLSClientCRL   string
-	PrincipalFrom  string
+	Listen string
+	DB     string // a bbolt file's path, or a postgres:// URL
+	DBPool int    // PostgreSQL connections; 0: the URL's pool_max_conns, else 20
+	// PodsPath names the pods file: several PostgreSQL databases, in
+	// place of --db, each principal placed on one. It needs PlacementEtcd.
+	PodsPath string
+	// PlacementEtcd is the etcd client URLs, comma-separated, of the
+	// directory of where each principal lives.
+	PlacementEtcd string
+	// PlacementPrefix is the directory's etcd key prefix.
+	PlacementPrefix string
+	Lease           time.Duration
+	TTL             time.Duration
+	APIKeysPath     string
+	SweepInterval   time.Duration
+	ShutdownGrace   time.Duration
+	InFlightWait    time.Duration
+	HandlerTimeout  time.Duration
+	MetricsListen   string
+	HTTPListen      string
+	TLSCert         string
+	TLSKey          string
+	TLSClientCA     string
+	TLSClientCRL    string
+	PrincipalFrom   string
 	// AdminListen serves the operator console; empty serves none.
 	AdminListen string
 	// AdminKeysPath is the operators' credentials, in the --api-keys
@@ -66,16 +74,17 @@ type Config struct {
 // Default is the configuration of a server given no flags.
 func Default() Config {
 	return Config{
-		Listen:         "localhost:50051",
-		DB:             filepath.Join("data", "paymentsd.db"),
-		Lease:          once.DefaultLease,
-		TTL:            once.DefaultTTL,
-		SweepInterval:  time.Minute,
-		ShutdownGrace:  30 * time.Second,
-		HandlerTimeout: once.DefaultHandlerTimeout,
-		HTTPListen:     "localhost:8080",
-		PrincipalFrom:  "bearer",
-		Limits:         DefaultLimits(),
+		Listen:          "localhost:50051",
+		DB:              filepath.Join("data", "paymentsd.db"),
+		PlacementPrefix: "/paymentsd/",
+		Lease:           once.DefaultLease,
+		TTL:             once.DefaultTTL,
+		SweepInterval:   time.Minute,
+		ShutdownGrace:   30 * time.Second,
+		HandlerTimeout:  once.DefaultHandlerTimeout,
+		HTTPListen:      "localhost:8080",
+		PrincipalFrom:   "bearer",
+		Limits:          DefaultLimits(),
 	}
 }
 
@@ -256,6 +265,9 @@ func (c *Config) DefineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC listen address")
 	fs.StringVar(&c.DB, "db", c.DB, "where the data lives: a bbolt file (created 0600, its directory 0700), or a PostgreSQL database as a postgres:// or postgresql:// URL (the libpq environment variables, PGPASSWORD and the like, fill in what it leaves out)")
 	fs.Var((*poolSize)(&c.DBPool), "db-pool", "PostgreSQL `connections` of this process; each call in progress under the idempotency interceptor holds one (default: the URL's pool_max_conns, else 20)")
+	fs.StringVar(&c.PodsPath, "pods", c.PodsPath, `file of several PostgreSQL databases ("pods"), one "<name> <postgres:// URL>" per line, in place of --db: each principal's records and intents live in one pod, placed on its first call and kept in --placement-etcd's directory; --db-pool is per pod`)
+	fs.StringVar(&c.PlacementEtcd, "placement-etcd", c.PlacementEtcd, "with --pods, required: the etcd client URLs, comma-separated, of the directory of where each principal lives (http://host:2379,...)")
+	fs.StringVar(&c.PlacementPrefix, "placement-prefix", c.PlacementPrefix, "with --pods: the directory's etcd key prefix, ending with /; replicas of one service share it")
 	fs.DurationVar(&c.Lease, "lease", c.Lease, "how long a claimed idempotency key waits for its handler before a retry may take it over")
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "how long an idempotency record lives; after it the key runs fresh")
 	fs.StringVar(&c.APIKeysPath, "api-keys", c.APIKeysPath, `file of accepted credentials, one "<principal> sha256:<hex of the token's SHA-256>" per line; without it, dev mode accepts any token`)
@@ -313,6 +325,9 @@ func (c *Config) Check() error {
 	case c.AdminKeysPath != "" && filepath.Clean(c.AdminKeysPath) == filepath.Clean(c.APIKeysPath):
 		return errors.New("--admin-keys and --api-keys name the same file: a customer's token must not be an operator's")
 	}
+	if err := c.checkPods(); err != nil {
+		return err
+	}
 	if err := c.Limits.check(); err != nil {
 		return err
 	}
@@ -329,6 +344,33 @@ func (c *Config) Check() error {
 		return errors.New("--api-keys has no use with --principal-from cert, which reads no token: drop it, or use --principal-from either")
 	}
 	return c.checkExposure()
+}
+
+// checkPods refuses --pods without its directory, and the reverse. The
+// pods file itself is read when the server opens its databases.
+func (c *Config) checkPods() error {
+	switch {
+	case c.PodsPath != "" && c.PlacementEtcd == "":
+		return errors.New("--pods needs --placement-etcd: the directory of where each principal lives")
+	case c.PodsPath == "" && c.PlacementEtcd != "":
+		return errors.New("--placement-etcd has no use without --pods, the databases it places principals on")
+	case c.PodsPath != "" && c.DB != Default().DB:
+		return errors.New("--pods and --db both name where the data lives: give one")
+	case c.PodsPath != "" && !strings.HasSuffix(c.PlacementPrefix, "/"):
+		return fmt.Errorf("--placement-prefix must end with /, got %q", c.PlacementPrefix)
+	}
+	return nil
+}
+
+// Etcd is --placement-etcd's endpoints.
+func (c *Config) Etcd() []string {
+	var eps []string
+	for _, e := range strings.Split(c.PlacementEtcd, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	return eps
 }
 
 // poolSize is --db-pool: at least 1 when given; 0, unset, leaves the size

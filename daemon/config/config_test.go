@@ -19,7 +19,7 @@ func TestDefault_PassesCheck_ServesWithoutFlags(t *testing.T) {
 		t.Fatalf("the defaults are refused: %v", err)
 	}
 	want := config.Config{
-		Listen: "localhost:50051", DB: filepath.Join("data", "paymentsd.db"),
+		Listen: "localhost:50051", DB: filepath.Join("data", "paymentsd.db"), PlacementPrefix: "/paymentsd/",
 		Lease: once.DefaultLease, TTL: once.DefaultTTL, SweepInterval: time.Minute,
 		ShutdownGrace: 30 * time.Second, HandlerTimeout: once.DefaultHandlerTimeout,
 		HTTPListen: "localhost:8080", PrincipalFrom: "bearer",
@@ -89,6 +89,12 @@ func TestCheck_RefusesEach_SayingWhich(t *testing.T) {
 		}, "--admin-listen 0.0.0.0:8081 is not a loopback address: the console needs --tls-cert and --tls-key there, as operators' tokens would cross the network in plaintext"},
 		{"metrics token without metrics", func(c *config.Config) { c.MetricsTokenPath = "token" },
 			"--metrics-token-file has no use without --metrics-listen, which serves /metrics"},
+		{"pods without etcd", func(c *config.Config) { c.PodsPath = "pods" }, "--pods needs --placement-etcd: the directory of where each principal lives"},
+		{"etcd without pods", func(c *config.Config) { c.PlacementEtcd = "http://127.0.0.1:2379" }, "--placement-etcd has no use without --pods, the databases it places principals on"},
+		{"pods and db", func(c *config.Config) { c.PodsPath, c.PlacementEtcd, c.DB = "pods", "http://e:2379", "postgres://h/db" },
+			"--pods and --db both name where the data lives: give one"},
+		{"prefix without slash", func(c *config.Config) { c.PodsPath, c.PlacementEtcd, c.PlacementPrefix = "pods", "http://e:2379", "/p" },
+			`--placement-prefix must end with /, got "/p"`},
 		{"db refused before the rest", func(c *config.Config) { c.DB, c.Listen = "", "" }, "--db must name a data file or a postgres:// URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,3 +37,37 @@ func FuzzParseDB(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParsePods feeds any pods file to ParsePods: it must never panic,
+// never repeat a URL in its error (one may hold a password), and give back
+// only pods with a valid name, a PostgreSQL URL, each given once.
+func FuzzParsePods(f *testing.F) {
+	for _, seed := range []string{"a postgres://u:secret@h/db\n", "# c\nb postgresql://h/db\n\nc postgres://h/d", "a b c", "A postgres://h/db",
+		"a postgres://h/db\na postgres://h/e", "a host=secret", "a\tpostgres://h/db\r\n", ""} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		pods, err := ParsePods([]byte(data))
+		if err != nil {
+			// Only a valid pod name may be repeated; fields short enough
+			// to be in the fixed words by chance are let be.
+			fixed := `want "<name> <postgres:// URL>" a postgres:// or postgresql:// URL`
+			for _, field := range strings.Fields(data) {
+				if len(field) >= 12 && !podName(field) && !strings.Contains(fixed, field) && strings.Contains(err.Error(), field) {
+					t.Fatalf("ParsePods(%q): error %q repeats %q", data, err, field)
+				}
+			}
+			return
+		}
+		names, urls := map[string]bool{}, map[string]bool{}
+		for _, p := range pods {
+			if u, err := ParseDB(p.URL); err != nil || u != p.URL || !podName(p.Name) || names[p.Name] || urls[p.URL] {
+				t.Fatalf("ParsePods(%q) gave %+v", data, p)
+			}
+			names[p.Name], urls[p.URL] = true, true
+		}
+		if len(pods) == 0 {
+			t.Fatalf("ParsePods(%q) gave no pods and no error", data)
+		}
+	})
+}

@@ -98,6 +98,30 @@ func TestWatch_OtherDirectorySeesAPlacementMadeElsewhere(t *testing.T) {
 	}
 }
 
+// TestResolve_ReadsWithoutPlacing: a read of a principal never placed asks
+// etcd once and places nothing; one placed by another replica is found.
+func TestResolve_ReadsWithoutPlacing(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	one, two := open(t, c, "a", "b"), open(t, c, "a", "b")
+	ctx := context.Background()
+	if p, ok, err := one.Resolve(ctx, "nobody"); err != nil || ok {
+		t.Fatalf("Resolve(nobody) = %+v, %v, %v; want not placed", p, ok, err)
+	}
+	if s := one.Stats(); s.Resolves != 1 || s.Places != 0 {
+		t.Errorf("stats %+v, want 1 read and no placement", s)
+	}
+	if _, ok := one.Lookup("nobody"); ok {
+		t.Error("Resolve placed a principal")
+	}
+	placed, err := two.Place(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok, err := one.Resolve(ctx, "acme"); err != nil || !ok || p != placed {
+		t.Errorf("Resolve(acme) = %+v, %v, %v; want %+v", p, ok, err, placed)
+	}
+}
+
 // TestPlace_OnAPodNotServed_ErrUnknownPod: a principal placed on a pod
 // this replica does not list is known, and refused by Place. The key is
 // the principal path-escaped, / and : included.

@@ -88,8 +88,14 @@ func refusedWhileDown(ctx context.Context, t *testing.T, d *placement.Directory,
 	if p, err := d.Place(ctx, "known"); err != nil || p != known {
 		t.Errorf("Place(known) = %+v, %v; want %+v from memory", p, err, known)
 	}
+	if p, ok, err := d.Resolve(ctx, "known"); err != nil || !ok || p != known {
+		t.Errorf("Resolve(known) = %+v, %v, %v; want %+v from memory", p, ok, err, known)
+	}
 	if _, err := d.Place(ctx, "new"); !errors.Is(err, placement.ErrUnreachable) {
 		t.Fatalf("Place(new) with etcd down: %v, want ErrUnreachable", err)
+	}
+	if _, ok, err := d.Resolve(ctx, "new"); ok || !errors.Is(err, placement.ErrUnreachable) {
+		t.Errorf("Resolve(new) with etcd down: %v, %v; want ErrUnreachable, no guess", ok, err)
 	}
 	asked := d.Stats()
 	_, err := d.Place(ctx, "newer")

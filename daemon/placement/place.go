@@ -103,3 +103,43 @@ func (d *Directory) served(p Placement) (Placement, error) {
 	}
 	return p, nil
 }
+
+// Resolve returns the principal's placement for a read, and false if it
+// has none: a principal never placed has nothing stored. A known
+// principal is answered from memory. An unknown one is read from etcd by
+// one linearizable read, so that a principal another replica placed a
+// moment ago, before the watch brought it here, is not taken for new.
+// While etcd is unreachable it fails with ErrUnreachable, never guessing.
+func (d *Directory) Resolve(ctx context.Context, principal string) (Placement, bool, error) {
+	if p, ok := d.Lookup(principal); ok {
+		return p, true, nil
+	}
+	if err := d.breaker.refusal(); err != nil {
+		d.refused.Add(1)
+		return Placement{}, false, err
+	}
+	key := d.cfg.Prefix + placementKeys + url.PathEscape(principal)
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
+	defer cancel()
+	d.resolves.Add(1)
+	resp, err := d.cli.Get(rctx, key)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return Placement{}, false, ctx.Err() // the caller left: no verdict on etcd
+	case err != nil:
+		d.failures.Add(1)
+		err = fmt.Errorf("%w: reading %s: %w", ErrUnreachable, principal, err)
+		d.failed(err)
+		return Placement{}, false, err
+	}
+	d.answered()
+	if len(resp.Kvs) == 0 {
+		return Placement{}, false, nil
+	}
+	p, err := decode(principal, resp.Kvs[0])
+	if err != nil {
+		return Placement{}, false, err
+	}
+	d.cache.remember(p)
+	return p, true, nil
+}

@@ -77,8 +77,9 @@ type Config struct {
 // Stats count what the directory asked of etcd.
 type Stats struct {
 	Places   uint64 // compare-and-sets sent by Place
+	Resolves uint64 // reads sent by Resolve, for principals not in memory
 	Failures uint64 // of them, those etcd did not answer
-	Refused  uint64 // new principals refused without asking, etcd having just failed
+	Refused  uint64 // unknown principals refused without asking, etcd having just failed
 	Reloads  uint64 // reads of the whole directory after Open's, the watch's revision compacted away
 }
 
@@ -92,8 +93,8 @@ type Directory struct {
 	flights singleflight.Group
 	breaker breaker
 
-	places, failures, refused, reloads atomic.Uint64
-	watchErr                           atomic.Pointer[error] // the watch's last failure, nil while it follows
+	places, resolves, failures, refused, reloads atomic.Uint64
+	watchErr                                     atomic.Pointer[error] // the watch's last failure, nil while it follows
 
 	ctx       context.Context // ends at Close
 	stop      context.CancelFunc
@@ -192,7 +193,7 @@ func (d *Directory) Health() error {
 
 // Stats returns what Place has asked of etcd so far.
 func (d *Directory) Stats() Stats {
-	return Stats{Places: d.places.Load(), Failures: d.failures.Load(), Refused: d.refused.Load(), Reloads: d.reloads.Load()}
+	return Stats{Places: d.places.Load(), Resolves: d.resolves.Load(), Failures: d.failures.Load(), Refused: d.refused.Load(), Reloads: d.reloads.Load()}
 }
 
 // Close stops following the directory and closes the etcd client.

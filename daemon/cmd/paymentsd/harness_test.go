@@ -33,6 +33,7 @@ import (
 // process's environment; start returns once it serves.
 type spec struct {
 	db   string   // --db: a file or a PostgreSQL URL; "" for paymentsd.db in a new t.TempDir()
+	pods string   // --pods, in place of --db: a pods file
 	args []string // more flags, after the harness's own: of a flag given twice, the later wins
 	env  []string // the process's environment; nil for this process's
 
@@ -70,7 +71,7 @@ type daemon struct {
 // serves. The process is killed when the test ends.
 func start(t *testing.T, s spec) *daemon {
 	t.Helper()
-	if s.db == "" && !s.exact {
+	if s.db == "" && s.pods == "" && !s.exact {
 		s.db = filepath.Join(t.TempDir(), "paymentsd.db")
 	}
 	d := &daemon{spec: s, exited: make(chan struct{})}
@@ -101,6 +102,9 @@ func (s spec) commandLine() []string {
 		return s.args
 	}
 	args := []string{"--listen", "127.0.0.1:0", "--http-listen", "", "--db", s.db}
+	if s.pods != "" {
+		args = []string{"--listen", "127.0.0.1:0", "--http-listen", "", "--pods", s.pods}
+	}
 	if s.http || s.tls != nil {
 		args = append(args, "--http-listen", "127.0.0.1:0")
 	}

@@ -53,6 +53,9 @@ type replicaLoad struct {
 
 	mu   sync.Mutex
 	keys map[string]*replicaKey
+	// failedOf counts each token's calls that failed: UNAVAILABLE or
+	// DEADLINE_EXCEEDED.
+	failedOf map[string]int
 
 	next, requests, replays         atomic.Int64
 	aborted, unavailable, deadlines atomic.Int64
@@ -69,11 +72,17 @@ type replicaLoad struct {
 // startReplicaLoad starts the workers on rs's replicas; anomaly nil is
 // t.Errorf.
 func startReplicaLoad(t *testing.T, rs *replicaSet, anomaly func(format string, args ...any)) *replicaLoad {
+	return startReplicaLoadAs(t, rs, []string{"replica-test-token-a", "replica-test-token-b"}, anomaly)
+}
+
+// startReplicaLoadAs is startReplicaLoad, its keys spread over the
+// principals of tokens (dev mode: each token its own principal).
+func startReplicaLoadAs(t *testing.T, rs *replicaSet, tokens []string, anomaly func(format string, args ...any)) *replicaLoad {
 	if anomaly == nil {
 		anomaly = t.Errorf
 	}
-	l := &replicaLoad{t: t, rs: rs, tokens: []string{"replica-test-token-a", "replica-test-token-b"}, anomaly: anomaly,
-		keys: map[string]*replicaKey{}, stop: make(chan struct{})}
+	l := &replicaLoad{t: t, rs: rs, tokens: tokens, anomaly: anomaly,
+		keys: map[string]*replicaKey{}, failedOf: map[string]int{}, stop: make(chan struct{})}
 	l.halt = sync.OnceFunc(func() {
 		l.stopped.Store(true)
 		close(l.stop)
@@ -108,8 +117,10 @@ func (l *replicaLoad) try(d *daemon, key string) bool {
 			l.aborted.Add(1)
 		case code == codes.Unavailable:
 			l.unavailable.Add(1)
+			l.failed(k.token)
 		case code == codes.DeadlineExceeded:
 			l.deadlines.Add(1)
+			l.failed(k.token)
 		default:
 			t.Errorf("key %s on %s: unexpected answer %v (replayed %t)", key, d.addr, a.err, a.replayed())
 		}
@@ -137,6 +148,13 @@ func (l *replicaLoad) try(d *daemon, key string) bool {
 		l.anomaly("key %s: answer changed (from %s):\n%v\n%v", key, d.addr, k.intent, resp.PaymentIntent)
 	}
 	return true
+}
+
+// failed counts a failed call of token's.
+func (l *replicaLoad) failed(token string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failedOf[token]++
 }
 
 // replicaBackoff is the pause before a key's next try.

@@ -45,6 +45,7 @@ const replicaCallTimeout = 5 * time.Second
 type replicaSet struct {
 	t    *testing.T
 	dbs  [3]string // --db of each: replica 2's goes through the proxy
+	pods string    // --pods of each, in place of dbs
 	args []string
 
 	mu    sync.Mutex
@@ -69,7 +70,7 @@ func (rs *replicaSet) start(i int) {
 	// Tries are bounded by time, not count: on a loaded machine a start
 	// takes longer than the 300 ms between cuts more often.
 	for began := time.Now(); ; {
-		d := start(t, spec{db: rs.dbs[i], args: append(rs.args[:len(rs.args):len(rs.args)], replicaArgs(i)...), noWait: true})
+		d := start(t, spec{db: rs.dbs[i], pods: rs.pods, args: append(rs.args[:len(rs.args):len(rs.args)], replicaArgs(i)...), noWait: true})
 		rs.mu.Lock()
 		rs.all = append(rs.all, replicaProcess{i, d})
 		rs.mu.Unlock()

@@ -171,7 +171,7 @@ func ids(page []*paymentsv1.PaymentIntent) []string {
 
 func request(key string, now time.Time) storage.ClaimRequest {
 	return storage.ClaimRequest{
-		Key:         storage.RecordKey{Scope: "scope-a", Key: key},
+		Key:         storage.RecordKey{Scope: "alice", Key: key}, // the owner, as in paymentsd
 		Fingerprint: sha256.Sum256([]byte("body")),
 		Scheme:      storage.FingerprintScheme,
 		Now:         now, Lease: lease, TTL: ttl,

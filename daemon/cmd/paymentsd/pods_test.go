@@ -1,0 +1,247 @@
+package main
+
+// paymentsd on two pods: two PostgreSQL clusters, each principal placed
+// on one by a directory in a real three-member etcd.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
+	"github.com/paymentsd/paymentsd/daemon/placement"
+	"github.com/paymentsd/paymentsd/daemon/testkit/etcdtest"
+	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
+	"github.com/paymentsd/paymentsd/wire"
+)
+
+// podsWorld is what the pods tests run on: pod a a database on the
+// package's cluster, pod b one on a cluster of its own (so that it can be
+// killed alone), and a three-member etcd.
+type podsWorld struct {
+	etcd     *etcdtest.Cluster
+	clusters map[string]*pgtest.Cluster
+	urls     map[string]string
+	file     string // the pods file
+}
+
+func newPodsWorld(t *testing.T) *podsWorld {
+	t.Helper()
+	a := pgtest.Require(t, pgCluster)
+	b, stop, err := pgtest.Start()
+	if err != nil {
+		t.Fatalf("pod b's PostgreSQL: %v", err)
+	}
+	t.Cleanup(stop)
+	w := &podsWorld{etcd: etcdtest.Start(t, 3), clusters: map[string]*pgtest.Cluster{"a": a, "b": b}, urls: map[string]string{}}
+	var file strings.Builder
+	for _, pod := range []string{"a", "b"} {
+		w.urls[pod] = w.clusters[pod].NewDatabase(t, pgtest.DatabaseName(t.Name()+"/"+pod))
+		fmt.Fprintf(&file, "%s %s\n", pod, w.urls[pod])
+	}
+	w.file = filepath.Join(t.TempDir(), "pods")
+	if err := os.WriteFile(w.file, []byte(file.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// spec is a replica's on w.
+func (w *podsWorld) spec() spec {
+	return spec{pods: w.file, args: []string{"--placement-etcd", strings.Join(w.etcd.Endpoints(), ","), "--db-pool", "4"}}
+}
+
+// principalsOn returns the tokens of n principals that a directory of
+// pods a and b of weight 1 places on pod.
+func principalsOn(pod string, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		token := fmt.Sprintf("merchant-%d", i)
+		if got, _ := placement.Choose(devPrincipal(token), map[string]int{"a": 1, "b": 1}, nil); got == pod {
+			out = append(out, token)
+		}
+	}
+	return out
+}
+
+// intentsOn returns the intent ids pod's database holds, by owner's
+// token (of those the test gives).
+func (w *podsWorld) intentsOn(t *testing.T, pod string, tokens ...string) map[string][]string {
+	t.Helper()
+	tokenOf := map[string]string{}
+	for _, token := range tokens {
+		tokenOf[devPrincipal(token)] = token
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, w.urls[pod])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT owner, id FROM payment_intents ORDER BY owner, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for rows.Next() {
+		var owner, id string
+		if err := rows.Scan(&owner, &id); err != nil {
+			t.Fatal(err)
+		}
+		out[tokenOf[owner]] = append(out[tokenOf[owner]], id)
+	}
+	return out
+}
+
+// TestPods_PrincipalsSpread_ReplayOnAnyReplica: principals of both pods
+// create on one replica; the other replays each key's answer byte for
+// byte and lists the same intents; each principal's intents are all in
+// its pod's database.
+func TestPods_PrincipalsSpread_ReplayOnAnyReplica(t *testing.T) {
+	w := newPodsWorld(t)
+	one, two := start(t, w.spec()), start(t, w.spec())
+	principals := append(principalsOn("a", 3), principalsOn("b", 3)...)
+	for _, p := range principals {
+		first := one.createSeed(p, "k1", "100000000")
+		again := two.createSeed(p, "k1", "100000000")
+		if first.err != nil || again.err != nil || !again.replayed() {
+			t.Fatalf("%s: create %v, then on the other replica %v (replayed %t)", p, first.err, again.err, again.replayed())
+		}
+		if string(deterministic(t, first.resp)) != string(deterministic(t, again.resp)) {
+			t.Errorf("%s: the other replica's replay differs:\n%v\n%v", p, first.resp, again.resp)
+		}
+		if got := two.list(t, p); len(got) != 1 || got[0].Id != first.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id {
+			t.Errorf("%s: the other replica lists %v", p, got)
+		}
+	}
+	a, b := w.intentsOn(t, "a", principals...), w.intentsOn(t, "b", principals...)
+	for i, p := range principals {
+		home, away := a, b
+		if i >= 3 {
+			home, away = b, a
+		}
+		if len(home[p]) != 1 || len(away[p]) != 0 {
+			t.Errorf("%s: %d intents on its pod, %d on the other; want 1 and 0", p, len(home[p]), len(away[p]))
+		}
+	}
+}
+
+// TestPods_ConcurrentFirstCreates_ThreeReplicas_PlacedOnce: the first
+// creates of new principals arrive on three replicas at once, the same
+// key and other keys. Each principal is placed once, on one pod, and has
+// one intent per key.
+func TestPods_ConcurrentFirstCreates_ThreeReplicas_PlacedOnce(t *testing.T) {
+	w := newPodsWorld(t)
+	ds := []*daemon{start(t, w.spec()), start(t, w.spec()), start(t, w.spec())}
+	principals := []string{"racer-1", "racer-2", "racer-3", "racer-4"}
+	var wg sync.WaitGroup
+	begin := make(chan struct{})
+	for _, p := range principals {
+		for i, d := range ds {
+			for j := range 3 {
+				wg.Go(func() {
+					<-begin
+					key := []string{"same", fmt.Sprintf("own-%d-%d", i, j)}[j%2]
+					for attempt := 0; ; attempt++ {
+						a := d.createSeed(p, key, "100000000")
+						if a.err == nil || attempt == 50 {
+							if a.err != nil {
+								t.Errorf("%s %s on replica %d: %v", p, key, i, a.err)
+							}
+							return
+						}
+						time.Sleep(20 * time.Millisecond) // ABORTED: the same key in flight elsewhere
+					}
+				})
+			}
+		}
+	}
+	close(begin)
+	wg.Wait()
+	a, b := w.intentsOn(t, "a", principals...), w.intentsOn(t, "b", principals...)
+	for _, p := range principals {
+		// Keys: "same" once, and own-i-1 for i in 0..2: 4 distinct.
+		if n, m := len(a[p]), len(b[p]); !(n == 4 && m == 0 || n == 0 && m == 4) {
+			t.Errorf("%s: %d intents on pod a, %d on pod b; want 4 on one pod, none on the other", p, n, m)
+		}
+	}
+}
+
+// TestPods_EtcdUnreachable_PlacedServed_NewRefusedWithRetryDelay: every
+// etcd member killed, then paused. A principal already placed creates
+// and reads on; a new one is refused UNAVAILABLE with a retry delay
+// (HTTP: 503 with Retry-After). With etcd back, the new one is placed.
+func TestPods_EtcdUnreachable_PlacedServed_NewRefusedWithRetryDelay(t *testing.T) {
+	w := newPodsWorld(t)
+	s := w.spec()
+	s.http = true
+	d := start(t, s)
+	if a := d.createSeed("known", "k0", "100000000"); a.err != nil {
+		t.Fatal(a.err)
+	}
+	for _, fault := range []struct {
+		name     string
+		down, up func(*etcdtest.Member) error
+	}{{"killed", (*etcdtest.Member).Kill, (*etcdtest.Member).Start}, {"paused", (*etcdtest.Member).Pause, (*etcdtest.Member).Resume}} {
+		for i := range 3 {
+			if err := fault.down(w.etcd.Member(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 5 {
+			if a := d.createSeed("known", fmt.Sprintf("%s-%d", fault.name, i), "100000000"); a.err != nil {
+				t.Errorf("etcd %s: a placed principal's create: %v", fault.name, a.err)
+			}
+		}
+		if got := d.list(t, "known"); len(got) < 6 {
+			t.Errorf("etcd %s: the placed principal lists %d intents", fault.name, len(got))
+		}
+		newcomer := "new-while-" + fault.name
+		wantRefusedWithDelay(t, d, newcomer)
+		if h := d.httpCreate(t, newcomer, "h1", seedBody); h.status != http.StatusServiceUnavailable || h.header.Get("Retry-After") != "1" {
+			t.Errorf("etcd %s: a new principal over HTTP: %d, Retry-After %q; want 503 and 1", fault.name, h.status, h.header.Get("Retry-After"))
+		}
+		for i := range 3 {
+			if err := fault.up(w.etcd.Member(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if err = d.createSeed(newcomer, "k1", "100000000").err; err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Errorf("etcd back after %s: the new principal's create: %v", fault.name, err)
+		}
+	}
+}
+
+// wantRefusedWithDelay checks that principal's create is refused
+// UNAVAILABLE, IDEMPOTENCY_SCOPE_UNAVAILABLE, with a RetryInfo of 1s.
+func wantRefusedWithDelay(t *testing.T, d *daemon, principal string) {
+	t.Helper()
+	a := d.createSeed(principal, "k1", "100000000")
+	var delay time.Duration
+	for _, detail := range status.Convert(a.err).Details() {
+		if ri, ok := detail.(*errdetails.RetryInfo); ok {
+			delay = ri.RetryDelay.AsDuration()
+		}
+	}
+	if status.Code(a.err) != codes.Unavailable || reason(a.err) != wire.ReasonScopeUnavailable || delay != time.Second {
+		t.Errorf("a new principal with etcd down: %v (reason %q, retry after %v); want UNAVAILABLE %s after 1s",
+			a.err, reason(a.err), delay, wire.ReasonScopeUnavailable)
+	}
+}
