@@ -66,9 +66,11 @@ test:
 ## test; PAYMENTSD_FAILOVER_ROUNDS sets them). The Patroni test, three
 ## replicas on three PostgreSQL members under Patroni and etcd, runs 10
 ## leader kills, 3 switchovers, 3 pauses past the TTL and an etcd member
-## killed here (each kind once in make test)
+## killed here (each kind once in make test). The pods test, three
+## replicas on two pods, kills one pod's PostgreSQL 20 times (twice in make
+## test; PAYMENTSD_PODS_ROUNDS sets them)
 crashtest:
-	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 PAYMENTSD_PATRONI_ROUNDS=crashtest go test -C daemon -count=1 -timeout 45m -v -run '^TestCrash' ./cmd/paymentsd
+	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 PAYMENTSD_PATRONI_ROUNDS=crashtest PAYMENTSD_PODS_ROUNDS=20 go test -C daemon -count=1 -timeout 45m -v -run '^TestCrash' ./cmd/paymentsd
 
 ## robustness: the robustness suite for about 30 minutes: 20 runs on bbolt
 ## and 20 on three PostgreSQL replicas, random operations under a seeded

@@ -245,3 +245,55 @@ func wantRefusedWithDelay(t *testing.T, d *daemon, principal string) {
 			a.err, reason(a.err), delay, wire.ReasonScopeUnavailable)
 	}
 }
+
+// podsRounds is the number of rounds of TestCrash_Pods_OnePodKilled:
+// PAYMENTSD_PODS_ROUNDS if set, else 2 (make test: about 15 s).
+func podsRounds() int { return envInt("PAYMENTSD_PODS_ROUNDS", 2) }
+
+// TestCrash_Pods_OnePodKilled: three replicas on two pods, clients
+// creating with duplicates racing across replicas for two principals on
+// each pod. Round after round, pod b's PostgreSQL is killed with SIGKILL
+// under load, and started again. Pod a's principals see no failed call
+// (no UNAVAILABLE, no timeout) throughout; pod b's recover; at the end
+// every key has one intent, its answer's, on every replica, none lost and
+// none an orphan.
+func TestCrash_Pods_OnePodKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	w := newPodsWorld(t)
+	onA, onB := principalsOn("a", 2), principalsOn("b", 2)
+	rs := &replicaSet{t: t, pods: w.file, args: w.spec().args}
+	t.Cleanup(func() {
+		if t.Failed() {
+			saveReplicaLogs(t, rs)
+		}
+	})
+	for i := range 3 {
+		rs.start(i)
+	}
+	load := startReplicaLoadAs(t, rs, append(onA, onB...), nil)
+	rounds := podsRounds()
+	for range rounds {
+		time.Sleep(time.Second)
+		w.clusters["b"].Kill(t)
+		time.Sleep(2 * time.Second)
+		w.clusters["b"].StartAgain(t)
+		time.Sleep(time.Second)
+	}
+	load.halt()
+	load.answerAll()
+	found := load.check()
+	load.mu.Lock()
+	failed := load.failedOf
+	load.mu.Unlock()
+	for _, token := range onA {
+		if failed[token] != 0 {
+			t.Errorf("pod a's principal %s saw %d failed calls while pod b was killed; want 0", token, failed[token])
+		}
+	}
+	t.Logf("pods crash test: %d rounds of pod b killed; %d keys, %d requests; failed calls of pod b's principals %d, %d; "+
+		"of pod a's %d, %d; %d acknowledged lost, %d keys with two intents, %d orphans",
+		rounds, len(load.keys), load.requests.Load(), failed[onB[0]], failed[onB[1]], failed[onA[0]], failed[onA[1]],
+		len(found.missing), len(found.twoIntents), len(found.orphans))
+}
