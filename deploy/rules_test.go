@@ -224,6 +224,10 @@ var onlyWith = map[string]string{
 	// It needs client certificates on every call. cmd/paymentsd's
 	// TestMTLS_CRLOutOfForceOrOlder_RevokedClientStaysRefused scrapes it.
 	"paymentsd_tls_client_crl_next_update_seconds": "--tls-client-crl",
+	// They need several pods and etcd. cmd/paymentsd's
+	// TestPods_PodDown_HealthAndMetricsByPod scrapes them.
+	"paymentsd_pod_up":                 "--pods",
+	"paymentsd_placement_directory_up": "--pods",
 }
 
 // backends are the stores paymentsd runs on, each with how to scrape it.

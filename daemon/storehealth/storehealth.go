@@ -50,6 +50,22 @@ func Watch(ctx context.Context, h *health.Server, check func(context.Context) er
 	}
 }
 
+// PodService is the grpc.health.v1 service name of a pod's health.
+func PodService(pod string) string { return "paymentsd.pod." + pod }
+
+// SetPods reports each pod's health, nil serving, as the service
+// PodService names: a probe of one pod asks for it. The server's own
+// status stays SERVING while any pod serves.
+func SetPods(h *health.Server, pods map[string]error) {
+	for pod, err := range pods {
+		st := healthpb.HealthCheckResponse_SERVING
+		if err != nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		h.SetServingStatus(PodService(pod), st)
+	}
+}
+
 // Handler serves probes that speak only HTTP. It answers 200 while h
 // reports the server SERVING, and 503 otherwise: its store does not serve,
 // or it shuts down.

@@ -209,6 +209,9 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		if p, ok := m.db.(prom.Postgres); ok {
 			m.prom.WatchPostgres(p)
 		}
+		if p, ok := m.db.(prom.Pods); ok {
+			m.prom.WatchPods(p)
+		}
 		if calls != nil {
 			m.prom.WatchLimits(m.lis.Limits.Listeners, slices.Collect(maps.Values(m.lis.Limits.Refusals)), calls)
 		}
@@ -311,6 +314,9 @@ func (m *Main) healthCheck(ctx context.Context) error {
 	}
 	if err := m.db.Check(ctx); err != nil {
 		return err
+	}
+	if p, ok := m.db.(prom.Pods); ok {
+		storehealth.SetPods(m.health, p.Health())
 	}
 	return crl
 }

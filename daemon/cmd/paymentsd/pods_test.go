@@ -17,10 +17,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	paymentsv1 "github.com/paymentsd/paymentsd/daemon/gen/payments/v1"
 	"github.com/paymentsd/paymentsd/daemon/placement"
+	"github.com/paymentsd/paymentsd/daemon/storehealth"
 	"github.com/paymentsd/paymentsd/daemon/testkit/etcdtest"
 	"github.com/paymentsd/paymentsd/internal/testkit/pgtest"
 	"github.com/paymentsd/paymentsd/wire"
@@ -296,4 +298,53 @@ func TestCrash_Pods_OnePodKilled(t *testing.T) {
 		"of pod a's %d, %d; %d acknowledged lost, %d keys with two intents, %d orphans",
 		rounds, len(load.keys), load.requests.Load(), failed[onB[0]], failed[onB[1]], failed[onA[0]], failed[onA[1]],
 		len(found.missing), len(found.twoIntents), len(found.orphans))
+}
+
+// TestPods_PodDown_HealthAndMetricsByPod: with pod b's PostgreSQL down,
+// paymentsd serves (pod a does), reports paymentsd.pod.b NOT_SERVING and
+// paymentsd.pod.a SERVING, and its metrics say which pod is down; with b
+// back, b serves again.
+func TestPods_PodDown_HealthAndMetricsByPod(t *testing.T) {
+	w := newPodsWorld(t)
+	s := w.spec()
+	s.metrics = true
+	d := start(t, s)
+	for _, token := range []string{principalsOn("a", 1)[0], principalsOn("b", 1)[0]} {
+		if a := d.createSeed(token, "k", "100000000"); a.err != nil {
+			t.Fatal(a.err)
+		}
+	}
+	w.clusters["b"].Stop(t)
+	waitPodHealth(t, d, "b", healthpb.HealthCheckResponse_NOT_SERVING)
+	if got := serviceHealth(t, d, storehealth.PodService("a")); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("pod a with pod b down: %v, want SERVING", got)
+	}
+	if got := healthStatus(t, d); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("the server with pod b down: %v, want SERVING: pod a serves", got)
+	}
+	m := d.scrape(t)
+	for name, want := range map[string]float64{
+		`paymentsd_pod_up{pod="a"}`: 1, `paymentsd_pod_up{pod="b"}`: 0, `paymentsd_placement_directory_up`: 1,
+		`paymentsd_placement_places_total`: 2, `paymentsd_pg_pool_max_connections{pod="a"}`: 4,
+	} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %t), want %v", name, got, ok, want)
+		}
+	}
+	w.clusters["b"].StartAgain(t)
+	waitPodHealth(t, d, "b", healthpb.HealthCheckResponse_SERVING)
+}
+
+// waitPodHealth waits until d reports pod's health as want.
+func waitPodHealth(t *testing.T, d *daemon, pod string, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		got := serviceHealth(t, d, storehealth.PodService(pod))
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s reported %v, want %v", pod, got, want)
+		}
+	}
 }

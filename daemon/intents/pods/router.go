@@ -39,6 +39,7 @@ type Directory interface {
 	Place(ctx context.Context, principal string) (placement.Placement, error)
 	Resolve(ctx context.Context, principal string) (placement.Placement, bool, error)
 	Health() error
+	Stats() placement.Stats
 	Close() error
 }
 
@@ -142,8 +143,20 @@ func (r *Router) Health() map[string]error {
 // Directory is where the router's principals live.
 func (r *Router) Directory() Directory { return r.dir }
 
-// Pods are the router's pods, as configured.
-func (r *Router) Pods() []Pod { return r.pods }
+// DirectoryHealth is the directory's: nil while it is in touch with etcd.
+func (r *Router) DirectoryHealth() error { return r.dir.Health() }
+
+// DirectoryStats count what the directory asked of etcd.
+func (r *Router) DirectoryStats() placement.Stats { return r.dir.Stats() }
+
+// Backends are the router's pods' databases, by pod name.
+func (r *Router) Backends() map[string]intents.Backend {
+	b := make(map[string]intents.Backend, len(r.pods))
+	for _, p := range r.pods {
+		b[p.Name] = p.Backend
+	}
+	return b
+}
 
 // CountRecords counts every pod's records, for the metrics.
 func (r *Router) CountRecords() (float64, error) {
