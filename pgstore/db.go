@@ -340,6 +340,13 @@ func (db *DB) Run(ctx context.Context, fn func(q Querier) error) error {
 	}))
 }
 
+// Joins reports whether ctx carries a Tx of db, which Run and Read then
+// join. Its claim holds the scope's fence lock (see FenceLock).
+func (db *DB) Joins(ctx context.Context) bool {
+	t, ok := ctx.Value(txKey{}).(*Tx)
+	return ok && t.db == db
+}
+
 // Read calls fn with the transaction of the Tx that ctx carries, as Run
 // does. Without one, it calls fn with a pooled connection, each statement
 // a transaction of its own, and then proves what fn read (see

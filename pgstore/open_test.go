@@ -34,15 +34,15 @@ func TestOpen_Migrations_OnceConcurrentlyAndNewerRefused(t *testing.T) {
 
 	db := open(t, name, nil)
 	var version int
-	if err := db.Pool().QueryRow(context.Background(), `SELECT version FROM schema_versions WHERE component = 'idempotency'`).Scan(&version); err != nil || version != 7 {
-		t.Fatalf("schema version = %d, %v; want 7", version, err)
+	if err := db.Pool().QueryRow(context.Background(), `SELECT version FROM schema_versions WHERE component = 'idempotency'`).Scan(&version); err != nil || version != 8 {
+		t.Fatalf("schema version = %d, %v; want 8", version, err)
 	}
-	if _, err := db.Pool().Exec(context.Background(), `UPDATE schema_versions SET version = 8 WHERE component = 'idempotency'`); err != nil {
+	if _, err := db.Pool().Exec(context.Background(), `UPDATE schema_versions SET version = 9 WHERE component = 'idempotency'`); err != nil {
 		t.Fatal(err)
 	}
 	_, err := pgstore.Open(context.Background(), url, nil)
-	if !errors.Is(err, pgstore.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 8") || !strings.Contains(err.Error(), "up to 7") {
-		t.Errorf("Open of a newer schema = %v, want ErrSchemaTooNew naming versions 8 and 7", err)
+	if !errors.Is(err, pgstore.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 9") || !strings.Contains(err.Error(), "up to 8") {
+		t.Errorf("Open of a newer schema = %v, want ErrSchemaTooNew naming versions 9 and 8", err)
 	}
 }
 

@@ -254,25 +254,35 @@ func (db *DB) take(ctx context.Context, l look, outcome storage.Outcome, rec *st
 func (t *Tx) lockAndRead(ctx context.Context) (locked bool, stored *storage.Record, now time.Time, err error) {
 	b := &pgx.Batch{}
 	b.Queue(beginReadCommitted)
-	b.Queue(`SELECT pg_try_advisory_xact_lock($1), clock_timestamp()`, t.lock)
+	b.Queue(`SELECT pg_try_advisory_xact_lock($1), pg_try_advisory_xact_lock_shared($2), clock_timestamp()`, t.lock, FenceLock(t.key.Scope))
+	b.Queue(selectFence, t.key.Scope)
 	b.Queue(selectRecord, t.key.Scope, t.key.Key)
+	var unfenced, fenced bool
 	err = t.sendBatch(ctx, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		if err := br.QueryRow().Scan(&locked, &now); err != nil {
+		if err := br.QueryRow().Scan(&locked, &unfenced, &now); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&fenced); err != nil {
 			return err
 		}
 		var err error
 		stored, err = scanRecord(br.QueryRow())
 		return err
 	})
+	if err == nil && locked && (fenced || !unfenced) {
+		// Refused only with the key's lock: a look without it only
+		// answers from a record, the same on the scope's new database.
+		err = &storage.ScopeUnavailableError{Scope: t.key.Scope, Why: "moved to another database", RetryAfter: FenceRetry}
+	}
 	if err != nil {
 		// A lock wait that ran out was the read's (a table lock queued
 		// behind a schema change). The key's lock may have been taken:
 		// rollbackLocked releases it either way. Any other failure may have
 		// left the connection unusable. It is closed, which releases all.
-		if !errors.Is(err, errLocked) {
+		if !errors.Is(err, errLocked) && !errors.Is(err, storage.ErrScopeUnavailable) {
 			t.conn.Conn().Close(ctx)
 		}
 		return false, nil, time.Time{}, err
@@ -544,7 +554,7 @@ func (db *DB) Complete(ctx context.Context, k storage.RecordKey, done *storage.R
 	if err != nil {
 		return err
 	}
-	return superseded(commitOutcome(db.noteFailure(db.execCommit(ctx, stmt, args...))))
+	return superseded(k.Scope, commitOutcome(db.noteFailure(db.execCommit(ctx, stmt, args...))))
 }
 
 // commitOutcome is the error of a commit. The commit is a batch that ends
@@ -578,16 +588,22 @@ func completion(k storage.RecordKey, done *storage.Record, notify bool) (string,
 		p := noticePayload(k)
 		notice = &p
 	}
-	return `SELECT idempotency_complete($1, $2, $3, $4, $5, $6)`,
-		[]any{k.Scope, k.Key, int64(done.Attempt), done.Token[:], res, notice}, nil
+	return `SELECT idempotency_complete($1, $2, $3, $4, $5, $6, $7)`,
+		[]any{k.Scope, k.Key, int64(done.Attempt), done.Token[:], res, notice, FenceLock(k.Scope)}, nil
 }
 
 // superseded is err, or ErrSuperseded when err is idempotency_complete's
-// finding that the claim is no longer the stored one.
-func superseded(err error) error {
+// finding that the claim is no longer the stored one, or a
+// ScopeUnavailableError when it found the scope fenced.
+func superseded(scope string, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "PI001" {
+	switch {
+	case !errors.As(err, &pgErr):
+		return err
+	case pgErr.Code == "PI001":
 		return storage.ErrSuperseded
+	case pgErr.Code == "PI002":
+		return &storage.ScopeUnavailableError{Scope: scope, Why: "moved to another database", RetryAfter: FenceRetry}
 	}
 	return err
 }

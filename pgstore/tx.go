@@ -144,8 +144,9 @@ func (t *Tx) Commit(ctx context.Context, done *storage.Record) error {
 		// The key stays locked from the rollback to the record's commit.
 		// The session takes its lock too, at once, since it holds it
 		// already.
+		// So does the scope's fence lock, held shared since the look.
 		t.sessionLock = true
-		b.Queue(`SELECT pg_advisory_lock($1)`, t.lock)
+		b.Queue(`SELECT pg_advisory_lock($1), pg_advisory_lock_shared($2)`, t.lock, FenceLock(t.key.Scope))
 		b.Queue(`ROLLBACK`)
 		b.Queue(`BEGIN`)
 	}
@@ -192,7 +193,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, noti
 		if err == nil {
 			t.db.ledger.Remember(t.key, done, 0, t.committing)
 		}
-		return superseded(commitOutcome(t.db.noteFailure(err)))
+		return superseded(t.key.Scope, commitOutcome(t.db.noteFailure(err)))
 	}
 	// A completion that finds the claim superseded raises, and the COMMIT
 	// after it does not run.
@@ -202,7 +203,7 @@ func (t *Tx) commitDurableLocked(ctx context.Context, done *storage.Record, noti
 	if err := t.sendCommit(ctx, b, execAll(b)); err != nil {
 		t.db.noteStall(t.conn.Conn().PgConn(), err)
 		t.rollbackLocked()
-		return superseded(commitOutcome(err))
+		return superseded(t.key.Scope, commitOutcome(err))
 	}
 	if err := t.keptLocallyOnly(); err != nil {
 		return err

@@ -71,6 +71,9 @@ func (s *Store) CreateIntent(ctx context.Context, owner, key string, pi *payment
 		return err
 	}
 	return s.db.Run(ctx, func(q pgstore.Querier) error {
+		if err := s.writeHere(ctx, q, owner); err != nil {
+			return err
+		}
 		tag, err := q.Exec(ctx, `INSERT INTO payment_intents (id, owner, create_time_ns, intent, idempotency_key)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
 			pi.Id, owner, createNanos(pi), v, nullString(key))
@@ -89,8 +92,10 @@ func (s *Store) CreateIntent(ctx context.Context, owner, key string, pi *payment
 func (s *Store) GetIntent(ctx context.Context, owner, id string) (*paymentsv1.PaymentIntent, error) {
 	var pi *paymentsv1.PaymentIntent
 	err := s.db.Read(ctx, func(q pgstore.Querier) (err error) {
-		pi, err = getIntent(ctx, q, owner, id, false)
-		return err // a miss is pi == nil: an answer, not a failure of the storage
+		if pi, err = getIntent(ctx, q, owner, id, false); err != nil {
+			return err // a miss is pi == nil: an answer, not a failure of the storage
+		}
+		return s.readHere(ctx, q, owner)
 	})
 	if err == nil && pi == nil {
 		err = fmt.Errorf("intent %s: %w", id, server.ErrNotFound)
@@ -154,6 +159,9 @@ func (s *Store) UpdateIntent(ctx context.Context, owner, id string, update func(
 			busy bool // fn ran, and timed out waiting for the row's lock
 		)
 		err := s.db.Run(ctx, func(q pgstore.Querier) error {
+			if err := s.writeHere(ctx, q, owner); err != nil {
+				return err
+			}
 			var err error
 			pi, err = getIntent(ctx, q, owner, id, true)
 			if err != nil {
@@ -226,8 +234,10 @@ func (s *Store) ListIntents(ctx context.Context, owner string, after []byte, lim
 		if err != nil {
 			return fmt.Errorf("list intents: %w", err)
 		}
-		page, next, err = scanPage(rows, limit)
-		return err
+		if page, next, err = scanPage(rows, limit); err != nil {
+			return err
+		}
+		return s.readHere(ctx, q, owner)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -388,6 +398,9 @@ func (s *Store) ScanIntents(ctx context.Context, owner string, from time.Time, b
 				return err
 			}
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return s.readHere(ctx, q, owner)
 	})
 }

@@ -193,6 +193,11 @@ func (r *Router) place(ctx context.Context, principal string) (Pod, error) {
 	if err != nil {
 		return Pod{}, r.away(ctx, principal, err)
 	}
+	if pl.Move != nil {
+		// Frozen: nothing new of it is begun until the move ends. What is
+		// in progress finishes on its pod, which the move waits for.
+		return Pod{}, &storage.ScopeUnavailableError{Scope: principal, Why: "moving to another pod", RetryAfter: RetryAfter}
+	}
 	return r.podOf(pl)
 }
 
