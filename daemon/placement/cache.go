@@ -28,7 +28,9 @@ const (
 // value is a placement as etcd stores it. Later fields (a move under way)
 // are ignored by readers that do not know them.
 type value struct {
-	Pod string `json:"pod"`
+	Pod     string `json:"pod"`
+	Move    *Move  `json:"move,omitempty"`
+	Cleanup string `json:"cleanup,omitempty"`
 }
 
 // weighted is a pod's weight and the revision that wrote it.
@@ -137,7 +139,7 @@ func decode(principal string, kv *mvccpb.KeyValue) (Placement, error) {
 	if err := json.Unmarshal(kv.Value, &v); err != nil || v.Pod == "" {
 		return Placement{}, fmt.Errorf("placement: %s: value %q: want {\"pod\":\"...\"}", principal, kv.Value)
 	}
-	return Placement{Principal: principal, Pod: v.Pod, Revision: kv.ModRevision}, nil
+	return Placement{Principal: principal, Pod: v.Pod, Move: v.Move, Cleanup: v.Cleanup, Revision: kv.ModRevision}, nil
 }
 
 // reload reads the whole directory at one revision, in pages, and makes

@@ -54,6 +54,12 @@ var (
 type Placement struct {
 	Principal string
 	Pod       string
+	// Move is a move of the principal to another pod under way: its new
+	// claims are refused until it ends. Nil when none is.
+	Move *Move
+	// Cleanup names the pod a finished move left copies on, until the
+	// mover deletes them.
+	Cleanup string
 	// Revision is the etcd revision that last wrote the placement: the
 	// token that a change of it must compare.
 	Revision int64
