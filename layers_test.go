@@ -57,10 +57,10 @@ var floors = [][]string{
 		"daemon/config", "daemon/credfiles", "daemon/prom", "daemon/rpclog", "daemon/storehealth"},
 	// What stands on the daemon's parts: the operator console, which shows
 	// records as recordview does, the listeners, bound from the
-	// configuration, the router over several pods, opened from it, and the
-	// health, record and release subcommands, and those that make
-	// credentials.
-	{"daemon/console", "daemon/listeners", "daemon/intents/pods", "daemon/healthcmd", "daemon/keycmd", "daemon/credcmd"},
+	// configuration, the router over several pods, opened from it, the
+	// move of a principal between pods, and the health, record and release
+	// subcommands, and those that make credentials.
+	{"daemon/console", "daemon/listeners", "daemon/intents/pods", "daemon/podmove", "daemon/healthcmd", "daemon/keycmd", "daemon/credcmd"},
 	// Programs, and the generator of the Grafana dashboard.
 	{"daemon/cmd/paymentsd", "daemon/bench", "deploy", "deploy/grafana/gen", "daemon/robustness", "examples/jetstream"},
 }

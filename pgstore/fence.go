@@ -21,6 +21,11 @@ const selectFence = `SELECT EXISTS (SELECT 1 FROM idempotency_fences WHERE scope
 // scope lives.
 const FenceRetry = time.Second
 
+// ScopedTables are pgstore's tables whose rows each belong to one scope,
+// by the column that names it: what a move of a scope to another database
+// copies. The fences are not: each database keeps its own.
+var ScopedTables = map[string]string{"idempotency_records": "scope", "idempotency_releases": "scope"}
+
 // FenceLock is the advisory lock, a bigint, of a scope's fence. Every
 // claim holds it shared from its look to its commit, and Fence takes it
 // exclusive. It is the first 8 bytes of the SHA-256 of "fence", a zero

@@ -203,15 +203,7 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 				m.prom.WatchCRLs(m.creds.TLS)
 			}
 		}
-		if c, ok := m.db.(interface{ CommitCounts() (uint64, uint64) }); ok { // bbolt's group commit
-			m.prom.WatchCommits(c.CommitCounts)
-		}
-		if p, ok := m.db.(prom.Postgres); ok {
-			m.prom.WatchPostgres(p)
-		}
-		if p, ok := m.db.(prom.Pods); ok {
-			m.prom.WatchPods(p)
-		}
+		m.watchStore()
 		if calls != nil {
 			m.prom.WatchLimits(m.lis.Limits.Listeners, slices.Collect(maps.Values(m.lis.Limits.Refusals)), calls)
 		}
@@ -246,6 +238,20 @@ func (m *Main) newGRPC(ctx context.Context) (err error) {
 		m.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 	return nil
+}
+
+// watchStore exports what the store tells of itself: bbolt's group
+// commit, a PostgreSQL pool, or each pod's.
+func (m *Main) watchStore() {
+	if c, ok := m.db.(interface{ CommitCounts() (uint64, uint64) }); ok {
+		m.prom.WatchCommits(c.CommitCounts)
+	}
+	if p, ok := m.db.(prom.Postgres); ok {
+		m.prom.WatchPostgres(p)
+	}
+	if p, ok := m.db.(prom.Pods); ok {
+		m.prom.WatchPods(p)
+	}
 }
 
 // idempotency is the idempotency interceptor, with paymentsd's methods'

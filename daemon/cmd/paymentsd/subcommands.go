@@ -11,6 +11,7 @@ import (
 	"github.com/paymentsd/paymentsd/daemon/healthcmd"
 	"github.com/paymentsd/paymentsd/daemon/internal/cli"
 	"github.com/paymentsd/paymentsd/daemon/keycmd"
+	"github.com/paymentsd/paymentsd/daemon/podmove"
 )
 
 // program is paymentsd's operator subcommands, listed by paymentsd help in
@@ -22,6 +23,7 @@ var program = cli.Program{
 		{Name: "record", Args: "--principal P --key K [--db DB] [--json]", Summary: "what happened to an idempotency key: state, attempt, fingerprint, result", Run: keycmd.Record},
 		{Name: "intents", Args: "--principal P [--since 24h] [--duplicates] [--db DB] [--json]", Summary: "a principal's intents, newest first, with their keys; or the same payment made under two keys", Run: keycmd.Intents},
 		{Name: "release", Args: "--principal P --key K [--db DB] [--json]", Summary: "release a key whose stored result is a transactional method's error, so that it runs fresh; refuses any other", Run: keycmd.Release},
+		{Name: "move", Args: "--principal P --to POD [--pods FILE] [--placement-etcd URLS]", Summary: "move a principal's records and intents to another pod while the servers serve; run again, it finishes or undoes a move that stopped", Run: podmove.Run},
 		{Name: "backup", Args: "FILE [--db DB]", Summary: "a consistent copy of the bbolt data file, while the server runs or not", Run: runBackup},
 		{Name: "check", Args: "[--db DB]", Summary: "check the bbolt data file's structure: exit 0 when sound, 1 with the findings", Run: runCheck},
 		{Name: "compact", Args: "[--db DB]", Summary: "rewrite the stopped server's bbolt data file without its free pages, in place; refuses a file a running paymentsd holds", Run: runCompact},

@@ -15,6 +15,10 @@ import (
 // has already checked the fence, and holds the fence lock until it
 // commits; outside one, the checks below do.
 
+// ScopedTables are the intents' tables, by the column naming the owner:
+// what a move of an owner to another database copies with its records.
+var ScopedTables = map[string]string{"payment_intents": "owner"}
+
 // readHere refuses what a read of owner's intents found, if owner is
 // fenced here. It runs after the read: a fence is written before the
 // moved rows are deleted, so a read that saw them gone sees the fence.
