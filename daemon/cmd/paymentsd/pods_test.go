@@ -251,6 +251,22 @@ func wantRefusedWithDelay(t *testing.T, d *daemon, principal string) {
 	}
 }
 
+// loadReplicas starts three replicas on w, and clients creating with
+// duplicates racing across them for the principals of tokens.
+func (w *podsWorld) loadReplicas(t *testing.T, tokens []string) *replicaLoad {
+	t.Helper()
+	rs := &replicaSet{t: t, pods: w.file, args: w.spec().args}
+	t.Cleanup(func() {
+		if t.Failed() {
+			saveReplicaLogs(t, rs)
+		}
+	})
+	for i := range 3 {
+		rs.start(i)
+	}
+	return startReplicaLoadAs(t, rs, tokens, nil)
+}
+
 // podsRounds is the number of rounds of TestCrash_Pods_OnePodKilled:
 // PAYMENTSD_PODS_ROUNDS if set, else 2 (make test: about 15 s).
 func podsRounds() int { return envInt("PAYMENTSD_PODS_ROUNDS", 2) }
@@ -268,16 +284,7 @@ func TestCrash_Pods_OnePodKilled(t *testing.T) {
 	}
 	w := newPodsWorld(t)
 	onA, onB := principalsOn("a", 2), principalsOn("b", 2)
-	rs := &replicaSet{t: t, pods: w.file, args: w.spec().args}
-	t.Cleanup(func() {
-		if t.Failed() {
-			saveReplicaLogs(t, rs)
-		}
-	})
-	for i := range 3 {
-		rs.start(i)
-	}
-	load := startReplicaLoadAs(t, rs, append(onA, onB...), nil)
+	load := w.loadReplicas(t, append(onA, onB...))
 	rounds := podsRounds()
 	for range rounds {
 		time.Sleep(time.Second)
@@ -403,16 +410,7 @@ func (w *podsWorld) killMoveAt(t *testing.T, token, to, step string) {
 func TestPods_MoveUnderLoad(t *testing.T) {
 	w := newPodsWorld(t)
 	onA, onB := principalsOn("a", 2), principalsOn("b", 2)
-	rs := &replicaSet{t: t, pods: w.file, args: w.spec().args}
-	t.Cleanup(func() {
-		if t.Failed() {
-			saveReplicaLogs(t, rs)
-		}
-	})
-	for i := range 3 {
-		rs.start(i)
-	}
-	load := startReplicaLoadAs(t, rs, append(onA, onB...), nil)
+	load := w.loadReplicas(t, append(onA, onB...))
 	moved := onA[0]
 	time.Sleep(time.Second)
 	w.killMoveAt(t, moved, "b", "fence")
