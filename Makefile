@@ -77,16 +77,19 @@ crashtest:
 ## schedule of faults (each kind in turn), every history checked with
 ## porcupine; 5 runs of about a minute on three replicas on a Patroni
 ## cluster (PAYMENTSD_ROBUSTNESS_PATRONI_RUNS), its leader killed, switched
-## over and paused past the TTL, an etcd member killed; then 20 message
+## over and paused past the TTL, an etcd member killed; 10 runs on three
+## replicas on two pods (PAYMENTSD_ROBUSTNESS_PODS_RUNS), a pod's
+## PostgreSQL killed, a principal moved by paymentsd move, an etcd member
+## killed; then 20 message
 ## runs of examples/jetstream on each backend, with duplicates, reuses,
 ## SIGKILLs, pauses past AckWait and nats-server restarts; make test runs
 ## one short run of each. A failure names its seed and how to replay its
 ## schedule (PAYMENTSD_ROBUSTNESS_SEED=... PAYMENTSD_ROBUSTNESS_RUNS=1, or
-## PAYMENTSD_ROBUSTNESS_PATRONI_RUNS=1) and where its report went
+## PAYMENTSD_ROBUSTNESS_PATRONI_RUNS=1, PAYMENTSD_ROBUSTNESS_PODS_RUNS=1) and where its report went
 ## (PAYMENTSD_ROBUSTNESS_OUT)
 robustness:
 	PAYMENTSD_ROBUSTNESS_RUNS=$${PAYMENTSD_ROBUSTNESS_RUNS:-20} PAYMENTSD_ROBUSTNESS_DURATION=$${PAYMENTSD_ROBUSTNESS_DURATION:-10s} \
-	PAYMENTSD_ROBUSTNESS_PATRONI_RUNS=$${PAYMENTSD_ROBUSTNESS_PATRONI_RUNS:-5} \
+	PAYMENTSD_ROBUSTNESS_PATRONI_RUNS=$${PAYMENTSD_ROBUSTNESS_PATRONI_RUNS:-5} PAYMENTSD_ROBUSTNESS_PODS_RUNS=$${PAYMENTSD_ROBUSTNESS_PODS_RUNS:-10} \
 		go test -C daemon -count=1 -timeout 55m -v -run '^TestRobustness' ./robustness
 
 ## bench: Go benchmarks of the store, the interceptor and the HTTP face's

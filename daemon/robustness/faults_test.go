@@ -87,6 +87,7 @@ type cluster struct {
 	dbProxes []*faultproxy.Proxy    // per PostgreSQL node
 	pair     *pgtest.Pair
 	patroni  *patroni.Cluster
+	pods     *pods
 	seed     uint64
 
 	// For the bursts of a pause on a run with durable claims (burst):
@@ -123,6 +124,11 @@ func (c *cluster) inject(f fault) error {
 	}
 	if c.patroni != nil {
 		return c.injectPatroni(f)
+	}
+	if c.pods != nil {
+		if handled, err := c.injectPods(f); handled {
+			return err
+		}
 	}
 	switch f.Kind {
 	case faultKill:
