@@ -291,10 +291,12 @@ func withDefaults(opts *Options) Options {
 	return o
 }
 
-// Close stops listening. If Open made the pool, Close closes it, waiting
-// for connections in use to be returned.
+// Close stops listening, and ends the health probe's heartbeat if one is
+// pending. If Open made the pool, Close closes it, waiting for
+// connections in use to be returned.
 func (db *DB) Close() error {
 	db.watcher.close()
+	db.endBeat()
 	if db.ownsPool {
 		db.pool.Close()
 	}

@@ -218,6 +218,31 @@ func (db *DB) beginBeat(ctx context.Context) error {
 	return nil
 }
 
+// endBeat ends a heartbeat still pending at Close, which no probe will
+// confirm: its connection goes back to the pool, whose Close waits for
+// it. One that does not answer within beatGrace (its commit waiting for a
+// standby that is gone) has its connection closed under it.
+func (db *DB) endBeat() {
+	s := db.standby
+	s.mu.Lock()
+	conn, done := s.conn, s.done
+	s.conn, s.done = nil, nil
+	s.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-time.After(beatGrace):
+		conn.Conn().PgConn().Conn().Close() // the beat's read fails, and it ends
+		<-done
+	}
+	conn.Release()
+}
+
+// beatGrace is how long Close waits for a pending heartbeat.
+const beatGrace = time.Second
+
 // beat writes the health probe's heartbeat on conn when the server has a
 // synchronous standby. Its context is never cancelled (see probeStandby).
 func beat(conn *pgxpool.Conn, claimant string) error {

@@ -266,6 +266,25 @@ func TestStandbyLost_WaitingCommitsGivenUpOnceTheProbeStalls(t *testing.T) {
 	}
 }
 
+// Close returns with a health probe's heartbeat pending: one whose commit
+// waits for a standby that is gone, which no later probe confirms. (A
+// server stopped right after its first probe once hung so, its pool
+// waiting for the heartbeat's connection.)
+func TestClose_WithAHeartbeatPending_Returns(t *testing.T) {
+	p, db, _ := standbyPair(t, "standby_close")
+	p.Standby().Stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	db.Probe(ctx) // begins a heartbeat that waits for the standby, and gives up on it
+	cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("Close still waits a minute later: the pending heartbeat's connection was never returned")
+	}
+}
+
 // A server that stalls is suspect for SuspectFor. Commits that stall at
 // once while it is suspect count once. Marked again soon after it lapsed,
 // it is suspect twice as long; marked long after, as long as at first.
