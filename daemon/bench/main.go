@@ -82,38 +82,42 @@ type scenario struct {
 	// own. So each request replays a key once, read from the database: the
 	// serving process has none in memory.
 	replayAll bool
+	// pods serves the database as the one pod of --pods, principals placed
+	// by a directory in an etcd of the run's own.
+	pods bool
 }
 
 var boltScenarios = []scenario{
-	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
-	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
-	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
-	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
-	{"fresh c=64, TLS", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, true, false, false, false},
-	{"fresh c=64, limits off", nolimits, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false},
-	{"http fresh c=64", paymentsd, 64, 20000, "fresh-", body, false, 0, false, true, false, false},
-	{"http fresh c=64, no interceptor", baseline, 64, 20000, "fresh-", body, false, 0, false, true, false, false},
-	{"http fresh c=64, limits off", nolimits, 64, 20000, "fresh-", body, false, 0, false, true, false, false},
-	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0, false, false, false, false},
-	{"get c=64", paymentsd, 64, 40000, "", "", true, 0, false, false, true, false},
-	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0, false, false, false, false},
+	{"fresh c=1", paymentsd, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false, false},
+	{"fresh c=1, no interceptor", baseline, 1, 3000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false, false},
+	{"fresh c=64", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false, false},
+	{"fresh c=64, no interceptor", baseline, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false, false},
+	{"fresh c=64, TLS", paymentsd, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, true, false, false, false, false},
+	{"fresh c=64, limits off", nolimits, 64, 25000, "fresh-{{.RequestNumber}}", body, false, 0, false, false, false, false, false},
+	{"http fresh c=64", paymentsd, 64, 20000, "fresh-", body, false, 0, false, true, false, false, false},
+	{"http fresh c=64, no interceptor", baseline, 64, 20000, "fresh-", body, false, 0, false, true, false, false, false},
+	{"http fresh c=64, limits off", nolimits, 64, 20000, "fresh-", body, false, 0, false, true, false, false, false},
+	{"replay one key c=64", paymentsd, 64, 40000, "hot-0", body, true, 0, false, false, false, false, false},
+	{"get c=64", paymentsd, 64, 40000, "", "", true, 0, false, false, true, false, false},
+	{"mismatch c=64", paymentsd, 64, 40000, "hot-0", otherBody, true, 0, false, false, false, false, false},
 	// Every tenth request fresh, the others replays of the hot keys. The
 	// template is one action, since ghz renders an {{if}} only once. It has
 	// no double quotes, since ghz renders it inside the JSON text.
 	{"90% replay, 10% fresh c=64", paymentsd, 64, 40000,
-		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0, false, false, false, false},
+		"{{ternary (printf `fresh-%d` .RequestNumber) (printf `hot-%d` (mod .RequestNumber 100)) (eq (mod .RequestNumber 10) 0)}}", body, true, 0, false, false, false, false, false},
 }
 
 var pgScenarios = []scenario{
-	{"pg fresh c=1", paymentsd, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false},
-	{"pg fresh c=1, no interceptor", baseline, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false},
-	{"pg fresh c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false},
-	{"pg fresh c=64, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false},
-	{"pg replay one key c=64", paymentsd, 64, 20000, "hot-0", body, true, 1, false, false, false, false},
-	{"pg replay each key once c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, true},
-	{"pg fresh c=64, 3 replicas", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false, false, false},
-	{"pg fresh c=64, 3 replicas, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false, false, false},
-	{"pg replay one key c=64, 3 replicas", paymentsd, 64, 20000, "hot-0", body, true, 3, false, false, false, false},
+	{"pg fresh c=1", paymentsd, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false, false},
+	{"pg fresh c=1, no interceptor", baseline, 1, 1500, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false, false},
+	{"pg fresh c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false, false},
+	{"pg fresh c=64, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false, false},
+	{"pg replay one key c=64", paymentsd, 64, 20000, "hot-0", body, true, 1, false, false, false, false, false},
+	{"pg replay each key once c=64", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, true, false},
+	{"pg fresh c=64, 1 pod", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 1, false, false, false, false, true},
+	{"pg fresh c=64, 3 replicas", paymentsd, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false, false, false, false},
+	{"pg fresh c=64, 3 replicas, no interceptor", baseline, 64, 12000, "fresh-{{.RequestNumber}}", body, false, 3, false, false, false, false, false},
+	{"pg replay one key c=64, 3 replicas", paymentsd, 64, 20000, "hot-0", body, true, 3, false, false, false, false, false},
 }
 
 // result is one run's figures.
@@ -124,6 +128,7 @@ type result struct {
 	cpu           float64 // the servers' CPU time (user and system) per request, in µs
 	dbCPU         float64 // PostgreSQL's CPU time per request, its every process's, in µs
 	codes         string  // answers by status code
+	dirRequests   float64 // with pods: requests the placement directory's etcd served, per request
 }
 
 func main() {
@@ -188,8 +193,12 @@ func benchBolt() {
 func benchPG() {
 	stop := startPG()
 	defer stop()
+	defer stopEtcd()
 	fmt.Printf("\n## PostgreSQL\n\n")
 	m, all := table(pgScenarios, "transactions/request", true)
+	if r, ok := m["pg fresh c=64, 1 pod"]; ok {
+		fmt.Printf("\nPlacement directory requests per fresh create, 1 pod, c=64: %.5f (etcd's own count; one principal, placed once)\n", r.dirRequests)
+	}
 	if with, ok := m["pg fresh c=64"]; ok {
 		if without, ok := m["pg fresh c=64, no interceptor"]; ok {
 			fmt.Printf("\nDatabase CPU per fresh create at c=64: %.0f µs with the interceptor, %.0f µs without (%.2fx)\n",
@@ -203,6 +212,7 @@ func benchPG() {
 		{"replay c=64 / fresh c=64 without the interceptor", "pg replay one key c=64", "pg fresh c=64, no interceptor", ""},
 		{"replay of each key once / of one key", "pg replay each key once c=64", "pg replay one key c=64", ""},
 		{"replay of each key once: this build / previous", "pg replay each key once c=64", "pg replay each key once c=64, previous", ""},
+		{"fresh c=64: 1 pod / one database", "pg fresh c=64, 1 pod", "pg fresh c=64", ""},
 		{"3 replicas: fresh c=64 with / without the interceptor", "pg fresh c=64, 3 replicas", "pg fresh c=64, 3 replicas, no interceptor", ""},
 		{"fresh c=64: 3 replicas / 1", "pg fresh c=64, 3 replicas", "pg fresh c=64", ""},
 	})
@@ -335,9 +345,14 @@ func runOnce(sc scenario) result {
 	if sc.http {
 		serverArgs = append(serverArgs, "--http-listen", "127.0.0.1:0")
 	}
+	serveDB, dirBefore := db, 0.0
+	if sc.pods {
+		serverArgs = append(serverArgs, podArgs(dir, db)...)
+		serveDB, dirBefore = "", etcdRequests()
+	}
 	servers := make([]*server, max(sc.replicas, 1))
 	for i := range servers {
-		servers[i] = start(*sc.binary, db, serverArgs...)
+		servers[i] = start(*sc.binary, serveDB, serverArgs...)
 	}
 	var r result
 	var count uint64
@@ -354,6 +369,9 @@ func runOnce(sc scenario) result {
 	}
 	r.commits = float64(commits) / float64(count)
 	r.cpu = float64(cpu.Microseconds()) / float64(count)
+	if sc.pods {
+		r.dirRequests = (etcdRequests() - dirBefore) / float64(count)
+	}
 	if sc.replicas > 0 {
 		after := readStats(db)
 		r.commits = float64(after[0]-before[0]) / float64(count)
@@ -641,7 +659,11 @@ type server struct {
 
 func start(binary, db string, args ...string) *server {
 	s := &server{logDone: make(chan struct{})}
-	s.cmd = exec.Command(binary, append([]string{"--listen", "127.0.0.1:0", "--http-listen", "", "--db", db}, args...)...)
+	flags := []string{"--listen", "127.0.0.1:0", "--http-listen", ""}
+	if db != "" { // "" with --pods among args
+		flags = append(flags, "--db", db)
+	}
+	s.cmd = exec.Command(binary, append(flags, args...)...)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		log.Fatal(err)
@@ -697,7 +719,14 @@ func requestLine(line []byte) bool {
 // CPU time it used.
 func (s *server) stop() (commits uint64, cpu time.Duration) {
 	s.cmd.Process.Signal(syscall.SIGTERM)
-	<-s.logDone
+	select {
+	case <-s.logDone:
+	case <-time.After(time.Minute):
+		// Its goroutines, for the report: a server must stop on SIGTERM.
+		s.cmd.Process.Signal(syscall.SIGQUIT)
+		<-s.logDone
+		log.Fatalf("the server did not stop within a minute of SIGTERM:\n%s", strings.Join(s.lines, "\n"))
+	}
 	s.cmd.Wait()
 	cpu = s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
 	for _, line := range s.lines {
@@ -730,6 +759,8 @@ func median(rs []result) result {
 		cpu:      pick(func(r result) float64 { return r.cpu }),
 		walSyncs: pick(func(r result) float64 { return r.walSyncs }),
 		dbCPU:    pick(func(r result) float64 { return r.dbCPU }),
+
+		dirRequests: pick(func(r result) float64 { return r.dirRequests }),
 	}
 }
 

@@ -43,6 +43,7 @@ type intentsQuery struct {
 	db, apiKeys      string
 	tokenStdin, json bool
 	search           intentSearch
+	pods             onPods
 }
 
 // Intents is paymentsd intents: support's "did this customer pay twice?".
@@ -77,7 +78,14 @@ func Intents(ctx context.Context, sio *cli.Stdio, args []string) int {
 
 // run searches the store q names.
 func (q *intentsQuery) run(ctx context.Context) (*intentsAnswer, error) {
-	if pgURL, _ := config.ParseDB(q.db); pgURL != "" {
+	db, err := q.pods.dbOf(ctx, q.db, q.search.Owner)
+	switch {
+	case err != nil:
+		return nil, err
+	case db == "": // placed on no pod: no intents
+		return new(intentsAnswer), nil
+	}
+	if pgURL, _ := config.ParseDB(db); pgURL != "" {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		pg, err := pgstore.Open(ctx, pgURL, &pgstore.Options{MaxConns: 2, NoMigrate: true})
@@ -87,7 +95,7 @@ func (q *intentsQuery) run(ctx context.Context) (*intentsAnswer, error) {
 		defer pg.Close()
 		return q.search.run(ctx, pgintents.NewReader(pg))
 	}
-	ro, c, err := boltadmin.OpenEither(q.db)
+	ro, c, err := boltadmin.OpenEither(db)
 	if err != nil {
 		return nil, err
 	}
@@ -120,10 +128,12 @@ func parseIntentsArgs(sio *cli.Stdio, args []string) (*intentsQuery, int) {
 	fs.IntVar(&q.search.Limit, "limit", 50, "the most intents listed (not with --duplicates)")
 	fs.StringVar(&after, "after", "", "list on from the position a listing printed as next")
 	fs.BoolVar(&q.json, "json", false, "print JSON, for scripts")
+	q.pods.define(fs)
 	operands, code, err := cli.ParseArgs(fs, args, config.SharedDefaults)
 	if err != nil {
 		return nil, code
 	}
+	err = q.pods.check()
 	now := time.Now()
 	if err == nil {
 		q.search.From, err = parseSince(since, now)

@@ -18,6 +18,7 @@ import (
 type recordQuery struct {
 	db, principal, apiKeys, key string
 	tokenStdin, json            bool
+	pods                        onPods
 }
 
 // recordKey is the key asked for, its principal read from the token on
@@ -46,12 +47,15 @@ func parseRecordArgs(sio *cli.Stdio, name, about string, args []string) (*record
 	fs.StringVar(&q.apiKeys, "api-keys", "", "with --token-stdin: the server's --api-keys file, to find the token's principal; without it, dev mode's")
 	fs.StringVar(&q.key, "key", "", "the idempotency key")
 	fs.BoolVar(&q.json, "json", false, "print JSON, for scripts")
+	q.pods.define(fs)
 	operands, code, err := cli.ParseArgs(fs, args, config.SharedDefaults)
 	switch {
 	case err != nil:
 		return nil, code
 	case len(operands) > 0:
 		return nil, cli.UsageError(fs, "unexpected arguments %q", operands)
+	case q.pods.check() != nil:
+		return nil, cli.UsageError(fs, "%v", q.pods.check())
 	case q.key == "":
 		return nil, cli.UsageError(fs, "--key is required")
 	case q.db == "":

@@ -40,8 +40,15 @@ func Record(ctx context.Context, sio *cli.Stdio, args []string) int {
 	if err != nil {
 		return cli.Fail(sio, "paymentsd record", err)
 	}
-	lookup, db := recordview.LookupBolt, q.db
-	if pgURL, _ := config.ParseDB(q.db); pgURL != "" {
+	db, err := q.pods.dbOf(ctx, q.db, k.Scope)
+	switch {
+	case err != nil:
+		return cli.Fail(sio, "paymentsd record", err)
+	case db == "": // placed on no pod: never used
+		return noRecord(sio, q, k)
+	}
+	lookup := recordview.LookupBolt
+	if pgURL, _ := config.ParseDB(db); pgURL != "" {
 		lookup, db = recordview.LookupPostgres, pgURL
 	}
 	rec, err := lookup(ctx, db, k)

@@ -13,6 +13,7 @@ import (
 	"github.com/paymentsd/paymentsd/daemon/config"
 	"github.com/paymentsd/paymentsd/daemon/internal/cli"
 	"github.com/paymentsd/paymentsd/daemon/recordview"
+	"github.com/paymentsd/paymentsd/storage"
 )
 
 // releaseAbout is what paymentsd release -h says above its flags.
@@ -44,8 +45,17 @@ func Release(ctx context.Context, sio *cli.Stdio, args []string) int {
 	if err != nil {
 		return cli.Fail(sio, name, err)
 	}
-	release, db := recordview.ReleaseBolt, q.db
-	if pgURL, _ := config.ParseDB(q.db); pgURL != "" {
+	db, err := q.pods.dbOf(ctx, q.db, k.Scope)
+	switch {
+	case err != nil:
+		return cli.Fail(sio, name, err)
+	case db == "": // placed on no pod: never used
+		why, _ := recordview.RefusalText(storage.ErrNoRecord)
+		fmt.Fprintf(sio.Err, "%s: refused: key %q of principal %q: %s\n", name, k.Key, k.Scope, why)
+		return cli.ExitNo
+	}
+	release := recordview.ReleaseBolt
+	if pgURL, _ := config.ParseDB(db); pgURL != "" {
 		release, db = recordview.ReleasePostgres, pgURL
 	}
 	log := slog.New(slog.NewTextHandler(sio.Err, nil))

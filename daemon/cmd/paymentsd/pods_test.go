@@ -436,3 +436,34 @@ func TestPods_MoveUnderLoad(t *testing.T) {
 		len(load.keys), load.requests.Load(), failed[moved], failed[onA[1]], failed[onB[0]], failed[onB[1]],
 		len(found.missing), len(found.twoIntents), len(found.orphans))
 }
+
+// TestPods_OperatorCommands_FindThePrincipalsPod: paymentsd record,
+// intents and release, given the pods file and the directory, read the
+// principal's own pod; a principal placed nowhere has nothing.
+func TestPods_OperatorCommands_FindThePrincipalsPod(t *testing.T) {
+	w := newPodsWorld(t)
+	d := start(t, w.spec())
+	token := principalsOn("b", 1)[0]
+	created := d.createSeed(token, "k1", "100000000")
+	if created.err != nil {
+		t.Fatal(created.err)
+	}
+	id := created.resp.(*paymentsv1.CreatePaymentIntentResponse).PaymentIntent.Id
+	pods := []string{"--pods", w.file, "--placement-etcd", strings.Join(w.etcd.Endpoints(), ",")}
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(paymentsdBinary, append(args, pods...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("record", "--principal", devPrincipal(token), "--key", "k1"); err != nil || !strings.Contains(out, id) {
+		t.Errorf("record of a key on pod b: %v\n%s", err, out)
+	}
+	if out, err := run("intents", "--principal", devPrincipal(token), "--json"); err != nil || !strings.Contains(out, id) {
+		t.Errorf("intents of a principal on pod b: %v\n%s", err, out)
+	}
+	if out, err := run("release", "--principal", devPrincipal(token), "--key", "k1"); err == nil || !strings.Contains(out, "refused") {
+		t.Errorf("release of a created intent's key: %v, want refused\n%s", err, out)
+	}
+	if out, err := run("record", "--principal", devPrincipal("nobody"), "--key", "k1"); err == nil || !strings.Contains(out, "no record") {
+		t.Errorf("record of a principal placed nowhere: %v, want no record\n%s", err, out)
+	}
+}
