@@ -68,9 +68,10 @@ test:
 ## leader kills, 3 switchovers, 3 pauses past the TTL and an etcd member
 ## killed here (each kind once in make test). The pods test, three
 ## replicas on two pods, kills one pod's PostgreSQL 20 times (twice in make
-## test; PAYMENTSD_PODS_ROUNDS sets them)
+## test; PAYMENTSD_PODS_ROUNDS sets them), then on two Patroni clusters,
+## pod b's leader killed and failed over as often (not in make test)
 crashtest:
-	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 PAYMENTSD_PATRONI_ROUNDS=crashtest PAYMENTSD_PODS_ROUNDS=20 go test -C daemon -count=1 -timeout 45m -v -run '^TestCrash' ./cmd/paymentsd
+	PAYMENTSD_CRASH_ROUNDS=200 PAYMENTSD_FAILOVER_ROUNDS=10 PAYMENTSD_PATRONI_ROUNDS=crashtest PAYMENTSD_PODS_ROUNDS=20 go test -C daemon -count=1 -timeout 60m -v -run '^TestCrash' ./cmd/paymentsd
 
 ## robustness: the robustness suite for about 30 minutes: 20 runs on bbolt
 ## and 20 on three PostgreSQL replicas, random operations under a seeded
