@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,6 +296,11 @@ func TestRouter_PodDown_ItsPrincipalsRefused_OthersServed(t *testing.T) {
 	if err := r.Check(context.Background()); err != nil {
 		t.Errorf("Check with one pod of two down: %v, want nil", err)
 	}
+	// Sweeping far ahead: pod a's records go, pod b's failure is named.
+	swept, err := r.Records().Sweep(context.Background(), time.Now().Add(48*time.Hour))
+	if swept != 21 || err == nil || !strings.Contains(err.Error(), "pod b") {
+		t.Errorf("Sweep with pod b down = %d, %v; want pod a's 21 records swept and pod b named", swept, err)
+	}
 	if h := r.Health(); h["a"] != nil || h["b"] == nil {
 		t.Errorf("Health = %v, want a serving and b down", h)
 	}
@@ -308,7 +314,7 @@ func TestRouter_PodDown_ItsPrincipalsRefused_OthersServed(t *testing.T) {
 	if again != nil {
 		t.Fatalf("pod b's principal with pod b back: %v", again)
 	}
-	if recs, ints := r.rows(t, "b"); recs[on["b"]] != 2 || ints[on["b"]] != 2 {
+	if recs, ints := r.rows(t, "b"); recs[on["b"]] != 2 || ints[on["b"]] != 2 { // kept by the sweep it missed
 		t.Errorf("pod b holds %d records, %d intents of %s; want 2 and 2", recs[on["b"]], ints[on["b"]], on["b"])
 	}
 }
