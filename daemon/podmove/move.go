@@ -91,6 +91,8 @@ func (m *Mover) Move(ctx context.Context, principal, to string) error {
 			return fmt.Errorf("podmove: %s is placed nowhere: it has nothing to move", principal)
 		case m.Pods[pl.Pod] == nil:
 			return fmt.Errorf("podmove: %s is on pod %q, which the pods file does not name", principal, pl.Pod)
+		case pl.Move != nil && m.Pods[pl.Move.To] == nil:
+			return fmt.Errorf("podmove: %s is being moved to pod %q, which the pods file does not name", principal, pl.Move.To)
 		}
 		done, err := m.step(ctx, pl, to)
 		if err != nil || done {
@@ -178,10 +180,12 @@ func (m *Mover) flip(ctx context.Context, pl placement.Placement) error {
 // cleanup deletes the principal's rows from the pod it left, keeping the
 // fence there.
 func (m *Mover) cleanup(ctx context.Context, pl placement.Placement) error {
-	if db := m.Pods[pl.Cleanup]; db != nil {
-		if err := deleteScope(ctx, db.Pool(), pl.Principal, tables); err != nil {
-			return fmt.Errorf("podmove: deleting %s's rows from pod %s: %w", pl.Principal, pl.Cleanup, err)
-		}
+	db := m.Pods[pl.Cleanup]
+	if db == nil {
+		return fmt.Errorf("podmove: %s's copies are left on pod %q, which the pods file does not name: give the file that does", pl.Principal, pl.Cleanup)
+	}
+	if err := deleteScope(ctx, db.Pool(), pl.Principal, tables); err != nil {
+		return fmt.Errorf("podmove: deleting %s's rows from pod %s: %w", pl.Principal, pl.Cleanup, err)
 	}
 	return m.record(ctx, pl, placement.Placement{Pod: pl.Pod}, StepCleanup)
 }
